@@ -1,0 +1,133 @@
+"""One error hierarchy for all of osqueue.
+
+Every exception osqueue raises is an :class:`OsqueueError`.  Categories sit
+directly below the root so callers can catch exactly what they can act on.
+Each class's docstring is its default message.  Foreign exceptions are mapped
+at the edge with ``raise Ours(...) from exc`` so the cause is kept.
+"""
+
+from __future__ import annotations
+
+
+class OsqueueError(Exception):
+    """An osqueue operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class NotFound(OsqueueError):
+    """The object does not exist."""
+
+
+class Conflict(OsqueueError):
+    """The conditional write lost: the object changed (or exists) since it was read."""
+
+
+class StorageError(OsqueueError):
+    """The object store failed; the operation may be retried."""
+
+    def __init__(self, message: str | None = None, *, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class OutcomeUnknown(StorageError):
+    """The write was sent but no answer came back: it may or may not have landed."""
+
+
+# --------------------------------------------------------------------------- input
+
+
+class InvalidInput(OsqueueError):
+    """The request is invalid."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        if field and message and not message.startswith(field):
+            message = f"{field}: {message}"
+        super().__init__(message)
+        self.field = field
+
+
+class CorruptDocument(OsqueueError):
+    """The queue document does not decode; it is left untouched."""
+
+    def __init__(
+        self, message: str | None = None, *, path: str | None = None, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+# --------------------------------------------------------------------------- queue semantics
+
+
+class LeaseLost(OsqueueError):
+    """The job's claim token is stale: the job was reclaimed or finished by someone else."""
+
+
+class JobNotFound(OsqueueError):
+    """No live job has that id."""
+
+
+class DuplicateKey(OsqueueError):
+    """A live job already holds that idempotency key."""
+
+    def __init__(self, message: str | None = None, *, existing_id: str | None = None) -> None:
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class QueueFull(OsqueueError):
+    """The queue document reached its size cap; retry after workers catch up."""
+
+
+# --------------------------------------------------------------------------- broker and transport
+
+
+class NotBroker(OsqueueError):
+    """This broker no longer owns the queue; follow the address of the new one."""
+
+    def __init__(self, message: str | None = None, *, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
+class BrokerUnavailable(OsqueueError):
+    """No broker is reachable for this queue right now."""
+
+
+class MaybeCommitted(OsqueueError):
+    """The broker stopped before it could confirm this operation; it may have been applied."""
+
+
+class ShuttingDown(OsqueueError):
+    """The broker is shutting down and takes no new operations."""
+
+
+class Unauthenticated(OsqueueError):
+    """The broker refused the call: missing or wrong token."""
+
+
+class ResourceExhausted(OsqueueError):
+    """The broker is overloaded; back off and retry."""
+
+
+class MissingExtra(OsqueueError, ImportError):
+    """An optional dependency is missing."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(
+            f"{module!r} is not installed; install it with: pip install 'osqueue[{extra}]'"
+        )
+        self.extra = extra
