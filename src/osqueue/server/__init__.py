@@ -1,0 +1,1 @@
+"""The gRPC service over the broker: servicer, auth, limits, and the server runner."""
