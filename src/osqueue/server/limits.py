@@ -1,0 +1,247 @@
+"""Bounds on what one request, one connection and the whole server may ask for.
+
+Two halves, both enforced before anything reaches the broker:
+
+* :class:`Limits` and :class:`RequestChecker` bound every request's shape:
+  batch sizes, payload bytes, string lengths, times.  A violation is
+  :class:`~osqueue.errors.InvalidInput` naming the field (``jobs[3].payload``);
+  the format rules (which characters an id may hold) are the broker's, checked
+  again there.
+* :class:`Admission` bounds the calls and request bytes in flight per
+  connection and in total.  Past a bound the call is refused at once with
+  ``RESOURCE_EXHAUSTED``, so a client that floods the broker is pushed back
+  while everyone else is still served.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from osqueue.client.api import NewJob
+from osqueue.errors import InvalidInput, ResourceExhausted
+from osqueue.server._pb import queue_pb2 as pb
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the gRPC server accepts.  Units are in the names."""
+
+    max_payload_bytes: int = 4 * MIB
+    #: Items per batch request (push, heartbeat, complete, fail, release, cancel)
+    #: and jobs per claim.
+    max_batch: int = 1000
+    #: gRPC message size, both directions (set on the server's options).
+    max_message_bytes: int = 16 * MIB
+    max_id_chars: int = 64
+    max_queue_chars: int = 128
+    max_worker_chars: int = 256
+    max_key_chars: int = 512
+    max_error_chars: int = 16_384
+    max_queues_per_claim: int = 64
+    max_wait_s: float = 300.0
+    max_delay_s: float = 366 * 24 * 3600.0
+    max_attempts: int = 1000
+    #: Calls in flight on one connection (long polls included).
+    max_in_flight_per_connection: int = 256
+    #: Calls in flight on the whole server.
+    max_in_flight: int = 4096
+    #: Request bytes held by calls in flight on one connection, and in total.
+    max_in_flight_bytes_per_connection: int = 64 * MIB
+    max_in_flight_bytes: int = 512 * MIB
+    #: HTTP/2 streams one connection may open at once (set on the server's options).
+    max_concurrent_streams: int = 512
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_payload_bytes",
+            "max_batch",
+            "max_message_bytes",
+            "max_id_chars",
+            "max_queue_chars",
+            "max_worker_chars",
+            "max_key_chars",
+            "max_error_chars",
+            "max_queues_per_claim",
+            "max_attempts",
+            "max_in_flight_per_connection",
+            "max_in_flight",
+            "max_in_flight_bytes_per_connection",
+            "max_in_flight_bytes",
+            "max_concurrent_streams",
+        ):
+            if getattr(self, name) < 1:
+                raise InvalidInput("must be >= 1", field=name)
+        for name in ("max_wait_s", "max_delay_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise InvalidInput("must be a finite number of seconds >= 0", field=name)
+        if self.max_payload_bytes >= self.max_message_bytes:
+            raise InvalidInput(
+                "must be below max_message_bytes (a payload travels inside one message)",
+                field="max_payload_bytes",
+            )
+
+
+class RequestChecker:
+    """Checks requests against :class:`Limits`; each check raises ``InvalidInput``."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+
+    # ---------------------------------------------------------------- pieces
+
+    def batch(self, n: int, field: str) -> None:
+        if n < 1:
+            raise InvalidInput("is empty; send at least one item", field=field)
+        if n > self.limits.max_batch:
+            raise InvalidInput(
+                f"has {n} items; at most {self.limits.max_batch} per request", field=field
+            )
+
+    @staticmethod
+    def text(value: str, field: str, max_chars: int, *, allow_empty: bool = False) -> str:
+        if not value and not allow_empty:
+            raise InvalidInput("must not be empty", field=field)
+        if len(value) > max_chars:
+            raise InvalidInput(f"has {len(value)} characters; at most {max_chars}", field=field)
+        return value
+
+    @staticmethod
+    def seconds(value: float, field: str, maximum: float) -> float:
+        if not math.isfinite(value) or value < 0 or value > maximum:
+            raise InvalidInput(f"{value!r} is not between 0 and {maximum:g} seconds", field=field)
+        return value
+
+    def job_id(self, value: str, field: str) -> str:
+        return self.text(value, field, self.limits.max_id_chars)
+
+    def token(self, value: int, field: str) -> int:
+        if value <= 0:
+            raise InvalidInput(f"{value} is not a claim token (tokens are > 0)", field=field)
+        return value
+
+    # ---------------------------------------------------------------- items
+
+    def new_job(self, job: pb.NewJob, field: str) -> NewJob:
+        """Check one pushed job; ``field`` is its position (``jobs[3]``)."""
+        lim = self.limits
+        self.job_id(job.id, f"{field}.id")
+        self.text(job.queue, f"{field}.queue", lim.max_queue_chars)
+        if len(job.payload) > lim.max_payload_bytes:
+            raise InvalidInput(
+                f"is {len(job.payload)} bytes; at most {lim.max_payload_bytes}",
+                field=f"{field}.payload",
+            )
+        self.seconds(job.delay_s, f"{field}.delay_s", lim.max_delay_s)
+        key = job.key if job.HasField("key") else None
+        if key is not None:
+            self.text(key, f"{field}.key", lim.max_key_chars)
+        max_attempts = job.max_attempts if job.HasField("max_attempts") else 5
+        if not 1 <= max_attempts <= lim.max_attempts:
+            raise InvalidInput(
+                f"{max_attempts} is outside [1, {lim.max_attempts}]",
+                field=f"{field}.max_attempts",
+            )
+        return NewJob(
+            payload=job.payload,
+            queue=job.queue,
+            priority=job.priority,
+            delay_s=job.delay_s,
+            key=key,
+            max_attempts=max_attempts,
+            id=job.id,
+        )
+
+    def job_ref(self, ref: pb.JobRef, field: str) -> None:
+        self.job_id(ref.id, f"{field}.id")
+        self.token(ref.token, f"{field}.token")
+
+    def fail_item(self, item: pb.FailItem, field: str) -> float | None:
+        """Check one failed job; return its ``retry_after_s`` (None: the broker's backoff)."""
+        if not item.HasField("job"):
+            raise InvalidInput("is missing", field=f"{field}.job")
+        self.job_ref(item.job, f"{field}.job")
+        self.text(item.error, f"{field}.error", self.limits.max_error_chars, allow_empty=True)
+        if not item.HasField("retry_after_s"):
+            return None
+        return self.seconds(item.retry_after_s, f"{field}.retry_after_s", self.limits.max_delay_s)
+
+    # ---------------------------------------------------------------- whole requests
+
+    def claim(self, request: pb.ClaimRequest) -> None:
+        lim = self.limits
+        self.text(request.worker, "worker", lim.max_worker_chars)
+        if not request.queues:
+            raise InvalidInput("is empty; name at least one queue", field="queues")
+        if len(request.queues) > lim.max_queues_per_claim:
+            raise InvalidInput(
+                f"has {len(request.queues)} queues; at most {lim.max_queues_per_claim}",
+                field="queues",
+            )
+        for i, queue in enumerate(request.queues):
+            self.text(queue, f"queues[{i}]", lim.max_queue_chars)
+        if not 1 <= request.max_jobs <= lim.max_batch:
+            raise InvalidInput(
+                f"{request.max_jobs} is outside [1, {lim.max_batch}]", field="max_jobs"
+            )
+        self.seconds(request.wait_s, "wait_s", lim.max_wait_s)
+
+
+class Admission:
+    """Counts calls and request bytes in flight, per connection and in total.
+
+    Decisions are synchronous (one event loop), so there is no lock and no
+    await between the check and the count.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._calls: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+        self.calls = 0
+        self.bytes = 0
+
+    def in_flight(self, peer: str) -> int:
+        return self._calls.get(peer, 0)
+
+    @contextmanager
+    def admit(self, peer: str, size: int) -> Iterator[None]:
+        """Hold a slot for one call from ``peer`` carrying ``size`` request bytes."""
+        self._check(peer, size)
+        self._calls[peer] = self._calls.get(peer, 0) + 1
+        self._bytes[peer] = self._bytes.get(peer, 0) + size
+        self.calls += 1
+        self.bytes += size
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            self.bytes -= size
+            left = self._calls[peer] - 1
+            if left:
+                self._calls[peer] = left
+                self._bytes[peer] -= size
+            else:
+                del self._calls[peer]
+                del self._bytes[peer]
+
+    def _check(self, peer: str, size: int) -> None:
+        lim = self.limits
+        if self._calls.get(peer, 0) >= lim.max_in_flight_per_connection:
+            raise ResourceExhausted(
+                f"this connection has {lim.max_in_flight_per_connection} calls in flight "
+                "(the limit); back off and retry"
+            )
+        if self._bytes.get(peer, 0) + size > lim.max_in_flight_bytes_per_connection:
+            raise ResourceExhausted(
+                f"this connection's calls in flight hold more than "
+                f"{lim.max_in_flight_bytes_per_connection} request bytes (the limit); "
+                "back off and retry"
+            )
+        if self.calls >= lim.max_in_flight or self.bytes + size > lim.max_in_flight_bytes:
+            raise ResourceExhausted("the broker is at its limit of calls in flight; back off")

@@ -1,0 +1,176 @@
+"""Run the gRPC service: listen, TLS, auth, limits.
+
+``await serve(client, ServerConfig(listen="127.0.0.1:0"))`` starts a
+``grpc.aio`` server for ``client`` and returns a :class:`RunningServer` that
+knows the port it bound.  A server on a non-loopback address refuses to start
+without a token unless ``insecure=True``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from osqueue.client.api import QueueClient
+from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.server.auth import BearerTokenInterceptor, resolve_token
+from osqueue.server.limits import Limits
+from osqueue.server.service import QueueService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How the gRPC server listens and whom it serves."""
+
+    #: ``host:port``; port 0 picks a free port (see :attr:`RunningServer.port`).
+    listen: str = "127.0.0.1:7070"
+    #: Bearer token every call must present (or ``token_file``, not both).
+    token: str | None = None
+    token_file: str | None = None
+    #: PEM certificate chain and private key files; TLS when both are given.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Allow a non-loopback address without a token.
+    insecure: bool = False
+    limits: Limits = field(default_factory=Limits)
+    #: How long calls in flight may finish when the server stops.
+    stop_grace_s: float = 5.0
+
+
+def split_host_port(address: str, field: str = "listen") -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise InvalidInput(f"{address!r} is not host:port", field=field)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: assume it is reachable
+
+
+def _read_pem(path: str, field: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path!r}: {exc}", field=field) from exc
+
+
+def _credentials(config: ServerConfig) -> Any | None:
+    if (config.tls_cert is None) != (config.tls_key is None):
+        missing = "tls_key" if config.tls_key is None else "tls_cert"
+        raise InvalidInput("TLS needs both a certificate and a key", field=missing)
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    cert = _read_pem(config.tls_cert, "tls_cert")
+    key = _read_pem(config.tls_key, "tls_key")
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+def server_options(limits: Limits) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", limits.max_message_bytes),
+        ("grpc.max_send_message_length", limits.max_message_bytes),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # Two brokers must never share a port by accident.
+        ("grpc.so_reuseport", 0),
+        # Notice dead clients (and their parked long polls).
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+
+
+class RunningServer:
+    """A started server; stop it with :meth:`stop` or ``async with``."""
+
+    def __init__(
+        self, server: Any, service: QueueService, host: str, port: int, grace_s: float
+    ) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self._server = server
+        self._grace_s = grace_s
+        self._stopped = False
+
+    @property
+    def address(self) -> str:
+        """The bound ``host:port`` (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Refuse new calls, let calls in flight finish for ``grace_s``, then cancel them."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self._server.stop(self._grace_s if grace_s is None else grace_s)
+
+    async def wait_for_termination(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> RunningServer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(client: QueueClient, config: ServerConfig | None = None) -> RunningServer:
+    """Serve ``client`` over gRPC; return once the server listens."""
+    config = config or ServerConfig()
+    host, _ = split_host_port(config.listen)
+    token = resolve_token(config.token, config.token_file)
+    if token is None and not config.insecure and not is_loopback(host):
+        raise InvalidInput(
+            f"refusing to listen on {config.listen} (not a loopback address) without a token: "
+            "give a token (--token-file or OSQUEUE_TOKEN) or pass insecure=True (--insecure)",
+            field="token",
+        )
+    credentials = _credentials(config)
+    service = QueueService(client, config.limits)
+    interceptors = [BearerTokenInterceptor(token)] if token is not None else []
+    server = grpc.aio.server(interceptors=interceptors, options=server_options(config.limits))
+    server.add_generic_rpc_handlers((service.rpc_handler(),))
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(config.listen)
+        else:
+            port = server.add_secure_port(config.listen, credentials)
+    except RuntimeError as exc:
+        raise OsqueueError(f"cannot listen on {config.listen}: {exc}") from exc
+    if not port:
+        raise OsqueueError(f"cannot listen on {config.listen} (address in use?)")
+    await server.start()
+    log.info(
+        "gRPC server listening",
+        extra={
+            "action": "listen",
+            "address": f"{host}:{port}",
+            "tls": credentials is not None,
+            "auth": token is not None,
+        },
+    )
+    return RunningServer(server, service, host, port, config.stop_grace_s)
