@@ -1,0 +1,30 @@
+"""Compare-and-set object storage: the port and its adapters (knows nothing of queues).
+
+``from_url`` opens a store by URL; the adapters can also be built directly.
+The errors every adapter raises are re-exported here for convenience.
+"""
+
+from __future__ import annotations
+
+from osqueue.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown, StorageError
+from osqueue.storage.faults import FaultConfig, FaultyStorage
+from osqueue.storage.file import FileStorage
+from osqueue.storage.memory import MemoryStorage
+from osqueue.storage.port import Blob, Capabilities, Storage
+from osqueue.storage.url import from_url
+
+__all__ = [
+    "Blob",
+    "Capabilities",
+    "Conflict",
+    "FaultConfig",
+    "FaultyStorage",
+    "FileStorage",
+    "InvalidInput",
+    "MemoryStorage",
+    "NotFound",
+    "OutcomeUnknown",
+    "Storage",
+    "StorageError",
+    "from_url",
+]
