@@ -98,9 +98,17 @@ class QueueFull(OsqueueError):
 class NotBroker(OsqueueError):
     """This broker no longer owns the queue; follow the address of the new one."""
 
-    def __init__(self, message: str | None = None, *, address: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        address: str | None = None,
+        maybe_committed: bool = False,
+    ) -> None:
         super().__init__(message)
         self.address = address
+        #: True when the op's write was sent but its outcome was never confirmed.
+        self.maybe_committed = maybe_committed
 
 
 class BrokerUnavailable(OsqueueError):
@@ -121,6 +129,10 @@ class Unauthenticated(OsqueueError):
 
 class ResourceExhausted(OsqueueError):
     """The broker is overloaded; back off and retry."""
+
+
+class DocumentGone(OsqueueError):
+    """The queue document was deleted or replaced from outside; the broker stopped."""
 
 
 class MissingExtra(OsqueueError, ImportError):

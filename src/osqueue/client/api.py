@@ -102,7 +102,9 @@ class QueueClient(Protocol):
 
     async def complete(self, job: Job) -> None: ...
 
-    async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None: ...
+    async def fail(
+        self, job: Job, *, error: str = "", retry_after_s: float | None = None
+    ) -> None: ...
 
     async def release(self, job: Job) -> None:
         """Give a claimed job back untouched (no attempt counted); used on shutdown."""

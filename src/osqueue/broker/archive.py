@@ -1,0 +1,102 @@
+"""Archive objects: one immutable JSON-lines object per version that completed jobs.
+
+The key and the bytes are a function of the jobs done in that version alone,
+so writing one is create-if-absent and a repeat (after a crash or a takeover)
+is harmless: every completed job is archived exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from osqueue.errors import Conflict
+from osqueue.state import StoredJob
+from osqueue.storage.port import Storage
+
+log = logging.getLogger(__name__)
+PREFIX = "archive/"
+
+
+class ArchiveRecord(msgspec.Struct, frozen=True):
+    id: str
+    queue: str
+    priority: int
+    key: str | None
+    attempts: int
+    max_attempts: int
+    created_at: str
+    first_claimed_at: str | None
+    claimed_at: str | None
+    completed_at: str
+    worker: str | None
+    token: int | None
+    version: int
+    last_error: str | None
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def iso(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def archive_key(version: int, completed_at: datetime) -> str:
+    return f"{PREFIX}date={completed_at:%Y-%m-%d}/hour={completed_at:%H}/{version:020d}.jsonl"
+
+
+def record(job: StoredJob) -> ArchiveRecord:
+    assert job.done_at is not None and job.done_version is not None
+    claim = job.claim
+    return ArchiveRecord(
+        id=job.id,
+        queue=job.queue,
+        priority=job.priority,
+        key=job.key,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        created_at=iso(job.created_at) or "",
+        first_claimed_at=iso(job.first_claimed_at),
+        claimed_at=iso(claim.claimed_at) if claim else None,
+        completed_at=iso(job.done_at) or "",
+        worker=claim.worker if claim else None,
+        token=claim.token if claim else None,
+        version=job.done_version,
+        last_error=job.last_error,
+    )
+
+
+def render(jobs: Iterable[StoredJob]) -> tuple[str, bytes]:
+    """The archive object (key, bytes) for the jobs done in one version."""
+    ordered = sorted(jobs, key=lambda j: j.id)
+    first = ordered[0]
+    assert first.done_at is not None and first.done_version is not None
+    body = b"".join(_encoder.encode(record(j)) + b"\n" for j in ordered)
+    return archive_key(first.done_version, first.done_at), body
+
+
+def by_version(jobs: Iterable[StoredJob]) -> dict[int, list[StoredJob]]:
+    groups: dict[int, list[StoredJob]] = defaultdict(list)
+    for job in jobs:
+        if job.status == "done" and job.done_version is not None:
+            groups[job.done_version].append(job)
+    return dict(groups)
+
+
+async def write_archive(storage: Storage, jobs: list[StoredJob]) -> int:
+    """Write the archive object for one version's done jobs; returns the version."""
+    key, body = render(jobs)
+    try:
+        await storage.write(key, body, if_match=None)
+    except Conflict:
+        log.debug("archive object already written", extra={"action": "archive", "key": key})
+    version = jobs[0].done_version
+    assert version is not None
+    return version

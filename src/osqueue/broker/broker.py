@@ -1,0 +1,626 @@
+"""The broker: the queue document's one writer.
+
+It holds the current document and its ETag in memory and folds every pending
+op into one compare-and-set write per cycle (group commit).  No op is answered
+before the write that holds it is durable; one bad op fails alone.
+
+Lifecycle: ``start`` reads (or creates) the document, archives any ``done``
+jobs it inherits, and takes ownership with ``epoch + 1`` and a fresh lease,
+restarting every claimed job's heartbeat clock.  While serving, every commit
+renews the lease; an idle broker writes only to renew it.  A conflicting write
+is resolved by re-reading: our own landed write (a client library's retry
+echo) counts as committed, another broker's ownership makes this one step
+down with ``NotBroker``, otherwise the batch is re-applied.  ``stop`` stops
+taking ops, flushes, clears the address and returns within the drain timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from osqueue.broker.archive import by_version, write_archive
+from osqueue.broker.config import BrokerConfig
+from osqueue.clock import Clock, SystemClock
+from osqueue.client.ids import new_id
+from osqueue.errors import (
+    Conflict,
+    CorruptDocument,
+    DocumentGone,
+    MaybeCommitted,
+    NotBroker,
+    NotFound,
+    OsqueueError,
+    ResourceExhausted,
+    ShuttingDown,
+    StorageError,
+)
+from osqueue.state import (
+    DOCUMENT_KEY,
+    BrokerInfo,
+    Claimed,
+    ClaimOp,
+    Document,
+    MarkArchived,
+    Op,
+    RestartHeartbeats,
+    Result,
+    StoredJob,
+    Transition,
+    claimable,
+    commit,
+    decode,
+    encode,
+    next_wakeup,
+    to_datetime,
+)
+from osqueue.storage.port import Blob, Storage
+
+if TYPE_CHECKING:
+    from osqueue.client.local import LocalClient
+
+log = logging.getLogger(__name__)
+
+
+class State(Enum):
+    NEW = "new"
+    STANDBY = "standby"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    STEPPED_DOWN = "stepped-down"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class _Pending:
+    op: Op
+    future: asyncio.Future[Result] | None
+
+
+@dataclass(slots=True)
+class _Waiter:
+    queues: tuple[str, ...]
+    future: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class BrokerCounters:
+    commits: int = 0
+    ops: int = 0
+    conflicts: int = 0
+    storage_errors: int = 0
+    archives: int = 0
+    write_bytes: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class Broker:
+    """One queue's broker.  ``async with Broker(url) as broker: q = broker.client()``."""
+
+    def __init__(
+        self,
+        storage: Storage | str,
+        config: BrokerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        standby: bool = False,
+    ) -> None:
+        if isinstance(storage, str):
+            from osqueue.storage import from_url
+
+            storage = from_url(storage)
+        self.storage: Storage = storage
+        self.config = config or BrokerConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.standby = standby
+        self.id = self.config.broker_id or f"b-{new_id().lower()}"
+        self.policy = self.config.policy()
+        self.state = State.NEW
+        self.counters = BrokerCounters()
+        self.failure: OsqueueError | None = None
+        self._doc: Document | None = None
+        self._etag: str | None = None
+        self._epoch = 0
+        self._pending: list[_Pending] = []
+        self._internal: list[Op] = []
+        self._waiters: list[_Waiter] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._done = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._side: set[asyncio.Task[None]] = set()
+        self._archive_slots = asyncio.Semaphore(self.config.archive_concurrency)
+        self._last_write = 0.0
+        self._closing = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def commits(self) -> int:
+        return self.counters.commits
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def document(self) -> Document:
+        """The last committed document (do not modify it)."""
+        if self._doc is None:
+            raise ShuttingDown("the broker has not started")
+        return self._doc
+
+    @property
+    def serving(self) -> bool:
+        return self.state is State.SERVING
+
+    def client(self) -> LocalClient:
+        from osqueue.client.local import LocalClient
+
+        return LocalClient(self)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Take ownership of the document (waiting for the lease if standby) and serve."""
+        if self.state is not State.NEW:
+            raise ShuttingDown(f"broker already {self.state.value}")
+        if self.standby:
+            self.state = State.STANDBY
+            await self._await_vacancy()
+        await self._acquire()
+        self.state = State.SERVING
+        self._loop_task = asyncio.create_task(self._run(), name=f"osqueue-broker-{self.id}")
+        log.info(
+            "broker serving",
+            extra={"action": "serve", "broker": self.id, "epoch": self._epoch},
+        )
+
+    async def wait_closed(self) -> None:
+        """Return when the broker stops for any reason (stop, step-down, failure)."""
+        await self._done.wait()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT start a graceful stop."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: self._spawn(self.stop()))
+
+    async def stop(self) -> None:
+        """Stop taking ops, flush what is pending, release the lease, and return."""
+        if self.state is not State.SERVING:
+            await self._finish_tasks()
+            return
+        self.state = State.STOPPING
+        self._closing = True
+        self._release_waiters()
+        self._wake.set()
+        task = self._loop_task
+        try:
+            if task is not None:
+                await asyncio.wait_for(asyncio.shield(task), self.config.drain_timeout_s)
+        except TimeoutError:
+            log.warning("drain timeout; stopping hard", extra={"action": "stop"})
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._fail_pending(MaybeCommitted("the broker stopped before confirming this op"))
+        await self._finish_tasks()
+        if self.state is State.STOPPING:
+            self.state = State.STOPPED
+        self._done.set()
+
+    async def _finish_tasks(self) -> None:
+        for task in list(self._side):
+            task.cancel()
+        for task in list(self._side):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._done.set()
+
+    # ------------------------------------------------------------------ ops in
+
+    def enqueue(self, op: Op) -> asyncio.Future[Result]:
+        """Add an op to the next commit; the future resolves once it is durable."""
+        self._check_open()
+        if len(self._pending) >= self.config.max_pending_ops:
+            raise ResourceExhausted(
+                f"{len(self._pending)} ops are waiting for the broker; back off and retry"
+            )
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(op, fut))
+        self._wake.set()
+        return fut
+
+    async def submit(self, op: Op) -> Result:
+        return await self.enqueue(op)
+
+    async def submit_many(self, ops: Sequence[Op]) -> list[Result]:
+        self._check_open()
+        futures = [self.enqueue(op) for op in ops]
+        return list(await asyncio.gather(*futures))
+
+    async def claim(self, op: ClaimOp, wait_s: float) -> Result:
+        """A claim that, if empty, parks until a commit makes a job claimable."""
+        deadline = self.clock.monotonic() + max(0.0, wait_s)
+        while True:
+            result = await self.submit(op)
+            if not isinstance(result, Claimed) or result.jobs:
+                return result
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0 or self._closing:
+                return result
+            waiter = _Waiter(op.queues, asyncio.get_running_loop().create_future())
+            self._waiters.append(waiter)
+            self._wake.set()  # let the loop arm a timer for delayed jobs
+            try:
+                await self._race(waiter.future, remaining)
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            self._check_open()
+
+    def _check_open(self) -> None:
+        if self.state is State.SERVING and not self._closing:
+            return
+        if self.failure is not None:
+            raise self.failure
+        if self.state is State.STEPPED_DOWN:
+            address = self._doc.broker.address if self._doc and self._doc.broker else None
+            raise NotBroker("this broker stepped down", address=address)
+        raise ShuttingDown()
+
+    async def _race(self, fut: asyncio.Future[None], timeout_s: float) -> None:
+        sleeper = asyncio.ensure_future(self.clock.sleep(timeout_s))
+        try:
+            await asyncio.wait({fut, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+
+    # ------------------------------------------------------------------ acquisition
+
+    async def _read(self) -> tuple[Document, str] | None:
+        """Read and decode the document; None if it does not exist."""
+        attempt = 0
+        while True:
+            try:
+                blob: Blob = await self.storage.read(DOCUMENT_KEY)
+            except NotFound:
+                return None
+            except StorageError as exc:
+                self.counters.storage_errors += 1
+                await self._backoff(attempt, exc)
+                attempt += 1
+                continue
+            return decode(blob.data), blob.etag
+
+    async def _await_vacancy(self) -> None:
+        """Standby: watch the document (reads only) until its lease runs out."""
+        while True:
+            got = await self._read()
+            if got is None:
+                return
+            doc, _ = got
+            owner = doc.broker
+            now = self.clock.now()
+            if owner is None or owner.address is None:
+                return
+            expires = owner.lease_until.timestamp() + self.config.clock_skew_margin_s
+            if expires <= now:
+                log.info("lease expired; taking over", extra={"action": "takeover"})
+                return
+            await self.clock.sleep(min(self.config.poll_interval_s, max(0.01, expires - now)))
+
+    async def _acquire(self) -> None:
+        """Create or take over the document: epoch + 1, archive inherited done jobs."""
+        while True:
+            got = await self._read()
+            now = self.clock.now()
+            if got is None:
+                base, etag = Document.empty(), None
+            else:
+                base, etag = got
+            inherited = by_version(base.jobs[i] for i in base.index.done)
+            for jobs in inherited.values():
+                await write_archive(self.storage, jobs)
+            epoch = (base.broker.epoch if base.broker else 0) + 1
+            owner = self._owner(now, epoch)
+            ops: list[Op] = [RestartHeartbeats()]
+            if inherited:
+                ops.append(MarkArchived(tuple(sorted(inherited))))
+            t = commit(base, ops, now, self.policy, owner=owner, in_place=True)
+            data = encode(t.doc)
+            try:
+                new_etag = await self.storage.write(DOCUMENT_KEY, data, if_match=etag)
+            except Conflict:
+                continue  # someone else wrote first (bootstrap race or another broker)
+            except StorageError as exc:
+                self.counters.storage_errors += 1
+                await self._backoff(0, exc)
+                continue  # re-read and decide again
+            self._doc, self._etag, self._epoch = t.doc, new_etag, epoch
+            self._last_write = self.clock.monotonic()
+            self.counters.commits += 1
+            self._delete_payloads(t)
+            return
+
+    def _owner(self, now: float, epoch: int | None = None) -> BrokerInfo:
+        return BrokerInfo(
+            id=self.id,
+            address=None if self._closing else self.config.address,
+            epoch=self._epoch if epoch is None else epoch,
+            lease_until=to_datetime(now if self._closing else now + self.config.lease_s),
+        )
+
+    # ------------------------------------------------------------------ the commit loop
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                if not self._pending:
+                    if self._closing:
+                        await self._final_commit()
+                        return
+                    await self._idle_wait()
+                    if not self._pending and not self._due_for_commit():
+                        continue
+                batch = self._pending[: self.config.max_batch_ops]
+                del self._pending[: len(batch)]
+                await self._commit(batch)
+                if self.state in (State.STEPPED_DOWN, State.FAILED):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except OsqueueError as exc:
+            self._fail(exc)
+        finally:
+            if self.state is State.SERVING:
+                self.state = State.STOPPED
+            self._done.set()
+
+    def _due_for_commit(self) -> bool:
+        """An idle commit is due: lease renewal, or a sweep someone is waiting on."""
+        if self.clock.monotonic() - self._last_write >= self.config.renew_interval_s:
+            return True
+        if self._waiters and self._doc is not None:
+            wake = next_wakeup(self._doc, self.policy)
+            return wake is not None and wake <= self.clock.now()
+        return False
+
+    async def _idle_wait(self) -> None:
+        self._wake.clear()
+        self._wake_waiters()
+        if self._pending or self._closing:
+            return
+        timeout = self.config.renew_interval_s - (self.clock.monotonic() - self._last_write)
+        if self._waiters and self._doc is not None:
+            wake = next_wakeup(self._doc, self.policy)
+            if wake is not None:
+                timeout = min(timeout, wake - self.clock.now())
+        if timeout <= 0:
+            return
+        waker = asyncio.ensure_future(self._wake.wait())
+        sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
+        try:
+            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waker.cancel()
+            sleeper.cancel()
+        self._wake_waiters()
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        internal, self._internal = self._internal, []
+        ops = [p.op for p in batch] + internal
+        maybe = False
+        attempt = 0
+        while True:
+            assert self._doc is not None
+            base_version = self._doc.version
+            now = self.clock.now()
+            t = commit(self._doc, ops, now, self.policy, owner=self._owner(now), in_place=True)
+            data = encode(t.doc)
+            try:
+                etag = await self.storage.write(DOCUMENT_KEY, data, if_match=self._etag)
+            except Conflict:
+                self.counters.conflicts += 1
+            except StorageError as exc:
+                self.counters.storage_errors += 1
+                maybe = True
+                await self._backoff(attempt, exc)
+                attempt += 1
+            else:
+                self._committed(t, etag, batch, len(data))
+                return
+            verdict = await self._resolve(t.doc.version, base_version, maybe)
+            if verdict is None:  # stepped down or failed; the batch was answered
+                self._answer_error(batch, self._stop_error(maybe))
+                return
+            if isinstance(verdict, str):  # our write landed after all
+                self._committed(t, verdict, batch, len(data))
+                return
+            self._doc, self._etag = verdict  # re-apply the batch on what is stored
+
+    async def _resolve(
+        self, new_version: int, base_version: int, maybe: bool
+    ) -> str | tuple[Document, str] | None:
+        """After a failed write: our landed write (its etag), the doc to re-apply on, or None."""
+        attempt = 0
+        while True:
+            try:
+                blob = await self.storage.read(DOCUMENT_KEY)
+                stored = decode(blob.data)
+                break
+            except NotFound:
+                self._fail(DocumentGone("the queue document was deleted from outside"))
+                return None
+            except CorruptDocument as exc:
+                self._fail(exc)
+                return None
+            except StorageError as exc:
+                self.counters.storage_errors += 1
+                await self._backoff(attempt, exc)
+                attempt += 1
+        owner = stored.broker
+        mine = owner is not None and owner.id == self.id and owner.epoch == self._epoch
+        if mine and stored.version == new_version:
+            return blob.etag  # our own write landed (retry echo or lost answer)
+        if not mine:
+            self._step_down(stored, maybe)
+            return None
+        if stored.version == base_version:
+            return stored, blob.etag
+        self._fail(
+            DocumentGone(
+                f"the queue document was replaced from outside (version {stored.version}, "
+                f"expected {base_version} or {new_version}); stopping without overwriting it"
+            )
+        )
+        return None
+
+    def _committed(self, t: Transition, etag: str, batch: list[_Pending], size: int) -> None:
+        self._doc, self._etag = t.doc, etag
+        self._last_write = self.clock.monotonic()
+        c = self.counters
+        c.commits += 1
+        c.ops += len(batch)
+        c.write_bytes += size
+        if len(c.batch_sizes) < 100_000:
+            c.batch_sizes.append(len(batch))
+        for pending, result in zip(batch, t.results, strict=False):
+            fut = pending.future
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+        if t.completed:
+            self._spawn(self._archive(t.completed))
+        self._delete_payloads(t)
+        self._wake_waiters()
+
+    def _delete_payloads(self, t: Transition) -> None:
+        refs = [j.payload_ref for j in t.removed if j.payload_ref]
+        if refs:
+            self._spawn(self._delete_refs(refs))
+
+    async def _delete_refs(self, refs: list[str]) -> None:
+        for ref in refs:
+            try:
+                await self.storage.delete(ref)
+            except StorageError:
+                log.warning("could not delete payload object", extra={"key": ref})
+
+    async def _archive(self, jobs: list[StoredJob]) -> None:
+        async with self._archive_slots:
+            attempt = 0
+            while True:
+                try:
+                    version = await write_archive(self.storage, jobs)
+                    break
+                except StorageError as exc:
+                    await self._backoff(attempt, exc)
+                    attempt += 1
+        self.counters.archives += 1
+        self._internal.append(MarkArchived((version,)))
+
+    async def _final_commit(self) -> None:
+        """Graceful stop: wait for archive writes, then release the lease in one write."""
+        archives = [t for t in self._side if t.get_name().startswith("osqueue-archive")]
+        if archives:
+            await asyncio.wait(archives, timeout=self.config.drain_timeout_s / 2)
+        merged = tuple(
+            v for op in self._internal if isinstance(op, MarkArchived) for v in op.versions
+        )
+        self._internal = [MarkArchived(merged)] if merged else []
+        await asyncio.shield(self._commit([]))
+
+    # ------------------------------------------------------------------ endings
+
+    def _stop_error(self, maybe: bool) -> OsqueueError:
+        if self.failure is not None:
+            return self.failure
+        address = self._doc.broker.address if self._doc and self._doc.broker else None
+        note = " (the op may have been applied before the takeover)" if maybe else ""
+        return NotBroker(
+            f"another broker owns the queue now{note}", address=address, maybe_committed=maybe
+        )
+
+    def _step_down(self, stored: Document, maybe: bool) -> None:
+        self._doc = stored
+        self.state = State.STEPPED_DOWN
+        log.warning(
+            "another broker owns the document; stepping down",
+            extra={"action": "step-down", "broker": self.id, "owner": stored.broker},
+        )
+        err = self._stop_error(maybe)
+        self._fail_pending(err)
+        self._release_waiters()
+
+    def _fail(self, exc: OsqueueError) -> None:
+        self.failure = exc
+        self.state = State.FAILED
+        log.error("broker stopped: %s", exc, extra={"action": "fail", "broker": self.id})
+        self._fail_pending(exc)
+        self._release_waiters()
+
+    def _fail_pending(self, exc: OsqueueError) -> None:
+        pending, self._pending = self._pending, []
+        self._answer_error(pending, exc)
+
+    @staticmethod
+    def _answer_error(batch: list[_Pending], exc: OsqueueError) -> None:
+        for p in batch:
+            if p.future is not None and not p.future.done():
+                p.future.set_result(exc)
+
+    # ------------------------------------------------------------------ waiters
+
+    def _wake_waiters(self) -> None:
+        if not self._waiters or self._doc is None:
+            return
+        now = self.clock.now()
+        doc = self._doc
+        for w in list(self._waiters):
+            if claimable(doc, w.queues, now) and not w.future.done():
+                w.future.set_result(None)
+
+    def _release_waiters(self) -> None:
+        for w in self._waiters:
+            if not w.future.done():
+                w.future.set_result(None)
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _backoff(self, attempt: int, exc: BaseException) -> None:
+        delay = min(self.config.retry_cap_s, self.config.retry_base_s * 2.0 ** min(attempt, 20))
+        log.warning(
+            "storage error; retrying in %.2fs: %s",
+            delay,
+            exc,
+            extra={"action": "retry", "attempt": attempt},
+        )
+        await self.clock.sleep(delay)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        name = "osqueue-archive" if coro.__qualname__.endswith("_archive") else "osqueue-side"
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"{name}-{id(task)}")
+        self._side.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[None]) -> None:
+        self._side.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker side task failed", exc_info=task.exception())

@@ -1,0 +1,72 @@
+"""Broker configuration: one dataclass, units in the names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from osqueue.errors import InvalidInput
+from osqueue.state import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    #: How long the broker's claim on the document lasts without a write.
+    lease_s: float = 10.0
+    #: A claimed job whose worker sends no heartbeat for this long is reclaimed.
+    heartbeat_timeout_s: float = 30.0
+    #: host:port written into the document so clients can find this broker.
+    address: str | None = None
+    #: Graceful stop: flush and release within this long, then stop hard.
+    drain_timeout_s: float = 10.0
+    #: Payloads above this are stored as objects under payloads/.
+    inline_payload_max_bytes: int = 64 * 1024
+    #: Largest payload accepted at all.
+    max_payload_bytes: int = 64 * 1024 * 1024
+    #: Pushes beyond this document size are refused with QueueFull.
+    max_document_bytes: int = 256 * 1024 * 1024
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 300.0
+    #: A retried push is recognised for this long after its job has left the document.
+    dedupe_window_s: float = 300.0
+    #: A standby waits this long past the lease's end before taking over (clock skew).
+    clock_skew_margin_s: float = 1.0
+    #: A standby re-reads the document this often (default: a quarter of the lease).
+    standby_poll_s: float | None = None
+    #: Storage retry backoff after a failed write or read.
+    retry_base_s: float = 0.05
+    retry_cap_s: float = 2.0
+    #: Most ops in one commit (the rest wait for the next).
+    max_batch_ops: int = 20_000
+    #: Ops waiting beyond this are refused with ResourceExhausted (backpressure).
+    max_pending_ops: int = 200_000
+    #: Archive objects written at once.
+    archive_concurrency: int = 8
+    broker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidInput(f"must be > 0, got {getattr(self, name)}", field=name)
+        if self.inline_payload_max_bytes > self.max_payload_bytes:
+            raise InvalidInput(
+                "must not exceed max_payload_bytes", field="inline_payload_max_bytes"
+            )
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease_s / 3.0
+
+    @property
+    def poll_interval_s(self) -> float:
+        return self.standby_poll_s if self.standby_poll_s is not None else self.lease_s / 4.0
+
+    def policy(self) -> Policy:
+        return Policy(
+            heartbeat_timeout_s=self.heartbeat_timeout_s,
+            backoff_base_s=self.backoff_base_s,
+            backoff_cap_s=self.backoff_cap_s,
+            max_payload_bytes=self.max_payload_bytes,
+            max_inline_payload_bytes=self.inline_payload_max_bytes,
+            max_document_bytes=self.max_document_bytes,
+            dedupe_window_s=self.dedupe_window_s,
+        )

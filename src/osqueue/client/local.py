@@ -1,0 +1,255 @@
+"""The in-process client: ``broker.client()``.
+
+Turns calls into typed ops, submits them to the broker's next group commit and
+raises the op's own error.  Payloads above the broker's inline limit are stored
+as objects under ``payloads/`` before the push is submitted (and read back on
+claim), so the document stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from osqueue.client.api import Job, NewJob, QueueStats, Stats
+from osqueue.client.ids import new_id
+from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.state import (
+    Cancel,
+    Claimed,
+    ClaimOp,
+    Complete,
+    Counted,
+    Document,
+    Fail,
+    Heartbeat,
+    Ok,
+    PurgeDead,
+    Push,
+    Pushed,
+    Release,
+    Removed,
+    Result,
+    RetryDead,
+    StoredJob,
+)
+
+if TYPE_CHECKING:
+    from osqueue.broker.broker import Broker
+
+PAYLOAD_PREFIX = "payloads/"
+
+
+def _raise_if_error(result: Result) -> Result:
+    if isinstance(result, OsqueueError):
+        raise result
+    return result
+
+
+def stats_of(doc: Document, now: float) -> Stats:
+    """Queue statistics from a document (no broker needed)."""
+    index = doc.index
+    queues: dict[str, QueueStats] = {}
+    for q in index.queues():
+        oldest: float | None = None
+        head = index.head(q, doc.jobs)
+        if head is not None:
+            oldest = max(0.0, now - doc.jobs[head[2]].created_at.timestamp())
+        queued = index.count(q, "queued")
+        ready = len(index.ready.get(q, ()))
+        queues[q] = QueueStats(
+            depth=queued,
+            claimed=index.count(q, "claimed"),
+            dead=index.count(q, "dead"),
+            delayed=max(0, queued - ready),
+            oldest_age_s=oldest,
+        )
+    owner = doc.broker
+    return Stats(
+        version=doc.version,
+        queues=queues,
+        pushed=doc.stats.pushed,
+        completed=doc.stats.completed,
+        dead=sum(s.dead for s in queues.values()),
+        claimed=sum(s.claimed for s in queues.values()),
+        broker_id=owner.id if owner else None,
+        broker_address=owner.address if owner else None,
+        broker_epoch=owner.epoch if owner else 0,
+        lease_until=owner.lease_until.timestamp() if owner else None,
+        document_bytes=doc.approx_bytes,
+    )
+
+
+class LocalClient:
+    """A :class:`~osqueue.client.api.QueueClient` talking to a broker in this process."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # -- push ---------------------------------------------------------------------
+
+    async def _push_op(self, job: NewJob) -> Push:
+        if not isinstance(job.payload, bytes | bytearray | memoryview):
+            raise InvalidInput(f"must be bytes, not {type(job.payload).__name__}", field="payload")
+        payload = bytes(job.payload)
+        job_id = job.id or new_id()
+        config = self.broker.config
+        if len(payload) > config.max_payload_bytes:
+            raise InvalidInput(
+                f"{len(payload)} bytes is above the limit of {config.max_payload_bytes}",
+                field="payload",
+            )
+        common = {
+            "id": job_id,
+            "queue": job.queue,
+            "priority": job.priority,
+            "delay_s": job.delay_s,
+            "key": job.key,
+            "max_attempts": job.max_attempts,
+        }
+        if len(payload) <= config.inline_payload_max_bytes:
+            return Push(payload=payload, **common)  # type: ignore[arg-type]
+        ref = PAYLOAD_PREFIX + job_id
+        await self.broker.storage.put(ref, payload)
+        return Push(payload=None, payload_ref=ref, payload_size=len(payload), **common)  # type: ignore[arg-type]
+
+    async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
+        """Push a batch; one result per job: its id, or the error that job got."""
+        ops: list[Push | OsqueueError] = []
+        for job in jobs:
+            try:
+                ops.append(await self._push_op(job))
+            except OsqueueError as exc:
+                ops.append(exc)
+        real = [op for op in ops if isinstance(op, Push)]
+        results = iter(await self.broker.submit_many(real))
+        out: list[str | OsqueueError] = []
+        for op in ops:
+            if isinstance(op, OsqueueError):
+                out.append(op)
+                continue
+            result = next(results)
+            out.append(result.id if isinstance(result, Pushed) else _as_error(result))
+        return out
+
+    async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
+        """Push a batch; raises the first job's error (the others are committed)."""
+        out: list[str] = []
+        for result in await self.push_results(jobs):
+            if isinstance(result, OsqueueError):
+                raise result
+            out.append(result)
+        return out
+
+    async def push(
+        self,
+        payload: bytes,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay_s: float = 0.0,
+        key: str | None = None,
+        max_attempts: int = 5,
+        id: str | None = None,
+    ) -> str:
+        job = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
+        return (await self.push_many([job]))[0]
+
+    # -- claim --------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+        wait_s: float = 0.0,
+    ) -> list[Job]:
+        if isinstance(queues, str):
+            queues = (queues,)
+        op = ClaimOp(worker=worker, queues=tuple(queues), max_jobs=max_jobs)
+        result = _raise_if_error(await self.broker.claim(op, wait_s))
+        assert isinstance(result, Claimed)
+        return list(await asyncio.gather(*(self._to_job(j) for j in result.jobs)))
+
+    async def _to_job(self, job: StoredJob) -> Job:
+        assert job.claim is not None
+        if job.payload_ref is not None:
+            payload = await self.broker.storage.get(job.payload_ref)
+        else:
+            payload = job.payload or b""
+        return Job(
+            id=job.id,
+            queue=job.queue,
+            payload=payload,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            token=job.claim.token,
+            priority=job.priority,
+            key=job.key,
+            created_at=job.created_at.timestamp(),
+        )
+
+    # -- the holder's calls -------------------------------------------------------
+
+    async def heartbeat(self, job: Job) -> None:
+        _raise_if_error(await self.broker.submit(Heartbeat(job.id, job.token)))
+
+    async def complete(self, job: Job) -> None:
+        _raise_if_error(await self.broker.submit(Complete(job.id, job.token)))
+
+    async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
+        _raise_if_error(await self.broker.submit(Fail(job.id, job.token, error, retry_after_s)))
+
+    async def release(self, job: Job) -> None:
+        _raise_if_error(await self.broker.submit(Release(job.id, job.token)))
+
+    async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
+        results = await self.broker.submit_many([Heartbeat(j.id, j.token) for j in jobs])
+        return [r if isinstance(r, OsqueueError) else None for r in results]
+
+    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
+        results = await self.broker.submit_many([Complete(j.id, j.token) for j in jobs])
+        return [r if isinstance(r, OsqueueError) else None for r in results]
+
+    # -- administration -----------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> None:
+        _raise_if_error(await self.broker.submit(Cancel(job_id)))
+
+    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        result = _raise_if_error(
+            await self.broker.submit(RetryDead(None if ids is None else tuple(ids)))
+        )
+        assert isinstance(result, Counted)
+        return result.n
+
+    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
+        result = _raise_if_error(
+            await self.broker.submit(PurgeDead(None if ids is None else tuple(ids)))
+        )
+        assert isinstance(result, Removed)
+        return len(result.jobs)
+
+    async def jobs(self, queue: str | None = None, status: str | None = None) -> list[StoredJob]:
+        """The document's jobs, optionally filtered (a snapshot, no commit)."""
+        return [
+            j
+            for j in self.broker.document.jobs.values()
+            if (queue is None or j.queue == queue) and (status is None or j.status == status)
+        ]
+
+    async def stats(self) -> Stats:
+        return stats_of(self.broker.document, self.broker.clock.now())
+
+    async def close(self) -> None:
+        return None
+
+
+def _as_error(result: Result) -> OsqueueError:
+    if isinstance(result, OsqueueError):
+        return result
+    if isinstance(result, Ok):
+        return InvalidInput("unexpected result for a push", field="op")
+    return InvalidInput(f"unexpected result {type(result).__name__} for a push", field="op")

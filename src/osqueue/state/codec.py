@@ -1,0 +1,140 @@
+"""Encoding and decoding the queue document.
+
+``encode`` writes jobs from a per-job cache of encoded bytes, so a commit
+re-encodes only the jobs it changed.  ``decode`` validates types and the
+document's own invariants and raises :class:`~osqueue.errors.CorruptDocument`
+naming the field path or byte offset; it never "repairs" anything, and the
+broker never overwrites a document it could not decode.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from osqueue.errors import CorruptDocument
+from osqueue.state.document import Document
+from osqueue.state.model import FORMAT, Header, WireDocument
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(WireDocument)
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+_PATH_RE = re.compile(r"at `([^`]+)`")
+_MAX_INT = 2**53
+
+
+class _FormatOnly(msgspec.Struct):
+    format: object = None
+
+
+def encode(doc: Document) -> bytes:
+    """The document's bytes; deterministic for equal documents."""
+    head = _encoder.encode(
+        Header(
+            format=doc.format,
+            version=doc.version,
+            broker=doc.broker,
+            next_token=doc.next_token,
+            next_seq=doc.next_seq,
+            archived_through=doc.archived_through,
+            stats=doc.stats,
+            recent=doc.recent,
+        )
+    )
+    frags = doc.fragments()
+    parts: list[bytes] = []
+    append = parts.append
+    for job_id, job in doc.jobs.items():
+        frag = frags.get(job_id)
+        if frag is None:
+            frag = _encoder.encode(job)
+            frags[job_id] = frag
+        append(frag)
+    return b"".join((head[:-1], b',"jobs":[', b",".join(parts), b"]}"))
+
+
+def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:
+    text = str(exc)
+    byte = _BYTE_RE.search(text)
+    path = _PATH_RE.search(text)
+    offset = int(byte.group(1)) if byte else None
+    if offset is None and "truncated" in text:
+        offset = len(data)
+    where = f" at byte {offset} of {len(data)}" if offset is not None else ""
+    return CorruptDocument(
+        f"queue document does not decode{where}: {text}",
+        path=path.group(1) if path else None,
+        offset=offset,
+    )
+
+
+def _check_format(data: bytes) -> None:
+    try:
+        probe = msgspec.json.decode(data, type=_FormatOnly)
+    except msgspec.MsgspecError:
+        return  # the full decode reports the real problem
+    if probe.format != FORMAT:
+        raise CorruptDocument(
+            f"queue document has format {probe.format!r}; this osqueue reads format {FORMAT}"
+            " (upgrade osqueue, or point it at the right queue)",
+            path="$.format",
+        )
+
+
+def decode(data: bytes) -> Document:
+    """Parse and validate a stored document."""
+    if not data:
+        raise CorruptDocument("queue document is empty (0 bytes)", offset=0)
+    try:
+        wire = _decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        _check_format(data)
+        raise _corrupt(exc, data) from exc
+    if wire.format != FORMAT:
+        _check_format(data)
+    _validate(wire)
+    jobs = {job.id: job for job in wire.jobs}
+    return Document(
+        version=wire.version,
+        broker=wire.broker,
+        next_token=wire.next_token,
+        next_seq=wire.next_seq,
+        archived_through=wire.archived_through,
+        stats=wire.stats,
+        recent=wire.recent,
+        jobs=jobs,
+    )
+
+
+def _fail(path: str, message: str) -> CorruptDocument:
+    return CorruptDocument(f"queue document is invalid at {path}: {message}", path=path)
+
+
+def _validate(wire: WireDocument) -> None:
+    for name in ("version", "next_token", "next_seq", "archived_through"):
+        value = getattr(wire, name)
+        if not 0 <= value < _MAX_INT:
+            raise _fail(f"$.{name}", f"{value} is out of range")
+    seen: set[str] = set()
+    for i, job in enumerate(wire.jobs):
+        where = f"$.jobs[{i}]"
+        if job.id in seen:
+            raise _fail(f"{where}.id", f"duplicate job id {job.id!r}")
+        seen.add(job.id)
+        if not job.id or not job.queue:
+            raise _fail(f"{where}.id" if not job.id else f"{where}.queue", "must not be empty")
+        if not 0 <= job.seq < wire.next_seq:
+            raise _fail(f"{where}.seq", f"{job.seq} is not below next_seq {wire.next_seq}")
+        if not -(2**31) <= job.priority < 2**31:
+            raise _fail(f"{where}.priority", f"{job.priority} is out of range")
+        if job.attempts < 0 or job.max_attempts < 1:
+            raise _fail(f"{where}.attempts", "attempts must be >= 0 and max_attempts >= 1")
+        if job.status == "claimed" and job.claim is None:
+            raise _fail(f"{where}.claim", "a claimed job must carry its claim")
+        if job.claim is not None and not 0 < job.claim.token < wire.next_token:
+            raise _fail(f"{where}.claim.token", f"{job.claim.token} is not below next_token")
+        if job.status == "done" and job.done_version is None:
+            raise _fail(f"{where}.done_version", "a done job must record its version")
+        if job.payload is not None and job.payload_ref is not None:
+            raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")

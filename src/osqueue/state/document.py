@@ -1,0 +1,145 @@
+"""The in-memory queue document: header fields, jobs by id, and their index.
+
+A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
+a new one (or, for the broker's hot path, updates one it owns outright).  Each
+job's encoded bytes are cached, so encoding a large document re-encodes only
+the jobs a commit changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from osqueue.state.index import Index
+from osqueue.state.model import FORMAT, BrokerInfo, Counters, StoredJob
+
+
+def job_size(job: StoredJob) -> int:
+    """A cheap upper estimate of a job's encoded size (for the document size cap)."""
+    return 360 + job.payload_size * 4 // 3 + (len(job.key) if job.key else 0)
+
+
+class Document:
+    __slots__ = (
+        "_frags",
+        "approx_bytes",
+        "archived_through",
+        "broker",
+        "format",
+        "index",
+        "jobs",
+        "next_seq",
+        "next_token",
+        "recent",
+        "stats",
+        "version",
+    )
+
+    def __init__(
+        self,
+        *,
+        version: int = 0,
+        broker: BrokerInfo | None = None,
+        next_token: int = 1,
+        next_seq: int = 1,
+        archived_through: int = 0,
+        stats: Counters | None = None,
+        recent: dict[str, datetime] | None = None,
+        jobs: dict[str, StoredJob] | None = None,
+        index: Index | None = None,
+        frags: dict[str, bytes] | None = None,
+        format: int = FORMAT,
+        approx_bytes: int | None = None,
+    ) -> None:
+        self.format = format
+        self.version = version
+        self.broker = broker
+        self.next_token = next_token
+        self.next_seq = next_seq
+        self.archived_through = archived_through
+        self.stats = stats if stats is not None else Counters()
+        self.recent = recent if recent is not None else {}
+        self.jobs = jobs if jobs is not None else {}
+        self.index = index if index is not None else Index.build(self.jobs.values())
+        self._frags = frags if frags is not None else {}
+        self.approx_bytes = (
+            approx_bytes
+            if approx_bytes is not None
+            else sum(job_size(j) for j in self.jobs.values())
+        )
+
+    @classmethod
+    def empty(cls) -> Document:
+        return cls()
+
+    def copy(self) -> Document:
+        """A copy that shares the (immutable) jobs but none of the containers."""
+        return Document(
+            version=self.version,
+            broker=self.broker,
+            next_token=self.next_token,
+            next_seq=self.next_seq,
+            archived_through=self.archived_through,
+            stats=self.stats,
+            recent=dict(self.recent),
+            jobs=dict(self.jobs),
+            index=self.index.copy(),
+            frags=dict(self._frags),
+            format=self.format,
+            approx_bytes=self.approx_bytes,
+        )
+
+    # -- job updates keep the index and the encoding cache in step ------------
+
+    def put_job(self, job: StoredJob, now_s: float) -> None:
+        old = self.jobs.get(job.id)
+        if old is not None:
+            self.index.remove(old)
+            self.approx_bytes -= job_size(old)
+        self.jobs[job.id] = job
+        self.approx_bytes += job_size(job)
+        self._frags.pop(job.id, None)
+        self.index.add(job, now_s)
+
+    def drop_job(self, job_id: str) -> StoredJob | None:
+        old = self.jobs.pop(job_id, None)
+        if old is not None:
+            self.index.remove(old)
+            self._frags.pop(job_id, None)
+            self.approx_bytes -= job_size(old)
+        return old
+
+    def fragments(self) -> dict[str, bytes]:
+        return self._frags
+
+    # -- reading ------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[StoredJob]:
+        return iter(self.jobs.values())
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def by_status(self, status: str) -> list[StoredJob]:
+        return [j for j in self.jobs.values() if j.status == status]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        return (
+            self.format == other.format
+            and self.version == other.version
+            and self.broker == other.broker
+            and self.next_token == other.next_token
+            and self.next_seq == other.next_seq
+            and self.archived_through == other.archived_through
+            and self.stats == other.stats
+            and self.recent == other.recent
+            and list(self.jobs.items()) == list(other.jobs.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Document(version={self.version}, jobs={len(self.jobs)}, broker={self.broker!r})"

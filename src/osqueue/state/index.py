@@ -1,0 +1,142 @@
+"""Lookup structures over a document's jobs, so no operation scans them all.
+
+* ``ready[queue]``: a heap of ``(priority, seq, id)`` of queued jobs that may
+  run; a claim pops from the heads of the heaps it asks for.
+* ``delayed``: a heap of ``(run_at, seq, id)`` of queued jobs not due yet; due
+  entries move to ``ready`` when a claim looks.
+* ``keys``: idempotency key -> id of the live (queued or claimed) job holding it.
+* ``claimed``: ids of claimed jobs (the heartbeat sweep walks only these).
+* ``done``: ids of done jobs waiting for their archive object.
+* ``counts``: ``(queue, status) -> n`` for O(queues) stats.
+
+Heaps are lazy: an entry whose job changed (claimed, cancelled, delayed again)
+is dropped when it reaches the top, so every update is O(log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from osqueue.state.model import StoredJob
+
+ReadyEntry = tuple[int, int, str]
+DelayedEntry = tuple[float, int, str]
+
+
+@dataclass(slots=True)
+class Index:
+    ready: dict[str, list[ReadyEntry]] = field(default_factory=dict)
+    delayed: list[DelayedEntry] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
+    claimed: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, jobs: Iterable[StoredJob]) -> Index:
+        index = cls()
+        for job in jobs:
+            index._count(job, 1)
+            if job.status == "queued":
+                if job.run_at is None:
+                    index.ready.setdefault(job.queue, []).append((job.priority, job.seq, job.id))
+                else:
+                    index.delayed.append((job.run_at.timestamp(), job.seq, job.id))
+                if job.key is not None:
+                    index.keys[job.key] = job.id
+            elif job.status == "claimed":
+                index.claimed.add(job.id)
+                if job.key is not None:
+                    index.keys[job.key] = job.id
+            elif job.status == "done":
+                index.done.add(job.id)
+        for heap in index.ready.values():
+            heapq.heapify(heap)
+        heapq.heapify(index.delayed)
+        return index
+
+    def copy(self) -> Index:
+        return Index(
+            ready={q: list(h) for q, h in self.ready.items()},
+            delayed=list(self.delayed),
+            keys=dict(self.keys),
+            claimed=set(self.claimed),
+            done=set(self.done),
+            counts=dict(self.counts),
+        )
+
+    def _count(self, job: StoredJob, delta: int) -> None:
+        k = (job.queue, job.status)
+        n = self.counts.get(k, 0) + delta
+        if n:
+            self.counts[k] = n
+        else:
+            self.counts.pop(k, None)
+
+    def remove(self, job: StoredJob) -> None:
+        """Forget ``job`` (heap entries go stale and are dropped lazily)."""
+        self._count(job, -1)
+        if job.status == "claimed":
+            self.claimed.discard(job.id)
+        elif job.status == "done":
+            self.done.discard(job.id)
+        if job.key is not None and self.keys.get(job.key) == job.id:
+            del self.keys[job.key]
+
+    def add(self, job: StoredJob, now_s: float) -> None:
+        self._count(job, 1)
+        if job.status in ("queued", "claimed") and job.key is not None:
+            self.keys[job.key] = job.id
+        if job.status == "claimed":
+            self.claimed.add(job.id)
+        elif job.status == "done":
+            self.done.add(job.id)
+        elif job.status == "queued":
+            if job.run_at is None or job.run_at.timestamp() <= now_s:
+                heapq.heappush(
+                    self.ready.setdefault(job.queue, []), (job.priority, job.seq, job.id)
+                )
+            else:
+                heapq.heappush(self.delayed, (job.run_at.timestamp(), job.seq, job.id))
+
+    def promote_due(self, jobs: dict[str, StoredJob], now_s: float) -> None:
+        """Move delayed jobs whose time has come into their ready heaps."""
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now_s:
+            _, seq, job_id = heapq.heappop(delayed)
+            job = jobs.get(job_id)
+            if job is not None and job.status == "queued" and job.seq == seq:
+                heapq.heappush(self.ready.setdefault(job.queue, []), (job.priority, seq, job_id))
+
+    def head(self, queue: str, jobs: dict[str, StoredJob]) -> ReadyEntry | None:
+        """The next claimable entry of ``queue``, dropping stale ones."""
+        heap = self.ready.get(queue)
+        while heap:
+            entry = heap[0]
+            job = jobs.get(entry[2])
+            if job is not None and job.status == "queued" and job.seq == entry[1]:
+                return entry
+            heapq.heappop(heap)
+        return None
+
+    def pop(self, queue: str) -> None:
+        heapq.heappop(self.ready[queue])
+
+    def next_due(self, jobs: dict[str, StoredJob]) -> float | None:
+        """When the earliest delayed job becomes claimable (broker clock seconds)."""
+        delayed = self.delayed
+        while delayed:
+            run_at, seq, job_id = delayed[0]
+            job = jobs.get(job_id)
+            if job is not None and job.status == "queued" and job.seq == seq:
+                return run_at
+            heapq.heappop(delayed)
+        return None
+
+    def count(self, queue: str, status: str) -> int:
+        return self.counts.get((queue, status), 0)
+
+    def queues(self) -> list[str]:
+        return sorted({q for q, _ in self.counts})

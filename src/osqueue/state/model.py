@@ -1,0 +1,110 @@
+"""The queue document as values.
+
+The document is one JSON object (``queue.json``).  Jobs are immutable
+``msgspec`` structs; a transition replaces a job, never edits it, so each job's
+encoded bytes can be cached and a commit re-encodes only what changed.
+
+Times are UTC ``datetime`` values written as RFC 3339 strings, stamped by the
+broker's clock only (invariant 6).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+import msgspec
+
+FORMAT = 1
+
+JobStatus = Literal["queued", "claimed", "done", "dead"]
+STATUSES: tuple[JobStatus, ...] = ("queued", "claimed", "done", "dead")
+
+
+def to_datetime(ts: float) -> datetime:
+    """Broker clock seconds -> a millisecond-precision UTC datetime."""
+    return datetime.fromtimestamp(round(ts, 3), UTC)
+
+
+def to_seconds(dt: datetime) -> float:
+    return dt.timestamp()
+
+
+class Claim(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Who holds a claimed job, under which fencing token, and since when."""
+
+    worker: str
+    token: int
+    claimed_at: datetime
+    heartbeat_at: datetime
+
+
+class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A job as the document stores it."""
+
+    id: str
+    queue: str
+    seq: int
+    status: JobStatus
+    created_at: datetime
+    priority: int = 0
+    payload: bytes | None = None
+    payload_ref: str | None = None
+    run_at: datetime | None = None
+    attempts: int = 0
+    max_attempts: int = 5
+    key: str | None = None
+    first_claimed_at: datetime | None = None
+    claim: Claim | None = None
+    last_error: str | None = None
+    done_version: int | None = None
+    done_at: datetime | None = None
+
+    @property
+    def payload_size(self) -> int:
+        return len(self.payload) if self.payload is not None else 0
+
+
+class BrokerInfo(msgspec.Struct, frozen=True):
+    """The broker that owns the document, where to reach it, until when."""
+
+    id: str
+    address: str | None
+    epoch: int
+    lease_until: datetime
+
+
+class Counters(msgspec.Struct, frozen=True):
+    pushed: int = 0
+    completed: int = 0
+    dead: int = 0
+    failed: int = 0
+    reclaimed: int = 0
+    cancelled: int = 0
+
+
+class Header(msgspec.Struct, frozen=True):
+    """Everything in the document but the jobs (encoded once per commit)."""
+
+    format: int
+    version: int
+    broker: BrokerInfo | None
+    next_token: int
+    next_seq: int
+    archived_through: int
+    stats: Counters
+    recent: dict[str, datetime]
+
+
+class WireDocument(msgspec.Struct, frozen=True):
+    """The document exactly as it is stored; used for decoding."""
+
+    format: int
+    version: int
+    broker: BrokerInfo | None
+    next_token: int
+    next_seq: int
+    archived_through: int
+    stats: Counters
+    recent: dict[str, datetime]
+    jobs: list[StoredJob]

@@ -1,0 +1,425 @@
+"""Every change to the queue document, as pure functions.
+
+``apply(doc, ops, now, policy)`` applies a batch in order, then sweeps (stale
+claims are reclaimed, old dedupe tombstones dropped), bumps ``version`` by one
+and returns the new document with one result per op.  One bad op fails alone:
+each op is validated before it changes anything, and its error becomes its
+result.  No I/O, no clock: ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from osqueue.errors import (
+    DuplicateKey,
+    InvalidInput,
+    JobNotFound,
+    LeaseLost,
+    OsqueueError,
+    QueueFull,
+)
+from osqueue.state import validate
+from osqueue.state.document import Document, job_size
+from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
+from osqueue.state.ops import (
+    Cancel,
+    Claimed,
+    Complete,
+    Counted,
+    Fail,
+    Heartbeat,
+    MarkArchived,
+    Ok,
+    Op,
+    OpResult,
+    Policy,
+    PurgeDead,
+    Push,
+    Pushed,
+    Release,
+    Removed,
+    RestartHeartbeats,
+    Result,
+    RetryDead,
+)
+from osqueue.state.ops import Claim as ClaimOp
+
+_replace = msgspec.structs.replace
+
+
+@dataclass(slots=True)
+class Transition:
+    """A commit's new document, its per-op results, and what the broker must follow up."""
+
+    doc: Document
+    results: list[Result]
+    #: jobs that became ``done`` in this version (their archive object is due)
+    completed: list[StoredJob] = field(default_factory=list)
+    #: jobs that left the document (payload objects to delete)
+    removed: list[StoredJob] = field(default_factory=list)
+    #: ids reclaimed by the heartbeat sweep
+    reclaimed: list[str] = field(default_factory=list)
+
+
+def backoff_s(attempts: int, policy: Policy) -> float:
+    """Capped exponential backoff after the ``attempts``-th failed attempt."""
+    if attempts <= 0:
+        return 0.0
+    return min(policy.backoff_cap_s, policy.backoff_base_s * 2.0 ** min(attempts - 1, 60))
+
+
+class _Tx:
+    """One commit's working state: applies ops to a document it owns."""
+
+    def __init__(self, doc: Document, now: float, policy: Policy) -> None:
+        self.doc = doc
+        self.now = now
+        self.now_dt = to_datetime(now)
+        self.policy = policy
+        self.version = doc.version + 1
+        self.stats = msgspec.structs.asdict(doc.stats)
+        self.completed: list[StoredJob] = []
+        self.removed: list[StoredJob] = []
+        self.reclaimed: list[str] = []
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _held(self, job_id: str, token: int) -> StoredJob:
+        validate.job_id(job_id, "job_id")
+        validate.token(token)
+        job = self.doc.jobs.get(job_id)
+        if job is None or job.status != "claimed" or job.claim is None:
+            raise LeaseLost(f"job {job_id} is no longer claimed under token {token}")
+        if job.claim.token != token:
+            raise LeaseLost(
+                f"job {job_id}: token {token} is stale (the job was reclaimed; "
+                f"current token {job.claim.token})"
+            )
+        return job
+
+    def _leave(self, job: StoredJob) -> None:
+        """Remove a job from the document, keeping a dedupe tombstone for its id."""
+        self.doc.drop_job(job.id)
+        self.removed.append(job)
+        if job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
+            self.doc.recent[job.id] = job.created_at
+
+    def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
+        if job.attempts >= job.max_attempts:
+            self.stats["dead"] += 1
+            return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
+        delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
+        run_at = to_datetime(self.now + delay) if delay > 0 else None
+        return _replace(job, status="queued", claim=None, run_at=run_at, last_error=error)
+
+    def _put(self, job: StoredJob) -> None:
+        self.doc.put_job(job, self.now)
+
+    # -- ops ----------------------------------------------------------------------
+
+    def push(self, op: Push) -> OpResult:
+        validate.job_id(op.id)
+        validate.queue_name(op.queue)
+        validate.priority(op.priority)
+        delay = validate.seconds(op.delay_s, "delay_s") or 0.0
+        validate.count(op.max_attempts, "max_attempts", maximum=validate.MAX_ATTEMPTS)
+        validate.key(op.key)
+        size = len(op.payload) if op.payload is not None else op.payload_size
+        if size > self.policy.max_payload_bytes:
+            raise InvalidInput(
+                f"{size} bytes is above the limit of {self.policy.max_payload_bytes}",
+                field="payload",
+            )
+        if op.payload is not None and len(op.payload) > self.policy.max_inline_payload_bytes:
+            raise InvalidInput(
+                f"{len(op.payload)} bytes is above the inline limit of "
+                f"{self.policy.max_inline_payload_bytes}; store it as a payload object",
+                field="payload",
+            )
+        if (op.payload is None) == (op.payload_ref is None):
+            raise InvalidInput(
+                "a job needs exactly one of payload and payload_ref", field="payload"
+            )
+        doc = self.doc
+        if op.id in doc.jobs or op.id in doc.recent:
+            return Pushed(op.id, created=False)
+        if op.key is not None:
+            holder = doc.index.keys.get(op.key)
+            if holder is not None:
+                raise DuplicateKey(
+                    f"key {op.key!r} is held by live job {holder}", existing_id=holder
+                )
+        job = StoredJob(
+            id=op.id,
+            queue=op.queue,
+            seq=doc.next_seq,
+            status="queued",
+            created_at=self.now_dt,
+            priority=op.priority,
+            payload=op.payload,
+            payload_ref=op.payload_ref,
+            run_at=to_datetime(self.now + delay) if delay > 0 else None,
+            max_attempts=op.max_attempts,
+            key=op.key,
+        )
+        if doc.approx_bytes + job_size(job) > self.policy.max_document_bytes:
+            raise QueueFull(
+                f"the queue document would exceed max_document_bytes="
+                f"{self.policy.max_document_bytes}; retry when workers have caught up"
+            )
+        doc.next_seq += 1
+        self._put(job)
+        self.stats["pushed"] += 1
+        return Pushed(op.id, created=True)
+
+    def claim(self, op: ClaimOp) -> OpResult:
+        validate.worker_name(op.worker)
+        if not op.queues:
+            raise InvalidInput("name at least one queue", field="queues")
+        validate.count(len(op.queues), "queues", maximum=64)
+        for i, q in enumerate(op.queues):
+            validate.queue_name(q, f"queues[{i}]")
+        validate.count(op.max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        doc, index, jobs = self.doc, self.doc.index, self.doc.jobs
+        index.promote_due(jobs, self.now)
+        queues = tuple(dict.fromkeys(op.queues))
+        out: list[StoredJob] = []
+        while len(out) < op.max_jobs:
+            best: tuple[int, int, str] | None = None
+            best_queue = ""
+            for q in queues:
+                entry = index.head(q, jobs)
+                if entry is not None and (best is None or entry < best):
+                    best, best_queue = entry, q
+            if best is None:
+                break
+            index.pop(best_queue)
+            job = jobs[best[2]]
+            if job.run_at is not None and job.run_at.timestamp() > self.now:
+                continue  # a stale entry; its delayed entry will bring it back
+            token = doc.next_token
+            doc.next_token += 1
+            claimed = _replace(
+                job,
+                status="claimed",
+                claim=Claim(op.worker, token, self.now_dt, self.now_dt),
+                attempts=job.attempts + 1,
+                first_claimed_at=job.first_claimed_at or self.now_dt,
+                run_at=None,
+            )
+            self._put(claimed)
+            out.append(claimed)
+        return Claimed(tuple(out))
+
+    def heartbeat(self, op: Heartbeat) -> OpResult:
+        job = self._held(op.job_id, op.token)
+        assert job.claim is not None
+        self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
+        return Ok()
+
+    def complete(self, op: Complete) -> OpResult:
+        job = self.doc.jobs.get(op.job_id)
+        if (
+            job is not None
+            and job.status == "done"
+            and job.claim is not None
+            and job.claim.token == op.token
+        ):
+            return Ok()  # the same holder retrying a completion that landed
+        job = self._held(op.job_id, op.token)
+        done = _replace(
+            job, status="done", payload=None, done_version=self.version, done_at=self.now_dt
+        )
+        self._put(done)
+        self.completed.append(done)
+        self.stats["completed"] += 1
+        return Ok()
+
+    def fail(self, op: Fail) -> OpResult:
+        retry_after = validate.seconds(op.retry_after_s, "retry_after_s")
+        job = self._held(op.job_id, op.token)
+        error = str(op.error)[: self.policy.max_error_chars]
+        self.stats["failed"] += 1
+        self._put(self._requeue(job, error, retry_after))
+        return Ok()
+
+    def release(self, op: Release) -> OpResult:
+        job = self._held(op.job_id, op.token)
+        self._put(
+            _replace(
+                job, status="queued", claim=None, run_at=None, attempts=max(0, job.attempts - 1)
+            )
+        )
+        return Ok()
+
+    def cancel(self, op: Cancel) -> OpResult:
+        validate.job_id(op.job_id, "job_id")
+        job = self.doc.jobs.get(op.job_id)
+        if job is None or job.status == "done":
+            raise JobNotFound(f"no live job {op.job_id}")
+        self._leave(job)
+        self.stats["cancelled"] += 1
+        return Removed((job,))
+
+    def _dead(self, ids: tuple[str, ...] | None) -> list[StoredJob]:
+        jobs = self.doc.jobs
+        if ids is None:
+            return [j for j in jobs.values() if j.status == "dead"]
+        out = []
+        for i, job_id in enumerate(ids):
+            validate.job_id(job_id, f"ids[{i}]")
+            job = jobs.get(job_id)
+            if job is None or job.status != "dead":
+                raise JobNotFound(f"no dead job {job_id}")
+            out.append(job)
+        return out
+
+    def retry_dead(self, op: RetryDead) -> OpResult:
+        found = self._dead(op.ids)
+        for job in found:
+            self._put(_replace(job, status="queued", attempts=0, run_at=None))
+        return Counted(len(found))
+
+    def purge_dead(self, op: PurgeDead) -> OpResult:
+        found = self._dead(op.ids)
+        for job in found:
+            self._leave(job)
+        return Removed(tuple(found))
+
+    def mark_archived(self, op: MarkArchived) -> OpResult:
+        versions = set(op.versions)
+        jobs = self.doc.jobs
+        gone = [jobs[i] for i in list(self.doc.index.done) if jobs[i].done_version in versions]
+        for job in gone:
+            self._leave(job)
+        if versions:
+            self.doc.archived_through = max(self.doc.archived_through, max(versions))
+        return Removed(tuple(gone))
+
+    def restart_heartbeats(self, op: RestartHeartbeats) -> OpResult:
+        for job_id in list(self.doc.index.claimed):
+            job = self.doc.jobs[job_id]
+            assert job.claim is not None
+            self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
+        return Ok()
+
+    # -- the sweep that rides along with every commit ------------------------------
+
+    def sweep(self) -> None:
+        timeout = self.policy.heartbeat_timeout_s
+        jobs = self.doc.jobs
+        for job_id in sorted(self.doc.index.claimed):
+            job = jobs[job_id]
+            assert job.claim is not None
+            if job.claim.heartbeat_at.timestamp() + timeout < self.now:
+                error = (
+                    f"reclaimed: worker {job.claim.worker!r} stopped heartbeating "
+                    f"(token {job.claim.token}, timeout {timeout:g}s)"
+                )
+                self.stats["reclaimed"] += 1
+                self._put(self._requeue(job, error, None))
+                self.reclaimed.append(job_id)
+        self._prune_recent()
+
+    def _prune_recent(self) -> None:
+        recent = self.doc.recent
+        if not recent:
+            return
+        window = self.policy.dedupe_window_s
+        oldest = next(iter(recent.values()))
+        # Rebuild only once the oldest is well past the window: O(n) per window/4.
+        if oldest.timestamp() < self.now - 1.25 * window:
+            cutoff = self.now - window
+            self.doc.recent = {k: v for k, v in recent.items() if v.timestamp() >= cutoff}
+
+
+_DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
+    Push: _Tx.push,
+    ClaimOp: _Tx.claim,
+    Heartbeat: _Tx.heartbeat,
+    Complete: _Tx.complete,
+    Fail: _Tx.fail,
+    Release: _Tx.release,
+    Cancel: _Tx.cancel,
+    RetryDead: _Tx.retry_dead,
+    PurgeDead: _Tx.purge_dead,
+    MarkArchived: _Tx.mark_archived,
+    RestartHeartbeats: _Tx.restart_heartbeats,
+}
+
+
+def commit(
+    doc: Document,
+    ops: Iterable[Op],
+    now: float,
+    policy: Policy | None = None,
+    *,
+    owner: BrokerInfo | None = None,
+    in_place: bool = False,
+) -> Transition:
+    """Apply ``ops`` and the sweep as one new version of ``doc``.
+
+    ``owner`` (the broker's identity and renewed lease) is written into the
+    new version.  With ``in_place=True`` the given document is updated instead
+    of copied: only for a caller that owns it and will not look at the old
+    version again (the broker, which re-reads after any failed write).
+    """
+    if not math.isfinite(now):
+        raise InvalidInput("now must be a finite time", field="now")
+    tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())
+    results: list[Result] = []
+    for op in ops:
+        handler = _DISPATCH.get(type(op))
+        if handler is None:
+            results.append(InvalidInput(f"unknown operation {type(op).__name__}", field="op"))
+            continue
+        try:
+            results.append(handler(tx, op))
+        except OsqueueError as exc:
+            results.append(exc)
+    tx.sweep()
+    new = tx.doc
+    new.version = tx.version
+    new.stats = Counters(**tx.stats)
+    if owner is not None:
+        new.broker = owner
+    return Transition(new, results, tx.completed, tx.removed, tx.reclaimed)
+
+
+def apply(
+    doc: Document,
+    ops: Sequence[Op],
+    now: float,
+    policy: Policy | None = None,
+    *,
+    owner: BrokerInfo | None = None,
+) -> tuple[Document, list[Result]]:
+    """The pure transition: ``(doc, ops, now) -> (new_doc, results)``."""
+    t = commit(doc, ops, now, policy, owner=owner)
+    return t.doc, t.results
+
+
+def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
+    """Would a claim on ``queues`` at ``now`` get a job?"""
+    index = doc.index
+    index.promote_due(doc.jobs, now)
+    return any(index.head(q, doc.jobs) is not None for q in queues)
+
+
+def next_wakeup(doc: Document, policy: Policy) -> float | None:
+    """The earliest time a delayed job becomes due or a claim may expire."""
+    times: list[float] = []
+    due = doc.index.next_due(doc.jobs)
+    if due is not None:
+        times.append(due)
+    for job_id in doc.index.claimed:
+        claim = doc.jobs[job_id].claim
+        if claim is not None:
+            times.append(claim.heartbeat_at.timestamp() + policy.heartbeat_timeout_s)
+    return min(times) if times else None

@@ -1,0 +1,86 @@
+"""Input checks shared by every entry point (in-process client and gRPC).
+
+Each raises :class:`~osqueue.errors.InvalidInput` naming the field; nothing is
+applied to the document when a check fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from osqueue.errors import InvalidInput
+
+ID_RE = re.compile(r"^[0-9A-Za-z_.:\-]{1,64}$")
+NAME_RE = re.compile(r"^[0-9A-Za-z_.:/\-]{1,128}$")
+MAX_KEY_CHARS = 512
+MAX_WORKER_CHARS = 256
+MAX_DELAY_S = 366 * 24 * 3600.0
+MAX_ATTEMPTS = 1000
+MAX_CLAIM = 10_000
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+
+
+def job_id(value: str, field: str = "id") -> str:
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise InvalidInput(
+            f"{value!r} is not a job id (1-64 characters of A-Z a-z 0-9 _ . : -)", field=field
+        )
+    return value
+
+
+def queue_name(value: str, field: str = "queue") -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise InvalidInput(
+            f"{value!r} is not a queue name (1-128 characters of A-Z a-z 0-9 _ . : / -)",
+            field=field,
+        )
+    return value
+
+
+def worker_name(value: str, field: str = "worker") -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_WORKER_CHARS:
+        raise InvalidInput(f"must be 1-{MAX_WORKER_CHARS} characters", field=field)
+    if not value.isprintable():
+        raise InvalidInput("must be printable text", field=field)
+    return value
+
+
+def key(value: str | None, field: str = "key") -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY_CHARS:
+        raise InvalidInput(f"must be 1-{MAX_KEY_CHARS} characters", field=field)
+    return value
+
+
+def priority(value: int, field: str = "priority") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"must be an integer, not {type(value).__name__}", field=field)
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InvalidInput(f"{value} is outside [{PRIORITY_MIN}, {PRIORITY_MAX}]", field=field)
+    return value
+
+
+def seconds(value: float | None, field: str, *, maximum: float = MAX_DELAY_S) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"must be a number of seconds, not {type(value).__name__}", field=field)
+    if not math.isfinite(value) or value < 0 or value > maximum:
+        raise InvalidInput(f"{value} is not between 0 and {maximum:g} seconds", field=field)
+    return float(value)
+
+
+def count(value: int, field: str, *, minimum: int = 1, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"must be an integer, not {type(value).__name__}", field=field)
+    if not minimum <= value <= maximum:
+        raise InvalidInput(f"{value} is outside [{minimum}, {maximum}]", field=field)
+    return value
+
+
+def token(value: int, field: str = "token") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(f"{value!r} is not a claim token", field=field)
+    return value
