@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.client.api import Job, NewJob, QueueClient, QueueStats, Stats
-from osqueue.client.ids import new_id
 from osqueue.client.local import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
@@ -35,6 +34,7 @@ from osqueue.errors import (
     StorageError,
     Unauthenticated,
 )
+from osqueue.ids import new_id
 
 if TYPE_CHECKING:
     from osqueue.client.remote import connect as connect

@@ -53,7 +53,8 @@ def archive_key(version: int, completed_at: datetime) -> str:
 
 
 def record(job: StoredJob) -> ArchiveRecord:
-    assert job.done_at is not None and job.done_version is not None
+    assert job.done_at is not None
+    assert job.done_version is not None
     claim = job.claim
     return ArchiveRecord(
         id=job.id,
@@ -77,7 +78,8 @@ def render(jobs: Iterable[StoredJob]) -> tuple[str, bytes]:
     """The archive object (key, bytes) for the jobs done in one version."""
     ordered = sorted(jobs, key=lambda j: j.id)
     first = ordered[0]
-    assert first.done_at is not None and first.done_version is not None
+    assert first.done_at is not None
+    assert first.done_version is not None
     body = b"".join(_encoder.encode(record(j)) + b"\n" for j in ordered)
     return archive_key(first.done_version, first.done_at), body
 

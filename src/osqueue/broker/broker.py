@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from osqueue.broker.archive import by_version, write_archive
 from osqueue.broker.config import BrokerConfig
 from osqueue.clock import Clock, SystemClock
-from osqueue.client.ids import new_id
 from osqueue.errors import (
     Conflict,
     CorruptDocument,
@@ -41,6 +40,7 @@ from osqueue.errors import (
     ShuttingDown,
     StorageError,
 )
+from osqueue.ids import new_id
 from osqueue.state import (
     DOCUMENT_KEY,
     BrokerInfo,
@@ -506,7 +506,7 @@ class Broker:
             if fut is not None and not fut.done():
                 fut.set_result(result)
         if t.completed:
-            self._spawn(self._archive(t.completed))
+            self._spawn(self._archive(t.completed), "osqueue-archive")
         self._delete_payloads(t)
         self._wake_waiters()
 
@@ -613,8 +613,7 @@ class Broker:
         )
         await self.clock.sleep(delay)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        name = "osqueue-archive" if coro.__qualname__.endswith("_archive") else "osqueue-side"
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str = "osqueue-side") -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(f"{name}-{id(task)}")
         self._side.add(task)

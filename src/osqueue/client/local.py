@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.client.api import Job, NewJob, QueueStats, Stats
-from osqueue.client.ids import new_id
 from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.ids import new_id
 from osqueue.state import (
     Cancel,
     Claimed,

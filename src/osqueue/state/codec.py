@@ -15,7 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument
 from osqueue.state.document import Document
-from osqueue.state.model import FORMAT, Header, WireDocument
+from osqueue.state.model import FORMAT, Header, StoredJob, WireDocument
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WireDocument)
@@ -122,19 +122,23 @@ def _validate(wire: WireDocument) -> None:
         if job.id in seen:
             raise _fail(f"{where}.id", f"duplicate job id {job.id!r}")
         seen.add(job.id)
-        if not job.id or not job.queue:
-            raise _fail(f"{where}.id" if not job.id else f"{where}.queue", "must not be empty")
-        if not 0 <= job.seq < wire.next_seq:
-            raise _fail(f"{where}.seq", f"{job.seq} is not below next_seq {wire.next_seq}")
-        if not -(2**31) <= job.priority < 2**31:
-            raise _fail(f"{where}.priority", f"{job.priority} is out of range")
-        if job.attempts < 0 or job.max_attempts < 1:
-            raise _fail(f"{where}.attempts", "attempts must be >= 0 and max_attempts >= 1")
-        if job.status == "claimed" and job.claim is None:
-            raise _fail(f"{where}.claim", "a claimed job must carry its claim")
-        if job.claim is not None and not 0 < job.claim.token < wire.next_token:
-            raise _fail(f"{where}.claim.token", f"{job.claim.token} is not below next_token")
-        if job.status == "done" and job.done_version is None:
-            raise _fail(f"{where}.done_version", "a done job must record its version")
-        if job.payload is not None and job.payload_ref is not None:
-            raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")
+        _validate_job(where, job, wire)
+
+
+def _validate_job(where: str, job: StoredJob, wire: WireDocument) -> None:
+    if not job.id or not job.queue:
+        raise _fail(f"{where}.id" if not job.id else f"{where}.queue", "must not be empty")
+    if not 0 <= job.seq < wire.next_seq:
+        raise _fail(f"{where}.seq", f"{job.seq} is not below next_seq {wire.next_seq}")
+    if not -(2**31) <= job.priority < 2**31:
+        raise _fail(f"{where}.priority", f"{job.priority} is out of range")
+    if job.attempts < 0 or job.max_attempts < 1:
+        raise _fail(f"{where}.attempts", "attempts must be >= 0 and max_attempts >= 1")
+    if job.status == "claimed" and job.claim is None:
+        raise _fail(f"{where}.claim", "a claimed job must carry its claim")
+    if job.claim is not None and not 0 < job.claim.token < wire.next_token:
+        raise _fail(f"{where}.claim.token", f"{job.claim.token} is not below next_token")
+    if job.status == "done" and job.done_version is None:
+        raise _fail(f"{where}.done_version", "a done job must record its version")
+    if job.payload is not None and job.payload_ref is not None:
+        raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")
