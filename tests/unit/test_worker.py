@@ -1,0 +1,726 @@
+"""The worker runtime against an in-process broker on memory:// with manual clocks.
+
+The broker and the worker each get their own ManualClock: advancing the
+worker's clock fires its heartbeat timer, advancing the broker's clock ages
+leases.  Tests wait on conditions (a recording client, events set by
+handlers), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from osqueue.client.api import Job, NewJob, QueueClient, Stats
+from osqueue.client.worker import (
+    JobContext,
+    NoJobContext,
+    Retry,
+    Worker,
+    WorkerConfig,
+    batch,
+    current_context,
+    current_job_lost,
+    error_line,
+)
+from osqueue.clock import ManualClock
+from osqueue.errors import BrokerUnavailable, InvalidInput, JobNotFound, LeaseLost
+
+HEARTBEAT_TIMEOUT_S = 30.0
+
+
+# --------------------------------------------------------------------------- test doubles
+
+
+class WatchedClock(ManualClock):
+    """A ManualClock that lets a test wait until someone is sleeping on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self._changed.set()
+        await super().sleep(seconds)
+
+    async def wait_sleepers(self, count: int) -> None:
+        while self.sleepers < count:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+@dataclass
+class FakeJob:
+    job: Job
+    status: str = "queued"
+    run_at: float = 0.0
+    heartbeat_at: float = 0.0
+    last_error: str | None = None
+
+
+@dataclass
+class FakeBroker:
+    """A small in-memory QueueClient with fencing tokens and heartbeat expiry."""
+
+    clock: ManualClock
+    heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
+    jobs: dict[str, FakeJob] = field(default_factory=dict)
+    next_token: int = 1
+    next_id: int = 1
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def push(
+        self,
+        payload: bytes,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay_s: float = 0.0,
+        key: str | None = None,
+        max_attempts: int = 5,
+        id: str | None = None,
+    ) -> str:
+        job_id = id or f"j{self.next_id:04d}"
+        self.next_id += 1
+        job = Job(job_id, queue, payload, 0, max_attempts, 0, priority, key)
+        self.jobs[job_id] = FakeJob(job, run_at=self.clock.now() + delay_s)
+        self.changed.set()
+        return job_id
+
+    async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
+        return [await self.push(j.payload, queue=j.queue, delay_s=j.delay_s, id=j.id) for j in jobs]
+
+    def _sweep(self) -> None:
+        now = self.clock.now()
+        for fj in self.jobs.values():
+            if fj.status == "claimed" and now - fj.heartbeat_at > self.heartbeat_timeout_s:
+                fj.status = "queued"
+
+    def _take(self, worker: str, queues: Sequence[str], max_jobs: int) -> list[Job]:
+        self._sweep()
+        now = self.clock.now()
+        out: list[Job] = []
+        for fj in self.jobs.values():
+            if len(out) >= max_jobs:
+                break
+            if fj.status == "queued" and fj.job.queue in queues and fj.run_at <= now:
+                fj.job = Job(
+                    fj.job.id,
+                    fj.job.queue,
+                    fj.job.payload,
+                    fj.job.attempts,
+                    fj.job.max_attempts,
+                    self.next_token,
+                )
+                self.next_token += 1
+                fj.status = "claimed"
+                fj.heartbeat_at = now
+                out.append(fj.job)
+        return out
+
+    async def claim(
+        self,
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+        wait_s: float = 0.0,
+    ) -> list[Job]:
+        jobs = self._take(worker, queues, max_jobs)
+        while not jobs and wait_s > 0:
+            self.changed.clear()
+            await self.changed.wait()
+            jobs = self._take(worker, queues, max_jobs)
+        return jobs
+
+    def _held(self, job: Job) -> FakeJob:
+        fj = self.jobs.get(job.id)
+        if fj is None:
+            raise JobNotFound()
+        self._sweep()
+        if fj.status != "claimed" or fj.job.token != job.token:
+            raise LeaseLost()
+        return fj
+
+    async def heartbeat(self, job: Job) -> None:
+        self._held(job).heartbeat_at = self.clock.now()
+
+    async def complete(self, job: Job) -> None:
+        self._held(job).status = "done"
+
+    async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
+        fj = self._held(job)
+        fj.last_error = error
+        fj.job = Job(job.id, job.queue, job.payload, job.attempts + 1, job.max_attempts, 0)
+        fj.status = "dead" if fj.job.attempts >= job.max_attempts else "queued"
+        fj.run_at = self.clock.now() + (retry_after_s if retry_after_s is not None else 1.0)
+        self.changed.set()
+
+    async def release(self, job: Job) -> None:
+        self._held(job).status = "queued"
+        self.changed.set()
+
+    async def cancel(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+
+    async def stats(self) -> Stats:
+        return Stats(version=0)
+
+    async def close(self) -> None:
+        pass
+
+    # -- test helpers
+
+    def status(self, job_id: str) -> str:
+        return self.jobs[job_id].status
+
+    def last_error(self, job_id: str) -> str | None:
+        return self.jobs[job_id].last_error
+
+    def attempts(self, job_id: str) -> int:
+        return self.jobs[job_id].job.attempts
+
+    def age_leases(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.changed.set()
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    error: BaseException | None
+
+
+class Recorder:
+    """Wraps a QueueClient, records every finished call, and lets tests wait on them."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.heartbeat_timeout_s = inner.heartbeat_timeout_s
+        self.calls: list[Call] = []
+        self.fail_next: dict[str, BaseException] = {}
+        self._cond = asyncio.Condition()
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        error: BaseException | None = self.fail_next.pop(name, None)
+        result: Any = None
+        try:
+            if error is not None:
+                raise error
+            result = await getattr(self.inner, name)(*args, **kwargs)
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            async with self._cond:
+                self.calls.append(Call(name, args, kwargs, error))
+                self._cond.notify_all()
+        return result
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        async with self._cond:
+            await self._cond.wait_for(predicate)
+
+    def named(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name]
+
+    def count(self, name: str, *, ok: bool | None = None) -> int:
+        return sum(1 for c in self.named(name) if ok is None or (c.error is None) == ok)
+
+    async def push(self, payload: bytes, **kwargs: Any) -> str:
+        result: str = await self._call("push", payload, **kwargs)
+        return result
+
+    async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
+        result: list[str] = await self._call("push_many", jobs)
+        return result
+
+    async def claim(self, worker: str, queues: Sequence[str] = ("default",), **kw: Any) -> Any:
+        return await self._call("claim", worker, queues, **kw)
+
+    async def heartbeat(self, job: Job) -> None:
+        await self._call("heartbeat", job)
+
+    async def complete(self, job: Job) -> None:
+        await self._call("complete", job)
+
+    async def fail(self, job: Job, **kwargs: Any) -> None:
+        await self._call("fail", job, **kwargs)
+
+    async def release(self, job: Job) -> None:
+        await self._call("release", job)
+
+    async def cancel(self, job_id: str) -> None:
+        await self._call("cancel", job_id)
+
+    async def stats(self) -> Stats:
+        result: Stats = await self._call("stats")
+        return result
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclass
+class Env:
+    broker: FakeBroker
+    client: Recorder
+    clock: WatchedClock  # the worker's clock (heartbeat timer, grace period)
+
+    def worker(self, handlers: Any, **kwargs: Any) -> Worker:
+        kwargs.setdefault("wait_s", 5.0)
+        return Worker(self.client, handlers, clock=self.clock, **kwargs)
+
+    async def push(self, count: int, queue: str = "default") -> list[str]:
+        return [await self.broker.push(f"p{i}".encode(), queue=queue) for i in range(count)]
+
+    async def beat(self) -> None:
+        """Fire one heartbeat round and wait until its heartbeats have been answered."""
+        await self.clock.wait_sleepers(1)
+        before = self.client.count("heartbeat")
+        held = sum(1 for fj in self.broker.jobs.values() if fj.status == "claimed")
+        self.clock.advance(HEARTBEAT_TIMEOUT_S / 3)
+        await self.client.wait_for(lambda: self.client.count("heartbeat") >= before + held)
+
+
+@pytest.fixture
+async def env() -> Env:
+    broker = FakeBroker(ManualClock())
+    return Env(broker, Recorder(broker), WatchedClock())
+
+
+def start(worker: Worker) -> asyncio.Task[None]:
+    return asyncio.create_task(worker.run(), name="test-worker")
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_recorder_satisfies_the_client_protocol(env: Env) -> None:
+    assert isinstance(env.client, QueueClient)
+    assert isinstance(env.broker, QueueClient)
+
+
+async def test_concurrency_limit_is_respected(env: Env) -> None:
+    ids = await env.push(10)
+    gate = asyncio.Event()
+    running: set[str] = set()
+    peak = 0
+    changed = asyncio.Condition()
+
+    async def handler(job: Job) -> None:
+        nonlocal peak
+        async with changed:
+            running.add(job.id)
+            peak = max(peak, len(running))
+            changed.notify_all()
+        await gate.wait()
+        running.discard(job.id)
+
+    worker = env.worker(handler, concurrency=3, burst=True)
+    task = start(worker)
+    async with changed:
+        await changed.wait_for(lambda: len(running) == 3)
+    # The worker asked for no more than its free slots, and holds exactly three.
+    assert all(c.kwargs["max_jobs"] <= 3 for c in env.client.named("claim"))
+    assert sum(env.broker.status(i) == "claimed" for i in ids) == 3
+    gate.set()
+    await task
+    assert peak == 3
+    assert worker.counters.processed == 10
+    assert all(env.broker.status(i) == "done" for i in ids)
+
+
+async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    seen: list[tuple[int, str, bool]] = []
+
+    def handler(job: Job) -> None:
+        ctx = current_context()
+        seen.append((threading.get_ident(), ctx.job.id, current_job_lost()))
+
+    worker = env.worker(handler, burst=True)
+    await worker.run()
+    assert seen == [(seen[0][0], job_id, False)]
+    assert seen[0][0] != threading.get_ident()
+    assert env.broker.status(job_id) == "done"
+
+
+async def test_handler_exception_fails_the_job_with_the_last_traceback_line(env: Env) -> None:
+    (job_id,) = await env.push(1)
+
+    def parse(data: bytes) -> int:
+        return int(data)
+
+    async def handler(job: Job) -> None:
+        parse(b"not a number")
+
+    worker = env.worker(handler, burst=True)
+    await worker.run()
+    expected = "ValueError: invalid literal for int() with base 10: b'not a number'"
+    assert env.broker.last_error(job_id) == expected
+    assert env.broker.attempts(job_id) == 1
+    (call,) = env.client.named("fail")
+    assert call.kwargs == {"error": expected}
+    assert worker.counters.failed == 1
+    assert worker.counters.processed == 0
+
+
+async def test_retry_after_is_honoured(env: Env) -> None:
+    (job_id,) = await env.push(1)
+
+    async def handler(job: Job) -> None:
+        raise Retry(after_s=120.0)
+
+    worker = env.worker(handler, burst=True)
+    await worker.run()
+    (call,) = env.client.named("fail")
+    assert call.kwargs["retry_after_s"] == 120.0
+    assert worker.counters.retried == 1
+    assert env.broker.status(job_id) == "queued"
+    # Not claimable before the delay, claimable after it.
+    assert await env.broker.claim("probe", max_jobs=1) == []
+    env.broker.age_leases(120.0)
+    assert [j.id for j in await env.broker.claim("probe", max_jobs=1)] == [job_id]
+
+
+async def test_heartbeats_keep_a_long_job_alive_past_the_timeout(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await finish.wait()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    for _ in range(12):  # four heartbeat timeouts
+        await env.beat()
+        env.broker.age_leases(HEARTBEAT_TIMEOUT_S / 3)
+    assert env.broker.status(job_id) == "claimed"
+    assert await env.broker.claim("thief", max_jobs=1, wait_s=0) == []
+    finish.set()
+    await env.client.wait_for(lambda: env.client.count("complete", ok=True) == 1)
+    worker.stop()
+    await task
+    assert env.broker.status(job_id) == "done"
+    assert worker.counters.lost == 0
+    assert env.client.count("heartbeat", ok=True) >= 12
+
+
+async def test_lease_lost_cancels_the_async_handler_and_never_completes(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+    callbacks: list[str] = []
+
+    async def handler(job: Job) -> None:
+        current_context().on_cancel(lambda: callbacks.append("cancelled"))
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    env.broker.age_leases(HEARTBEAT_TIMEOUT_S + 1)  # the heartbeat stops arriving in time
+    (stolen,) = await env.broker.claim("thief", max_jobs=1)
+    await env.beat()
+    await cancelled.wait()
+    assert callbacks == ["cancelled"]
+    assert env.client.count("heartbeat", ok=False) == 1
+    worker.stop()
+    await task
+    assert worker.counters.lost == 1
+    assert env.client.named("complete") == []
+    assert env.client.named("fail") == []
+    assert env.client.named("release") == []
+    assert env.broker.status(job_id) == "claimed"  # still the thief's
+    await env.broker.complete(stolen)
+
+
+async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    contexts: list[JobContext] = []
+    saw_lost = threading.Event()
+    callback_ran = asyncio.Event()
+
+    def handler(job: Job) -> None:
+        ctx = current_context()
+        contexts.append(ctx)
+        ctx.on_cancel(callback_ran.set)
+        loop.call_soon_threadsafe(started.set)
+        if ctx.wait_lost(timeout_s=60):
+            saw_lost.set()
+
+    worker = env.worker(handler, burst=True)
+    task = start(worker)
+    await started.wait()
+    env.broker.age_leases(HEARTBEAT_TIMEOUT_S + 1)
+    await env.broker.claim("thief", max_jobs=1)
+    await env.beat()
+    await callback_ran.wait()
+    await task  # burst: the thread returns, nothing left to claim
+    assert saw_lost.is_set()
+    assert contexts[0].lost
+    assert contexts[0].cancel_reason == "lease_lost"
+    assert worker.counters.lost == 1
+    assert env.client.named("complete") == []
+    assert env.client.named("fail") == []
+    assert env.broker.status(job_id) == "claimed"
+
+
+async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env) -> None:
+    quick, stuck = await env.push(2)
+    started: dict[str, asyncio.Event] = {quick: asyncio.Event(), stuck: asyncio.Event()}
+    finish_quick = asyncio.Event()
+    stuck_cancelled = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started[job.id].set()
+        if job.id == quick:
+            await finish_quick.wait()
+            return
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stuck_cancelled.set()
+            raise
+
+    worker = env.worker(handler, concurrency=2, shutdown_grace_period_s=20.0)
+    task = start(worker)
+    await started[quick].wait()
+    await started[stuck].wait()
+    worker.stop()
+    finish_quick.set()
+    await env.client.wait_for(lambda: env.client.count("complete") == 1)
+    assert not task.done()  # the stuck job still has its grace period
+    await env.clock.wait_sleepers(2)  # heartbeat timer and grace period
+    env.clock.advance(20.0)
+    await task
+    assert stuck_cancelled.is_set()
+    assert env.broker.status(quick) == "done"
+    assert env.broker.status(stuck) == "queued"
+    assert env.broker.attempts(stuck) == 0  # released, not failed
+    assert worker.counters.released == 1
+    assert [c.args[0].id for c in env.client.named("release")] == [stuck]
+
+
+async def test_outside_cancellation_is_a_graceful_stop(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await finish.wait()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    task.cancel()
+    await env.clock.wait_sleepers(2)  # stopping: grace period started
+    assert worker.stopping
+    finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert env.broker.status(job_id) == "done"
+    assert env.client.named("release") == []
+
+
+async def test_second_cancellation_skips_the_grace_period(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    task.cancel()
+    await env.clock.wait_sleepers(2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert env.broker.status(job_id) == "queued"
+    assert worker.counters.released == 1
+
+
+async def test_burst_exits_when_nothing_is_left(env: Env) -> None:
+    ids = await env.push(5)
+    handled: list[str] = []
+
+    async def handler(job: Job) -> None:
+        handled.append(job.id)
+
+    worker = env.worker(handler, concurrency=2, burst=True)
+    await worker.run()
+    assert sorted(handled) == sorted(ids)
+    claims = env.client.named("claim")
+    assert claims[-1].kwargs["wait_s"] == 0.0  # burst never long-polls
+    assert worker.counters.processed == 5
+
+
+async def test_burst_with_an_empty_queue_exits_at_once(env: Env) -> None:
+    worker = env.worker(lambda job: None, burst=True)
+    await worker.run()
+    assert env.client.count("claim") == 1
+
+
+async def test_batch_handler_gets_batches_and_reports_individual_failures(env: Env) -> None:
+    ids = await env.push(5, queue="index")
+    batches: list[list[str]] = []
+
+    @batch
+    async def handle(jobs: list[Job]) -> dict[str, BaseException]:
+        batches.append([j.id for j in jobs])
+        return {jobs[0].id: ValueError("bad segment")}
+
+    worker = env.worker({"index": handle}, concurrency=4, batch_size=2, burst=True)
+    await worker.run()
+    assert all(1 <= len(b) <= 2 for b in batches)
+    assert sorted(i for b in batches for i in b) == sorted(ids)
+    failed = {b[0] for b in batches}
+    for job_id in ids:
+        expected = "queued" if job_id in failed else "done"
+        assert env.broker.status(job_id) == expected
+    assert {env.broker.last_error(i) for i in failed} == {"ValueError: bad segment"}
+    assert worker.counters.failed == len(batches)
+
+
+async def test_sync_batch_handler_that_raises_fails_every_job(env: Env) -> None:
+    ids = await env.push(3)
+
+    @batch
+    def handle(jobs: list[Job]) -> None:
+        raise RuntimeError("downstream is down")
+
+    worker = env.worker(handle, concurrency=3, batch_size=3, burst=True)
+    await worker.run()
+    assert [env.broker.last_error(i) for i in ids] == ["RuntimeError: downstream is down"] * 3
+
+
+async def test_transient_claim_errors_back_off_and_recover(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    env.client.fail_next["claim"] = BrokerUnavailable()
+    done = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        done.set()
+
+    worker = env.worker(handler, burst=True)
+    task = start(worker)
+    await env.clock.wait_sleepers(2)  # heartbeat timer and the claim backoff
+    env.clock.advance(1.0)
+    await task
+    assert done.is_set()
+    assert env.broker.status(job_id) == "done"
+
+
+async def test_a_dying_side_task_stops_the_worker_and_raises(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    env.client.fail_next["heartbeat"] = RuntimeError("client bug")
+    await env.clock.wait_sleepers(1)
+    env.clock.advance(HEARTBEAT_TIMEOUT_S / 3)
+    with pytest.raises(RuntimeError, match="client bug"):
+        await task
+    assert env.broker.status(job_id) == "queued"  # released on the way out
+    assert worker.counters.released == 1
+
+
+async def test_handlers_by_queue(env: Env) -> None:
+    (a,) = await env.push(1, queue="a")
+    (b,) = await env.push(1, queue="b")
+    seen: dict[str, str] = {}
+
+    worker = env.worker(
+        {
+            "a": lambda job: seen.__setitem__("a", job.id),
+            "b": lambda job: seen.__setitem__("b", job.id),
+        },
+        concurrency=2,
+        burst=True,
+    )
+    assert worker.queues == ("a", "b")
+    await worker.run()
+    assert seen == {"a": a, "b": b}
+
+
+def test_default_heartbeat_interval_is_a_third_of_the_broker_timeout(env: Env) -> None:
+    worker = env.worker(lambda job: None)
+    assert worker.heartbeat_interval_s == pytest.approx(HEARTBEAT_TIMEOUT_S / 3)
+    assert env.worker(lambda job: None, heartbeat_interval_s=2.5).heartbeat_interval_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 3, "concurrency": 2}, "batch_size"),
+        ({"wait_s": -1.0}, "wait_s"),
+        ({"heartbeat_interval_s": 0.0}, "heartbeat_interval_s"),
+        ({"shutdown_grace_period_s": float("nan")}, "shutdown_grace_period_s"),
+        ({"queues": []}, "queues"),
+        ({"queues": "default"}, "queues"),
+    ],
+)
+def test_bad_config_names_the_field(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        WorkerConfig(**kwargs)
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_missing_handler_for_a_queue_is_refused(env: Env) -> None:
+    with pytest.raises(InvalidInput, match="no handler for queue"):
+        env.worker({"a": lambda job: None}, queues=["a", "b"])
+    with pytest.raises(InvalidInput, match="handlers"):
+        env.worker(42)
+
+
+def test_retry_rejects_negative_delay() -> None:
+    with pytest.raises(InvalidInput, match="after_s"):
+        Retry(after_s=-1)
+
+
+def test_current_context_outside_a_handler() -> None:
+    with pytest.raises(NoJobContext):
+        current_context()
+
+
+def test_error_line_is_the_last_traceback_line() -> None:
+    class Custom(Exception):
+        pass
+
+    exc = Custom("first\nsecond")
+    exc.add_note("a note")
+    assert error_line(exc).endswith("<locals>.Custom: first | second")
+    assert error_line(KeyError("k")) == "KeyError: 'k'"
+    assert error_line(RuntimeError()) == "RuntimeError"
+    assert len(error_line(ValueError("x" * 5000))) == 1000
