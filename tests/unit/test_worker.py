@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 
+from osqueue.broker import Broker, BrokerConfig
 from osqueue.client.api import Job, NewJob, QueueClient, Stats
 from osqueue.client.worker import (
     JobContext,
@@ -29,9 +31,12 @@ from osqueue.client.worker import (
     error_line,
 )
 from osqueue.clock import ManualClock
-from osqueue.errors import BrokerUnavailable, InvalidInput, JobNotFound, LeaseLost
+from osqueue.errors import BrokerUnavailable, InvalidInput
+from osqueue.ids import new_id
+from osqueue.state import StoredJob
 
 HEARTBEAT_TIMEOUT_S = 30.0
+BACKOFF_CAP_S = 60.0
 
 
 # --------------------------------------------------------------------------- test doubles
@@ -54,142 +59,6 @@ class WatchedClock(ManualClock):
             await self._changed.wait()
 
 
-@dataclass
-class FakeJob:
-    job: Job
-    status: str = "queued"
-    run_at: float = 0.0
-    heartbeat_at: float = 0.0
-    last_error: str | None = None
-
-
-@dataclass
-class FakeBroker:
-    """A small in-memory QueueClient with fencing tokens and heartbeat expiry."""
-
-    clock: ManualClock
-    heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
-    jobs: dict[str, FakeJob] = field(default_factory=dict)
-    next_token: int = 1
-    next_id: int = 1
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def push(
-        self,
-        payload: bytes,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
-        job_id = id or f"j{self.next_id:04d}"
-        self.next_id += 1
-        job = Job(job_id, queue, payload, 0, max_attempts, 0, priority, key)
-        self.jobs[job_id] = FakeJob(job, run_at=self.clock.now() + delay_s)
-        self.changed.set()
-        return job_id
-
-    async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
-        return [await self.push(j.payload, queue=j.queue, delay_s=j.delay_s, id=j.id) for j in jobs]
-
-    def _sweep(self) -> None:
-        now = self.clock.now()
-        for fj in self.jobs.values():
-            if fj.status == "claimed" and now - fj.heartbeat_at > self.heartbeat_timeout_s:
-                fj.status = "queued"
-
-    def _take(self, worker: str, queues: Sequence[str], max_jobs: int) -> list[Job]:
-        self._sweep()
-        now = self.clock.now()
-        out: list[Job] = []
-        for fj in self.jobs.values():
-            if len(out) >= max_jobs:
-                break
-            if fj.status == "queued" and fj.job.queue in queues and fj.run_at <= now:
-                fj.job = Job(
-                    fj.job.id,
-                    fj.job.queue,
-                    fj.job.payload,
-                    fj.job.attempts,
-                    fj.job.max_attempts,
-                    self.next_token,
-                )
-                self.next_token += 1
-                fj.status = "claimed"
-                fj.heartbeat_at = now
-                out.append(fj.job)
-        return out
-
-    async def claim(
-        self,
-        worker: str,
-        queues: Sequence[str] = ("default",),
-        *,
-        max_jobs: int = 1,
-        wait_s: float = 0.0,
-    ) -> list[Job]:
-        jobs = self._take(worker, queues, max_jobs)
-        while not jobs and wait_s > 0:
-            self.changed.clear()
-            await self.changed.wait()
-            jobs = self._take(worker, queues, max_jobs)
-        return jobs
-
-    def _held(self, job: Job) -> FakeJob:
-        fj = self.jobs.get(job.id)
-        if fj is None:
-            raise JobNotFound()
-        self._sweep()
-        if fj.status != "claimed" or fj.job.token != job.token:
-            raise LeaseLost()
-        return fj
-
-    async def heartbeat(self, job: Job) -> None:
-        self._held(job).heartbeat_at = self.clock.now()
-
-    async def complete(self, job: Job) -> None:
-        self._held(job).status = "done"
-
-    async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
-        fj = self._held(job)
-        fj.last_error = error
-        fj.job = Job(job.id, job.queue, job.payload, job.attempts + 1, job.max_attempts, 0)
-        fj.status = "dead" if fj.job.attempts >= job.max_attempts else "queued"
-        fj.run_at = self.clock.now() + (retry_after_s if retry_after_s is not None else 1.0)
-        self.changed.set()
-
-    async def release(self, job: Job) -> None:
-        self._held(job).status = "queued"
-        self.changed.set()
-
-    async def cancel(self, job_id: str) -> None:
-        self.jobs.pop(job_id, None)
-
-    async def stats(self) -> Stats:
-        return Stats(version=0)
-
-    async def close(self) -> None:
-        pass
-
-    # -- test helpers
-
-    def status(self, job_id: str) -> str:
-        return self.jobs[job_id].status
-
-    def last_error(self, job_id: str) -> str | None:
-        return self.jobs[job_id].last_error
-
-    def attempts(self, job_id: str) -> int:
-        return self.jobs[job_id].job.attempts
-
-    def age_leases(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-        self.changed.set()
-
-
 @dataclass(frozen=True)
 class Call:
     name: str
@@ -203,7 +72,7 @@ class Recorder:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.heartbeat_timeout_s = inner.heartbeat_timeout_s
+        self.heartbeat_timeout_s = inner.broker.config.heartbeat_timeout_s
         self.calls: list[Call] = []
         self.fail_next: dict[str, BaseException] = {}
         self._cond = asyncio.Condition()
@@ -270,30 +139,77 @@ class Recorder:
 
 @dataclass
 class Env:
-    broker: FakeBroker
+    broker: Broker
     client: Recorder
-    clock: WatchedClock  # the worker's clock (heartbeat timer, grace period)
+    clock: WatchedClock  # the worker's clock: heartbeat timer, grace period, backoff
+    broker_clock: ManualClock  # the broker's clock: leases, heartbeat expiry, delays
 
     def worker(self, handlers: Any, **kwargs: Any) -> Worker:
         kwargs.setdefault("wait_s", 5.0)
         return Worker(self.client, handlers, clock=self.clock, **kwargs)
 
     async def push(self, count: int, queue: str = "default") -> list[str]:
-        return [await self.broker.push(f"p{i}".encode(), queue=queue) for i in range(count)]
+        jobs = [NewJob(f"p{i}".encode(), queue=queue) for i in range(count)]
+        return await self.broker.client().push_many(jobs)
+
+    async def claim(self, worker: str) -> list[Job]:
+        """Claim as another worker would, bypassing the recorder."""
+        return await self.broker.client().claim(worker, ["default"], max_jobs=1, wait_s=0)
+
+    async def steal(self) -> Job:
+        """Let the held job's heartbeat expire and claim it as another worker."""
+        self.age_leases(HEARTBEAT_TIMEOUT_S + 1)
+        # The sweep runs after a commit's ops; the reclaimed job waits out a backoff.
+        assert await self.claim("thief") == []
+        self.age_leases(BACKOFF_CAP_S)
+        (job,) = await self.claim("thief")
+        return job
+
+    def stored(self, job_id: str) -> StoredJob | None:
+        return self.broker.document.jobs.get(job_id)
+
+    def status(self, job_id: str) -> str:
+        """The job's status; "done" also once it has been archived and pruned."""
+        job = self.stored(job_id)
+        return job.status if job is not None else "done"
+
+    def last_error(self, job_id: str) -> str | None:
+        job = self.stored(job_id)
+        assert job is not None
+        return job.last_error
+
+    def attempts(self, job_id: str) -> int:
+        job = self.stored(job_id)
+        assert job is not None
+        return job.attempts
+
+    async def archived(self) -> set[str]:
+        ids: set[str] = set()
+        for key in await self.broker.storage.list("archive/"):
+            for line in (await self.broker.storage.get(key)).splitlines():
+                ids.add(msgspec.json.decode(line)["id"])
+        return ids
+
+    def age_leases(self, seconds: float) -> None:
+        self.broker_clock.advance(seconds)
 
     async def beat(self) -> None:
         """Fire one heartbeat round and wait until its heartbeats have been answered."""
         await self.clock.wait_sleepers(1)
         before = self.client.count("heartbeat")
-        held = sum(1 for fj in self.broker.jobs.values() if fj.status == "claimed")
+        held = sum(1 for j in self.broker.document.jobs.values() if j.status == "claimed")
         self.clock.advance(HEARTBEAT_TIMEOUT_S / 3)
         await self.client.wait_for(lambda: self.client.count("heartbeat") >= before + held)
 
 
 @pytest.fixture
-async def env() -> Env:
-    broker = FakeBroker(ManualClock())
-    return Env(broker, Recorder(broker), WatchedClock())
+async def env() -> AsyncIterator[Env]:
+    broker_clock = ManualClock()
+    config = BrokerConfig(
+        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, lease_s=1000.0, backoff_cap_s=BACKOFF_CAP_S
+    )
+    async with Broker(f"memory://test-worker-{new_id()}", config, clock=broker_clock) as broker:
+        yield Env(broker, Recorder(broker.client()), WatchedClock(), broker_clock)
 
 
 def start(worker: Worker) -> asyncio.Task[None]:
@@ -305,7 +221,7 @@ def start(worker: Worker) -> asyncio.Task[None]:
 
 def test_recorder_satisfies_the_client_protocol(env: Env) -> None:
     assert isinstance(env.client, QueueClient)
-    assert isinstance(env.broker, QueueClient)
+    assert isinstance(env.broker.client(), QueueClient)
 
 
 async def test_concurrency_limit_is_respected(env: Env) -> None:
@@ -330,12 +246,12 @@ async def test_concurrency_limit_is_respected(env: Env) -> None:
         await changed.wait_for(lambda: len(running) == 3)
     # The worker asked for no more than its free slots, and holds exactly three.
     assert all(c.kwargs["max_jobs"] <= 3 for c in env.client.named("claim"))
-    assert sum(env.broker.status(i) == "claimed" for i in ids) == 3
+    assert sum(env.status(i) == "claimed" for i in ids) == 3
     gate.set()
     await task
     assert peak == 3
     assert worker.counters.processed == 10
-    assert all(env.broker.status(i) == "done" for i in ids)
+    assert all(env.status(i) == "done" for i in ids)
 
 
 async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None:
@@ -350,7 +266,7 @@ async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None
     await worker.run()
     assert seen == [(seen[0][0], job_id, False)]
     assert seen[0][0] != threading.get_ident()
-    assert env.broker.status(job_id) == "done"
+    assert env.status(job_id) == "done"
 
 
 async def test_handler_exception_fails_the_job_with_the_last_traceback_line(env: Env) -> None:
@@ -365,8 +281,8 @@ async def test_handler_exception_fails_the_job_with_the_last_traceback_line(env:
     worker = env.worker(handler, burst=True)
     await worker.run()
     expected = "ValueError: invalid literal for int() with base 10: b'not a number'"
-    assert env.broker.last_error(job_id) == expected
-    assert env.broker.attempts(job_id) == 1
+    assert env.last_error(job_id) == expected
+    assert env.attempts(job_id) == 1
     (call,) = env.client.named("fail")
     assert call.kwargs == {"error": expected}
     assert worker.counters.failed == 1
@@ -384,11 +300,11 @@ async def test_retry_after_is_honoured(env: Env) -> None:
     (call,) = env.client.named("fail")
     assert call.kwargs["retry_after_s"] == 120.0
     assert worker.counters.retried == 1
-    assert env.broker.status(job_id) == "queued"
+    assert env.status(job_id) == "queued"
     # Not claimable before the delay, claimable after it.
-    assert await env.broker.claim("probe", max_jobs=1) == []
-    env.broker.age_leases(120.0)
-    assert [j.id for j in await env.broker.claim("probe", max_jobs=1)] == [job_id]
+    assert await env.claim("probe") == []
+    env.age_leases(120.0)
+    assert [j.id for j in await env.claim("probe")] == [job_id]
 
 
 async def test_heartbeats_keep_a_long_job_alive_past_the_timeout(env: Env) -> None:
@@ -405,14 +321,14 @@ async def test_heartbeats_keep_a_long_job_alive_past_the_timeout(env: Env) -> No
     await started.wait()
     for _ in range(12):  # four heartbeat timeouts
         await env.beat()
-        env.broker.age_leases(HEARTBEAT_TIMEOUT_S / 3)
-    assert env.broker.status(job_id) == "claimed"
-    assert await env.broker.claim("thief", max_jobs=1, wait_s=0) == []
+        env.age_leases(HEARTBEAT_TIMEOUT_S / 3)
+    assert env.status(job_id) == "claimed"
+    assert await env.claim("thief") == []
     finish.set()
     await env.client.wait_for(lambda: env.client.count("complete", ok=True) == 1)
     worker.stop()
     await task
-    assert env.broker.status(job_id) == "done"
+    assert env.status(job_id) == "done"
     assert worker.counters.lost == 0
     assert env.client.count("heartbeat", ok=True) >= 12
 
@@ -435,8 +351,7 @@ async def test_lease_lost_cancels_the_async_handler_and_never_completes(env: Env
     worker = env.worker(handler)
     task = start(worker)
     await started.wait()
-    env.broker.age_leases(HEARTBEAT_TIMEOUT_S + 1)  # the heartbeat stops arriving in time
-    (stolen,) = await env.broker.claim("thief", max_jobs=1)
+    stolen = await env.steal()
     await env.beat()
     await cancelled.wait()
     assert callbacks == ["cancelled"]
@@ -447,8 +362,8 @@ async def test_lease_lost_cancels_the_async_handler_and_never_completes(env: Env
     assert env.client.named("complete") == []
     assert env.client.named("fail") == []
     assert env.client.named("release") == []
-    assert env.broker.status(job_id) == "claimed"  # still the thief's
-    await env.broker.complete(stolen)
+    assert env.status(job_id) == "claimed"  # still the thief's
+    await env.broker.client().complete(stolen)
 
 
 async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: Env) -> None:
@@ -470,8 +385,7 @@ async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: En
     worker = env.worker(handler, burst=True)
     task = start(worker)
     await started.wait()
-    env.broker.age_leases(HEARTBEAT_TIMEOUT_S + 1)
-    await env.broker.claim("thief", max_jobs=1)
+    await env.steal()
     await env.beat()
     await callback_ran.wait()
     await task  # burst: the thread returns, nothing left to claim
@@ -481,7 +395,7 @@ async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: En
     assert worker.counters.lost == 1
     assert env.client.named("complete") == []
     assert env.client.named("fail") == []
-    assert env.broker.status(job_id) == "claimed"
+    assert env.status(job_id) == "claimed"
 
 
 async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env) -> None:
@@ -513,9 +427,9 @@ async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env)
     env.clock.advance(20.0)
     await task
     assert stuck_cancelled.is_set()
-    assert env.broker.status(quick) == "done"
-    assert env.broker.status(stuck) == "queued"
-    assert env.broker.attempts(stuck) == 0  # released, not failed
+    assert env.status(quick) == "done"
+    assert env.status(stuck) == "queued"
+    assert env.attempts(stuck) == 0  # released, not failed
     assert worker.counters.released == 1
     assert [c.args[0].id for c in env.client.named("release")] == [stuck]
 
@@ -538,7 +452,7 @@ async def test_outside_cancellation_is_a_graceful_stop(env: Env) -> None:
     finish.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert env.broker.status(job_id) == "done"
+    assert env.status(job_id) == "done"
     assert env.client.named("release") == []
 
 
@@ -558,7 +472,7 @@ async def test_second_cancellation_skips_the_grace_period(env: Env) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert env.broker.status(job_id) == "queued"
+    assert env.status(job_id) == "queued"
     assert worker.counters.released == 1
 
 
@@ -599,8 +513,8 @@ async def test_batch_handler_gets_batches_and_reports_individual_failures(env: E
     failed = {b[0] for b in batches}
     for job_id in ids:
         expected = "queued" if job_id in failed else "done"
-        assert env.broker.status(job_id) == expected
-    assert {env.broker.last_error(i) for i in failed} == {"ValueError: bad segment"}
+        assert env.status(job_id) == expected
+    assert {env.last_error(i) for i in failed} == {"ValueError: bad segment"}
     assert worker.counters.failed == len(batches)
 
 
@@ -613,7 +527,7 @@ async def test_sync_batch_handler_that_raises_fails_every_job(env: Env) -> None:
 
     worker = env.worker(handle, concurrency=3, batch_size=3, burst=True)
     await worker.run()
-    assert [env.broker.last_error(i) for i in ids] == ["RuntimeError: downstream is down"] * 3
+    assert [env.last_error(i) for i in ids] == ["RuntimeError: downstream is down"] * 3
 
 
 async def test_transient_claim_errors_back_off_and_recover(env: Env) -> None:
@@ -630,7 +544,7 @@ async def test_transient_claim_errors_back_off_and_recover(env: Env) -> None:
     env.clock.advance(1.0)
     await task
     assert done.is_set()
-    assert env.broker.status(job_id) == "done"
+    assert env.status(job_id) == "done"
 
 
 async def test_a_dying_side_task_stops_the_worker_and_raises(env: Env) -> None:
@@ -649,7 +563,7 @@ async def test_a_dying_side_task_stops_the_worker_and_raises(env: Env) -> None:
     env.clock.advance(HEARTBEAT_TIMEOUT_S / 3)
     with pytest.raises(RuntimeError, match="client bug"):
         await task
-    assert env.broker.status(job_id) == "queued"  # released on the way out
+    assert env.status(job_id) == "queued"  # released on the way out
     assert worker.counters.released == 1
 
 
