@@ -638,3 +638,35 @@ def test_error_line_is_the_last_traceback_line() -> None:
     assert error_line(KeyError("k")) == "KeyError: 'k'"
     assert error_line(RuntimeError()) == "RuntimeError"
     assert len(error_line(ValueError("x" * 5000))) == 1000
+
+
+async def test_hard_stop_releases_a_stuck_sync_handler_and_reports_its_thread(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    unblock = threading.Event()
+    returned = threading.Event()
+
+    def handler(job: Job) -> None:
+        loop.call_soon_threadsafe(started.set)
+        unblock.wait(timeout=60)
+        returned.set()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    worker.stop(hard=True)
+    await task
+    assert env.status(job_id) == "queued"
+    assert worker.counters.released == 1
+    assert worker.busy_threads == 1  # a thread cannot be killed; the CLI exits around it
+    unblock.set()
+    await asyncio.to_thread(returned.wait, 60)
+    assert env.client.named("complete") == []
+
+
+async def test_default_heartbeat_interval_follows_the_in_process_broker() -> None:
+    config = BrokerConfig(heartbeat_timeout_s=12.0)
+    async with Broker(f"memory://test-worker-{new_id()}", config, clock=ManualClock()) as broker:
+        worker = Worker(broker.client(), lambda job: None)
+        assert worker.heartbeat_interval_s == pytest.approx(4.0)

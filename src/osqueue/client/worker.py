@@ -328,6 +328,23 @@ def _seconds(value: object, field: str, *, positive: bool = False) -> None:
         raise InvalidInput(f"{value!r} is not a finite number of seconds {bound}", field=field)
 
 
+def broker_heartbeat_timeout_s(client: object) -> float:
+    """The broker's heartbeat timeout as ``client`` knows it, else the broker default.
+
+    Clients expose it as ``heartbeat_timeout_s``; an in-process client that does
+    not is asked through its broker's config.
+    """
+    for value in (
+        getattr(client, "heartbeat_timeout_s", None),
+        getattr(
+            getattr(getattr(client, "broker", None), "config", None), "heartbeat_timeout_s", None
+        ),
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return DEFAULT_HEARTBEAT_TIMEOUT_S
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
@@ -435,9 +452,7 @@ class Worker:
         self._clock: Clock = clock or SystemClock()
         self._handlers, self.queues = _resolve_handlers(handlers, config.queues)
         self.worker_id = config.worker_id or default_worker_id()
-        timeout = getattr(client, "heartbeat_timeout_s", None)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            timeout = DEFAULT_HEARTBEAT_TIMEOUT_S
+        timeout = broker_heartbeat_timeout_s(client)
         self.heartbeat_interval_s = config.heartbeat_interval_s or timeout / 3.0
         self.counters = WorkerCounters()
         self._units: set[_Unit] = set()
@@ -448,6 +463,7 @@ class Worker:
         self._tg: asyncio.TaskGroup | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._started = False
+        self._threads = _ThreadCount()
 
     # -- public control
 
@@ -455,6 +471,12 @@ class Worker:
     def running(self) -> int:
         """Jobs held right now (running, settling, or lost but still in a thread)."""
         return sum(len(u.jobs) for u in self._units)
+
+    @property
+    def busy_threads(self) -> int:
+        """Sync handlers still running in a thread; after :meth:`run` these are
+        abandoned (lost or released) handlers that could not be killed."""
+        return self._threads.busy
 
     @property
     def stopping(self) -> bool:
@@ -715,7 +737,7 @@ class Worker:
         else:
             assert self._executor is not None
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self._executor, _call_in, ctx, unit.handler, arg)
+            future = loop.run_in_executor(self._executor, self._threads.run, ctx, unit.handler, arg)
         unit.future = future
         await asyncio.wait({future})
         if unit.context.lost or future.cancelled():
@@ -816,8 +838,21 @@ def _resolve_handlers(
     return handlers, queues or ("default",)
 
 
-def _call_in(ctx: contextvars.Context, handler: Handler, arg: Any) -> object:
-    return ctx.run(handler, arg)
+class _ThreadCount:
+    """Counts sync handlers still running in threads (lost ones included)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.busy = 0
+
+    def run(self, ctx: contextvars.Context, handler: Handler, arg: Any) -> object:
+        with self._lock:
+            self.busy += 1
+        try:
+            return ctx.run(handler, arg)
+        finally:
+            with self._lock:
+                self.busy -= 1
 
 
 async def _await_handler(handler: Handler, arg: Any) -> object:
