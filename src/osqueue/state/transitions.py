@@ -298,8 +298,9 @@ class _Tx:
         gone = [jobs[i] for i in list(self.doc.index.done) if jobs[i].done_version in versions]
         for job in gone:
             self._leave(job)
-        if versions:
-            self.doc.archived_through = max(self.doc.archived_through, max(versions))
+        pruned = [j.done_version for j in gone if j.done_version is not None]
+        if pruned:
+            self.doc.archived_through = max(self.doc.archived_through, *pruned)
         return Removed(tuple(gone))
 
     def restart_heartbeats(self, op: RestartHeartbeats) -> OpResult:

@@ -1,0 +1,388 @@
+"""The broker: group commit, conflicts and ambiguity, lease and takeover, archive."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, deque
+
+import msgspec
+import pytest
+
+import osqueue
+from osqueue.broker.broker import State
+from osqueue.clock import ManualClock
+from osqueue.errors import (
+    CorruptDocument,
+    DocumentGone,
+    InvalidInput,
+    LeaseLost,
+    NotBroker,
+    OutcomeUnknown,
+    ShuttingDown,
+    StorageError,
+)
+from osqueue.state import DOCUMENT_KEY, decode
+from osqueue.storage import MemoryStorage
+from osqueue.storage.port import Blob, Capabilities, Storage
+
+
+class Scripted:
+    """A storage wrapper whose next document writes fail the way a test says.
+
+    ``"error"``: fails before the write applies; ``"lost"``: the write applies
+    but the caller gets OutcomeUnknown; ``"echo"``: the write applies but the
+    caller gets Conflict (a client library's internal retry); ``"gate"``: the
+    write waits for ``gate`` to be set.
+    """
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.script: deque[str] = deque()
+        self.writes = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    async def read(self, key: str) -> Blob:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        action = self.script.popleft() if key == DOCUMENT_KEY and self.script else None
+        if key == DOCUMENT_KEY:
+            await self.gate.wait()
+        if action == "error":
+            raise StorageError("injected: 503 before apply")
+        etag = await self.inner.write(key, data, if_match=if_match)
+        self.writes += key == DOCUMENT_KEY
+        if action == "lost":
+            raise OutcomeUnknown("injected: connection reset after send")
+        if action == "echo":
+            raise osqueue.Conflict("injected: 412 for our own retried write")
+        return etag
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def config(**kw: object) -> osqueue.BrokerConfig:
+    base: dict[str, object] = {"lease_s": 10.0, "heartbeat_timeout_s": 30.0, "retry_base_s": 0.001}
+    base.update(kw)
+    return osqueue.BrokerConfig(**base)  # type: ignore[arg-type]
+
+
+async def stored(storage: Storage) -> osqueue.state.Document:
+    return decode((await storage.read(DOCUMENT_KEY)).data)
+
+
+async def test_concurrent_pushes_share_few_writes_and_all_succeed() -> None:
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config()) as broker:
+        q = broker.client()
+        store.gate.clear()
+        first = asyncio.ensure_future(q.push(b"first"))
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(q.push(b"%d" % i)) for i in range(499)]
+        before = broker.commits
+        store.gate.set()
+        ids = await asyncio.gather(first, *rest)
+        assert len(set(ids)) == 500
+        assert broker.commits - before <= 3
+        doc = await stored(store)
+        assert {j.id for j in doc.jobs.values()} == set(ids)
+
+
+async def test_a_bad_op_fails_alone_in_its_batch() -> None:
+    async with osqueue.Broker(MemoryStorage(), config()) as broker:
+        q = broker.client()
+        results = await asyncio.gather(
+            q.push(b"a"), q.push(b"b", queue="no spaces"), q.push(b"c"), return_exceptions=True
+        )
+        assert isinstance(results[1], InvalidInput)
+        assert results[1].field == "queue"
+        assert isinstance(results[0], str)
+        assert isinstance(results[2], str)
+        assert (await q.stats()).depth == 2
+
+
+async def test_lost_response_is_resolved_as_committed_without_duplicates() -> None:
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config()) as broker:
+        store.script.extend(["lost"])
+        job_id = await broker.client().push(b"x", id="lost-1")
+        doc = await stored(store)
+        assert list(doc.jobs) == [job_id]
+        assert doc.version == broker.document.version
+
+
+async def test_retry_echo_conflict_is_recognised_as_our_own_write() -> None:
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config()) as broker:
+        store.script.extend(["echo"])
+        await broker.client().push(b"x", id="echo-1")
+        assert broker.state is State.SERVING
+        assert list((await stored(store)).jobs) == ["echo-1"]
+
+
+async def test_error_before_apply_is_retried_and_applied_once() -> None:
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config()) as broker:
+        store.script.extend(["error", "error"])
+        await broker.client().push(b"x", id="err-1")
+        doc = await stored(store)
+        assert list(doc.jobs) == ["err-1"]
+        assert doc.stats.pushed == 1
+
+
+async def test_two_brokers_one_steps_down_and_no_acknowledged_push_is_lost() -> None:
+    store = MemoryStorage()
+    acked: list[str] = []
+    a = osqueue.Broker(store, config())
+    await a.start()
+    for i in range(5):
+        acked.append(await a.client().push(b"a", id=f"a{i}"))
+    b = osqueue.Broker(store, config())
+    await b.start()  # takes over: epoch + 1
+    assert b.epoch == a.epoch + 1
+    for i in range(5):
+        acked.append(await b.client().push(b"b", id=f"b{i}"))
+    with pytest.raises(NotBroker):
+        await a.client().push(b"lost?", id="a-late")
+    assert a.state is State.STEPPED_DOWN
+    doc = await stored(store)
+    assert set(acked) <= set(doc.jobs)
+    assert "a-late" not in doc.jobs
+    await b.stop()
+    await a.stop()
+
+
+async def test_standby_takes_over_after_the_lease_runs_out() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    job_id = await active.client().push(b"x")
+    standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not starting.done()
+    active._loop_task.cancel()  # type: ignore[union-attr]  # the active broker dies silently
+    while not starting.done():
+        clock.advance(1.0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+    await starting
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.address == "10.0.0.2:7070"
+    assert job_id in doc.jobs
+    await standby.stop()
+
+
+async def test_zombie_worker_cannot_complete_a_reclaimed_job() -> None:
+    clock = ManualClock()
+    async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
+        q = broker.client()
+        await q.push(b"x")
+        (zombie,) = await q.claim("zombie")
+        clock.advance(31.0)
+        await q.push(b"unrelated", queue="other")  # any commit sweeps stale claims
+        assert broker.document.jobs[zombie.id].status == "queued"
+        clock.advance(2.0)  # past the reclaim backoff
+        (fresh,) = await q.claim("alive")
+        assert fresh.id == zombie.id
+        assert fresh.token > zombie.token
+        with pytest.raises(LeaseLost):
+            await q.complete(zombie)
+        with pytest.raises(LeaseLost):
+            await q.heartbeat(zombie)
+        await q.complete(fresh)
+
+
+async def test_long_poll_claim_answers_right_after_the_commit_that_makes_a_job_claimable() -> None:
+    async with osqueue.Broker(MemoryStorage(), config()) as broker:
+        q = broker.client()
+        waiting = asyncio.ensure_future(q.claim("w", ["later"], wait_s=30.0))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        job_id = await q.push(b"now", queue="later")
+        (job,) = await asyncio.wait_for(waiting, 5.0)
+        assert job.id == job_id
+
+
+async def test_long_poll_wakes_for_a_delayed_job_when_it_comes_due() -> None:
+    clock = ManualClock()
+    async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
+        q = broker.client()
+        await q.push(b"x", delay_s=5.0)
+        waiting = asyncio.ensure_future(q.claim("w", wait_s=60.0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        clock.advance(5.0)
+        (job,) = await asyncio.wait_for(waiting, 5.0)
+        assert job.payload == b"x"
+
+
+async def test_priorities_dead_letters_cancel_and_keys_through_the_client() -> None:
+    async with osqueue.Broker(MemoryStorage(), config(backoff_base_s=0.001)) as broker:
+        q = broker.client()
+        low = await q.push(b"low", priority=5)
+        high = await q.push(b"high", priority=-5)
+        jobs = await q.claim("w", max_jobs=2)
+        assert [j.id for j in jobs] == [high, low]
+        for j in jobs:
+            await q.release(j)
+        poison = await q.push(b"poison", queue="p", max_attempts=2)
+        for _ in range(2):
+            (j,) = await q.claim("w", ["p"], wait_s=5.0)
+            await q.fail(j, error="bad", retry_after_s=0)
+        assert (await q.stats()).queues["p"].dead == 1
+        assert await q.retry_dead([poison]) == 1
+        await q.cancel(poison)
+        await q.push(b"k1", key="unique")
+        with pytest.raises(osqueue.DuplicateKey):
+            await q.push(b"k2", key="unique")
+
+
+async def test_archive_holds_every_completed_job_exactly_once() -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config()) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"%d" % i) for i in range(30)])
+        done = []
+        while len(done) < 30:
+            for job in await q.claim("w", max_jobs=7):
+                await q.complete(job)
+                done.append(job.id)
+    keys = await store.list("archive/")
+    assert keys
+    assert all(k.startswith("archive/date=") and "/hour=" in k for k in keys)
+    archived: Counter[str] = Counter()
+    for key in keys:
+        for line in (await store.get(key)).splitlines():
+            archived[msgspec.json.decode(line)["id"]] += 1
+    assert archived == Counter({i: 1 for i in ids})
+    doc = await stored(store)
+    assert not [j for j in doc.jobs.values() if j.status == "done"]
+
+
+async def test_takeover_archives_inherited_done_jobs_once() -> None:
+    store = MemoryStorage()
+    a = osqueue.Broker(store, config())
+    await a.start()
+    q = a.client()
+    await q.push(b"x", id="inherit-1")
+    (job,) = await q.claim("w")
+    gate = asyncio.Event()
+    original = store.write
+
+    async def blocked(key: str, data: bytes, *, if_match: str | None) -> str:
+        if key.startswith("archive/"):
+            await gate.wait()
+        return await original(key, data, if_match=if_match)
+
+    store.write = blocked  # type: ignore[method-assign]
+    await q.complete(job)  # done in the document; its archive write hangs
+    a._loop_task.cancel()  # type: ignore[union-attr]  # crash before the archive write
+    for t in list(a._side):
+        t.cancel()
+    store.write = original  # type: ignore[method-assign]
+    b = osqueue.Broker(store, config())
+    await b.start()
+    keys = await store.list("archive/")
+    assert len(keys) == 1
+    assert b"inherit-1" in await store.get(keys[0])
+    assert "inherit-1" not in (await stored(store)).jobs
+    await b.stop()
+
+
+async def test_large_payloads_live_under_payloads_and_are_deleted_after_completion() -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(inline_payload_max_bytes=1024)) as broker:
+        q = broker.client()
+        big = bytes(range(256)) * 40
+        job_id = await q.push(big)
+        assert await store.list("payloads/") == [f"payloads/{job_id}"]
+        (job,) = await q.claim("w")
+        assert job.payload == big
+        await q.complete(job)
+    assert await store.list("payloads/") == []
+
+
+async def test_graceful_stop_drains_and_clears_the_address() -> None:
+    store = Scripted(MemoryStorage())
+    broker = osqueue.Broker(store, config(address="127.0.0.1:7070"))
+    await broker.start()
+    store.gate.clear()
+    pending = [asyncio.ensure_future(broker.client().push(b"%d" % i)) for i in range(20)]
+    await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(broker.stop())
+    await asyncio.sleep(0)
+    with pytest.raises(ShuttingDown):
+        await broker.client().push(b"too late")
+    store.gate.set()
+    await stopping
+    ids = await asyncio.gather(*pending)
+    doc = await stored(store)
+    assert set(ids) <= set(doc.jobs)
+    assert doc.broker is not None
+    assert doc.broker.address is None
+    assert broker.state is State.STOPPED
+
+
+async def test_corrupt_document_is_refused_and_left_untouched() -> None:
+    store = MemoryStorage()
+    bad = b'{"format": 1, "version": "seven"}'
+    await store.write(DOCUMENT_KEY, bad, if_match=None)
+    with pytest.raises(CorruptDocument) as info:
+        await osqueue.Broker(store, config()).start()
+    assert info.value.path == "$.version"
+    assert (await store.read(DOCUMENT_KEY)).data == bad
+
+
+async def test_document_deleted_from_outside_stops_the_broker() -> None:
+    store = MemoryStorage()
+    broker = osqueue.Broker(store, config())
+    await broker.start()
+    await broker.client().push(b"x")
+    await store.delete(DOCUMENT_KEY)
+    with pytest.raises(DocumentGone):
+        await broker.client().push(b"y")
+    assert broker.state is State.FAILED
+    with pytest.raises(osqueue.NotFound):
+        await store.read(DOCUMENT_KEY)
+    await broker.stop()
+
+
+async def test_idle_broker_only_writes_to_renew_its_lease() -> None:
+    clock = ManualClock()
+    async with osqueue.Broker(MemoryStorage(), config(lease_s=9.0), clock=clock) as broker:
+        start = broker.commits
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert broker.commits == start
+        clock.advance(3.0)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert broker.commits == start + 1

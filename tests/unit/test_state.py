@@ -1,0 +1,272 @@
+"""The pure transitions: one op at a time, no event loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost, QueueFull
+from osqueue.state import (
+    Cancel,
+    Claimed,
+    ClaimOp,
+    Complete,
+    Counted,
+    Document,
+    Fail,
+    Heartbeat,
+    MarkArchived,
+    Ok,
+    Policy,
+    PurgeDead,
+    Push,
+    Pushed,
+    Release,
+    Removed,
+    RestartHeartbeats,
+    RetryDead,
+    apply,
+    commit,
+    decode,
+    encode,
+)
+
+T0 = 1_800_000_000.0
+
+
+def push(i: int | str, **kw: object) -> Push:
+    return Push(id=f"j{i}", payload=b"p", **kw)  # type: ignore[arg-type]
+
+
+def claim_one(doc: Document, now: float = T0, **kw: object) -> tuple[Document, Claimed]:
+    doc, (res,) = apply(doc, [ClaimOp("w", **kw)], now)  # type: ignore[arg-type]
+    assert isinstance(res, Claimed)
+    return doc, res
+
+
+def test_version_grows_by_one_per_apply_even_when_every_op_fails() -> None:
+    doc = Document.empty()
+    doc, res = apply(doc, [push("bad id")], T0)
+    assert doc.version == 1
+    assert isinstance(res[0], InvalidInput)
+    doc, _ = apply(doc, [], T0)
+    assert doc.version == 2
+
+
+def test_apply_does_not_change_its_input() -> None:
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    before = encode(doc)
+    apply(doc, [ClaimOp("w"), push(2)], T0)
+    assert encode(doc) == before
+
+
+def test_claim_order_is_priority_then_fifo_across_queues() -> None:
+    ops = [
+        push(1, queue="a", priority=5),
+        push(2, queue="b", priority=0),
+        push(3, queue="a", priority=0),
+        push(4, queue="b", priority=-1),
+    ]
+    doc, _ = apply(Document.empty(), ops, T0)
+    doc, res = claim_one(doc, queues=("a", "b"), max_jobs=10)
+    assert [j.id for j in res.jobs] == ["j4", "j2", "j3", "j1"]
+    assert len({j.claim.token for j in res.jobs if j.claim}) == 4
+
+
+def test_delayed_job_is_invisible_until_due() -> None:
+    doc, _ = apply(Document.empty(), [push(1, delay_s=10.0)], T0)
+    doc, res = claim_one(doc, T0 + 9.9)
+    assert res.jobs == ()
+    doc, res = claim_one(doc, T0 + 10.0)
+    assert [j.id for j in res.jobs] == ["j1"]
+
+
+def test_stale_token_cannot_complete_or_heartbeat_after_reclaim() -> None:
+    policy = Policy(heartbeat_timeout_s=30.0, backoff_base_s=0.0)
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, first = claim_one(doc)
+    old = first.jobs[0].claim
+    assert old is not None
+    doc, _ = apply(doc, [], T0 + 31.0, policy)  # the sweep reclaims it
+    assert doc.jobs["j1"].status == "queued"
+    doc, second = claim_one(doc, T0 + 32.0)
+    new = second.jobs[0].claim
+    assert new is not None
+    assert new.token > old.token
+    doc, res = apply(doc, [Complete("j1", old.token), Heartbeat("j1", old.token)], T0 + 33, policy)
+    assert all(isinstance(r, LeaseLost) for r in res)
+    doc, res = apply(doc, [Complete("j1", new.token)], T0 + 34, policy)
+    assert res == [Ok()]
+    assert doc.jobs["j1"].status == "done"
+
+
+def test_heartbeat_keeps_a_claim_alive() -> None:
+    policy = Policy(heartbeat_timeout_s=30.0)
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, res = claim_one(doc)
+    token = res.jobs[0].claim.token  # type: ignore[union-attr]
+    for t in (20, 40, 60):
+        doc, out = apply(doc, [Heartbeat("j1", token)], T0 + t, policy)
+        assert out == [Ok()]
+    assert doc.jobs["j1"].status == "claimed"
+
+
+def test_fail_backs_off_then_dead_letters_at_max_attempts() -> None:
+    policy = Policy(backoff_base_s=2.0, backoff_cap_s=5.0)
+    doc, _ = apply(Document.empty(), [push(1, max_attempts=3)], T0)
+    now = T0
+    delays = []
+    for _ in range(3):
+        doc, res = claim_one(doc, now + 100)
+        now += 100
+        job = res.jobs[0]
+        doc, _ = apply(doc, [Fail(job.id, job.claim.token, "boom")], now, policy)  # type: ignore[union-attr]
+        stored = doc.jobs["j1"]
+        if stored.run_at is not None:
+            delays.append(stored.run_at.timestamp() - now)
+    assert delays == [2.0, 4.0]
+    assert doc.jobs["j1"].status == "dead"
+    assert doc.jobs["j1"].last_error == "boom"
+    assert doc.stats.dead == 1
+
+
+def test_fail_with_retry_after_overrides_backoff() -> None:
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, res = claim_one(doc)
+    job = res.jobs[0]
+    doc, _ = apply(doc, [Fail("j1", job.claim.token, "later", retry_after_s=7.5)], T0)  # type: ignore[union-attr]
+    assert doc.jobs["j1"].run_at is not None
+    assert doc.jobs["j1"].run_at.timestamp() == T0 + 7.5
+
+
+def test_release_gives_the_job_back_without_counting_an_attempt() -> None:
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, res = claim_one(doc)
+    doc, out = apply(doc, [Release("j1", res.jobs[0].claim.token)], T0)  # type: ignore[union-attr]
+    assert out == [Ok()]
+    assert doc.jobs["j1"].attempts == 0
+    assert doc.jobs["j1"].status == "queued"
+
+
+def test_retried_push_with_same_id_is_applied_once_even_after_the_job_left() -> None:
+    doc, res = apply(Document.empty(), [push(1), push(1)], T0)
+    assert res == [Pushed("j1", True), Pushed("j1", False)]
+    doc, c = claim_one(doc)
+    doc, _ = apply(doc, [Complete("j1", c.jobs[0].claim.token)], T0)  # type: ignore[union-attr]
+    doc, _ = apply(doc, [MarkArchived((doc.version,))], T0)
+    assert "j1" not in doc.jobs
+    doc, res = apply(doc, [push(1)], T0 + 5)
+    assert res == [Pushed("j1", False)]
+    assert "j1" not in doc.jobs
+
+
+def test_idempotency_key_rejects_a_second_live_job() -> None:
+    doc, res = apply(Document.empty(), [push(1, key="k"), push(2, key="k")], T0)
+    assert isinstance(res[1], DuplicateKey)
+    assert res[1].existing_id == "j1"
+    doc, _ = apply(doc, [Cancel("j1")], T0)
+    doc, res = apply(doc, [push(3, key="k")], T0)
+    assert res == [Pushed("j3", True)]
+
+
+def test_one_bad_op_fails_alone() -> None:
+    ops = [push(1), Push(id="j2", payload=b"x", queue=""), push(3), Complete("nope", 1)]
+    doc, res = apply(Document.empty(), ops, T0)
+    assert isinstance(res[0], Pushed)
+    assert isinstance(res[1], InvalidInput)
+    assert res[1].field == "queue"
+    assert isinstance(res[2], Pushed)
+    assert isinstance(res[3], LeaseLost)
+    assert set(doc.jobs) == {"j1", "j3"}
+
+
+@pytest.mark.parametrize(
+    ("op", "field"),
+    [
+        (Push(id="", payload=b""), "id"),
+        (Push(id="x" * 65, payload=b""), "id"),
+        (Push(id="a", payload=b"", priority=2**40), "priority"),
+        (Push(id="a", payload=b"", delay_s=-1.0), "delay_s"),
+        (Push(id="a", payload=b"", delay_s=float("nan")), "delay_s"),
+        (Push(id="a", payload=b"", max_attempts=0), "max_attempts"),
+        (Push(id="a", payload=b"x" * 300_000), "payload"),
+        (ClaimOp("", ("q",)), "worker"),
+        (ClaimOp("w", ()), "queues"),
+        (ClaimOp("w", ("bad queue",)), "queues[0]"),
+        (ClaimOp("w", ("q",), max_jobs=0), "max_jobs"),
+        (Fail("a", 1, retry_after_s=-3.0), "retry_after_s"),
+        (Heartbeat("a", 0), "token"),
+    ],
+)
+def test_bad_input_names_the_field_and_changes_nothing(op: object, field: str) -> None:
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    new, (res,) = apply(doc, [op], T0)  # type: ignore[list-item]
+    assert isinstance(res, InvalidInput)
+    assert res.field == field
+    assert field in str(res)
+    assert list(new.jobs.items()) == list(doc.jobs.items())
+
+
+def test_cancel_and_dead_letter_admin() -> None:
+    doc, _ = apply(Document.empty(), [push(1, max_attempts=1), push(2)], T0)
+    doc, c = claim_one(doc)
+    doc, _ = apply(doc, [Fail("j1", c.jobs[0].claim.token, "x")], T0)  # type: ignore[union-attr]
+    assert doc.jobs["j1"].status == "dead"
+    doc, res = apply(doc, [RetryDead(("j1",))], T0)
+    assert res == [Counted(1)]
+    assert doc.jobs["j1"].status == "queued"
+    doc, res = apply(doc, [Cancel("j2"), Cancel("missing")], T0)
+    assert isinstance(res[0], Removed)
+    assert isinstance(res[1], JobNotFound)
+    doc, c = claim_one(doc)
+    doc, _ = apply(doc, [Fail("j1", c.jobs[0].claim.token, "x")], T0)  # type: ignore[union-attr]
+    doc, res = apply(doc, [PurgeDead(None)], T0)
+    assert isinstance(res[0], Removed)
+    assert len(res[0].jobs) == 1
+    assert doc.jobs == {}
+
+
+def test_restart_heartbeats_gives_claims_a_fresh_timeout_after_takeover() -> None:
+    policy = Policy(heartbeat_timeout_s=30.0)
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, _ = claim_one(doc)
+    doc, _ = apply(doc, [RestartHeartbeats()], T0 + 29, policy)
+    doc, _ = apply(doc, [], T0 + 45, policy)
+    assert doc.jobs["j1"].status == "claimed"
+    doc, _ = apply(doc, [], T0 + 60, policy)
+    assert doc.jobs["j1"].status == "queued"
+
+
+def test_document_size_cap_refuses_pushes_and_keeps_queued_jobs() -> None:
+    policy = Policy(max_document_bytes=4000)
+    doc, res = apply(Document.empty(), [push(i) for i in range(50)], T0, policy)
+    accepted = [r for r in res if isinstance(r, Pushed)]
+    refused = [r for r in res if isinstance(r, QueueFull)]
+    assert accepted
+    assert refused
+    assert len(accepted) + len(refused) == 50
+    assert set(doc.jobs) == {r.id for r in accepted}
+    assert len(encode(doc)) <= 4000
+
+
+def test_completed_job_leaves_only_after_its_version_is_archived() -> None:
+    doc, _ = apply(Document.empty(), [push(1)], T0)
+    doc, c = claim_one(doc)
+    t = commit(doc, [Complete("j1", c.jobs[0].claim.token)], T0)  # type: ignore[union-attr]
+    assert [j.id for j in t.completed] == ["j1"]
+    done_version = t.doc.version
+    assert t.doc.jobs["j1"].done_version == done_version
+    doc, _ = apply(t.doc, [MarkArchived((done_version + 99,))], T0)
+    assert "j1" in doc.jobs
+    doc, _ = apply(doc, [MarkArchived((done_version,))], T0)
+    assert "j1" not in doc.jobs
+    assert doc.archived_through == done_version
+
+
+def test_round_trip_is_exact() -> None:
+    ops = [push(1, key="k", priority=-3, delay_s=2.5), push(2, queue="email"), push(3)]
+    doc, _ = apply(Document.empty(), ops, T0)
+    doc, _ = claim_one(doc, queues=("email",))
+    data = encode(doc)
+    back = decode(data)
+    assert back == doc
+    assert encode(back) == data
