@@ -5,8 +5,9 @@ Two halves, both enforced before anything reaches the broker:
 * :class:`Limits` and :class:`RequestChecker` bound every request's shape:
   batch sizes, payload bytes, string lengths, times.  A violation is
   :class:`~osqueue.errors.InvalidInput` naming the field (``jobs[3].payload``);
-  the format rules (which characters an id may hold) are the broker's, checked
-  again there.
+  the format rules (which characters an id may hold) are the document's
+  (:mod:`osqueue.state.validate`), applied here too so a bad item never
+  reaches the broker.
 * :class:`Admission` bounds the calls and request bytes in flight per
   connection and in total.  Past a bound the call is refused at once with
   ``RESOURCE_EXHAUSTED``, so a client that floods the broker is pushed back
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from osqueue.client.api import NewJob
 from osqueue.errors import InvalidInput, ResourceExhausted
 from osqueue.server._pb import queue_pb2 as pb
+from osqueue.state import validate
 
 MIB = 1024 * 1024
 
@@ -118,12 +120,24 @@ class RequestChecker:
         return value
 
     def job_id(self, value: str, field: str) -> str:
-        return self.text(value, field, self.limits.max_id_chars)
+        self.text(value, field, self.limits.max_id_chars)
+        return validate.job_id(value, field)
+
+    def queue(self, value: str, field: str) -> str:
+        self.text(value, field, self.limits.max_queue_chars)
+        return validate.queue_name(value, field)
 
     def token(self, value: int, field: str) -> int:
-        if value <= 0:
-            raise InvalidInput(f"{value} is not a claim token (tokens are > 0)", field=field)
-        return value
+        return validate.token(value, field)
+
+    def dead(self, request: pb.DeadRequest) -> tuple[str, ...] | None:
+        """The ids a RetryDead/PurgeDead request names (None: every dead job)."""
+        if request.all:
+            if request.ids:
+                raise InvalidInput("give ids or all, not both", field="ids")
+            return None
+        self.batch(len(request.ids), "ids")
+        return tuple(self.job_id(job_id, f"ids[{i}]") for i, job_id in enumerate(request.ids))
 
     # ---------------------------------------------------------------- items
 
@@ -131,7 +145,7 @@ class RequestChecker:
         """Check one pushed job; ``field`` is its position (``jobs[3]``)."""
         lim = self.limits
         self.job_id(job.id, f"{field}.id")
-        self.text(job.queue, f"{field}.queue", lim.max_queue_chars)
+        self.queue(job.queue, f"{field}.queue")
         if len(job.payload) > lim.max_payload_bytes:
             raise InvalidInput(
                 f"is {len(job.payload)} bytes; at most {lim.max_payload_bytes}",
@@ -141,6 +155,7 @@ class RequestChecker:
         key = job.key if job.HasField("key") else None
         if key is not None:
             self.text(key, f"{field}.key", lim.max_key_chars)
+            validate.key(key, f"{field}.key")
         max_attempts = job.max_attempts if job.HasField("max_attempts") else 5
         if not 1 <= max_attempts <= lim.max_attempts:
             raise InvalidInput(
@@ -176,6 +191,7 @@ class RequestChecker:
     def claim(self, request: pb.ClaimRequest) -> None:
         lim = self.limits
         self.text(request.worker, "worker", lim.max_worker_chars)
+        validate.worker_name(request.worker, "worker")
         if not request.queues:
             raise InvalidInput("is empty; name at least one queue", field="queues")
         if len(request.queues) > lim.max_queues_per_claim:
@@ -184,7 +200,7 @@ class RequestChecker:
                 field="queues",
             )
         for i, queue in enumerate(request.queues):
-            self.text(queue, f"queues[{i}]", lim.max_queue_chars)
+            self.queue(queue, f"queues[{i}]")
         if not 1 <= request.max_jobs <= lim.max_batch:
             raise InvalidInput(
                 f"{request.max_jobs} is outside [1, {lim.max_batch}]", field="max_jobs"

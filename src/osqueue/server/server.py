@@ -138,8 +138,12 @@ class RunningServer:
         await self.stop()
 
 
-async def serve(client: QueueClient, config: ServerConfig | None = None) -> RunningServer:
-    """Serve ``client`` over gRPC; return once the server listens."""
+async def serve(client: QueueClient | None, config: ServerConfig | None = None) -> RunningServer:
+    """Serve ``client`` over gRPC; return once the server listens.
+
+    With ``client=None`` every call is answered ``UNAVAILABLE`` until a client
+    is attached with ``running.service.attach(client)``.
+    """
     config = config or ServerConfig()
     host, _ = split_host_port(config.listen)
     token = resolve_token(config.token, config.token_file)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.client.api import Job, NewJob, QueueClient, Stats
+from osqueue.client.api import Job, NewJob, QueueClient
 from osqueue.errors import (
     BrokerUnavailable,
     InvalidInput,
@@ -35,6 +35,7 @@ from osqueue.errors import (
     Unauthenticated,
 )
 from osqueue.server._pb import queue_pb2 as pb
+from osqueue.server.convert import job_from_ref, job_to_pb, stats_to_pb
 from osqueue.server.limits import Admission, Limits, RequestChecker
 from osqueue.server.status import OK, grpc_code, to_status, trailers
 
@@ -61,65 +62,79 @@ _CALL_LEVEL: tuple[type[OsqueueError], ...] = (
 #: Bytes a job adds to a ClaimResponse beyond its payload (generous upper bound).
 _JOB_OVERHEAD_BYTES = 1024
 
-
-def job_to_pb(job: Job) -> pb.Job:
-    msg = pb.Job(
-        id=job.id,
-        queue=job.queue,
-        payload=job.payload,
-        attempts=job.attempts,
-        max_attempts=job.max_attempts,
-        token=job.token,
-        priority=job.priority,
-        created_at=job.created_at,
-    )
-    if job.key is not None:
-        msg.key = job.key
-    return msg
+Outcomes = Sequence[object]  # per item: a value, None, or the exception it got
 
 
-def job_from_ref(ref: pb.JobRef) -> Job:
-    """A :class:`Job` that names a claim: its id and token (all later calls use)."""
-    return Job(id=ref.id, queue="", payload=b"", attempts=0, max_attempts=1, token=ref.token)
+# Optional abilities a client may have beyond QueueClient (the in-process client
+# has them): a whole batch in one call, and the dead-letter administration.
+@runtime_checkable
+class BatchPush(Protocol):
+    async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]: ...
 
 
-def stats_to_pb(stats: Stats) -> pb.StatsResponse:
-    msg = pb.StatsResponse(
-        version=stats.version,
-        pushed=stats.pushed,
-        completed=stats.completed,
-        dead=stats.dead,
-        claimed=stats.claimed,
-        broker_epoch=stats.broker_epoch,
-        document_bytes=stats.document_bytes,
-    )
-    for name, q in stats.queues.items():
-        entry = msg.queues[name]
-        entry.depth, entry.claimed, entry.dead, entry.delayed = (
-            q.depth,
-            q.claimed,
-            q.dead,
-            q.delayed,
-        )
-        if q.oldest_age_s is not None:
-            entry.oldest_age_s = q.oldest_age_s
-    if stats.broker_id is not None:
-        msg.broker_id = stats.broker_id
-    if stats.broker_address is not None:
-        msg.broker_address = stats.broker_address
-    if stats.lease_until is not None:
-        msg.lease_until = stats.lease_until
-    return msg
+@runtime_checkable
+class BatchHolder(Protocol):
+    async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]: ...
+
+    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]: ...
+
+
+@runtime_checkable
+class DeadAdmin(Protocol):
+    async def retry_dead(self, ids: Sequence[str] | None = None) -> int: ...
+
+    async def purge_dead(self, ids: Sequence[str] | None = None) -> int: ...
+
+
+def _gathering(
+    call: Callable[[Prepared], Awaitable[object]],
+) -> Callable[[list[Prepared]], Awaitable[Outcomes]]:
+    """Run ``call`` on every item concurrently (the broker commits them together)."""
+
+    async def run(items: list[Prepared]) -> Outcomes:
+        return await asyncio.gather(*(call(item) for item in items), return_exceptions=True)
+
+    return run
 
 
 class QueueService:
     """Serves ``osqueue.v1.Queue`` by calling ``client``."""
 
-    def __init__(self, client: QueueClient, limits: Limits | None = None) -> None:
-        self.client = client
+    def __init__(self, client: QueueClient | None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.check = RequestChecker(self.limits)
         self.admission = Admission(self.limits)
+        self._client: QueueClient | None = None
+        self._push_all: Callable[[list[NewJob]], Awaitable[Outcomes]]
+        self._heartbeat_all: Callable[[list[Job]], Awaitable[Outcomes]]
+        self._complete_all: Callable[[list[Job]], Awaitable[Outcomes]]
+        if client is not None:
+            self.attach(client)
+
+    def attach(self, client: QueueClient) -> None:
+        """Serve ``client`` from now on (a server may start before its broker does)."""
+        if isinstance(client, BatchPush):
+            self._push_all = client.push_results
+        else:
+            self._push_all = _gathering(self._push_one)
+        if isinstance(client, BatchHolder):
+            self._heartbeat_all = client.heartbeat_many
+            self._complete_all = client.complete_many
+        else:
+            self._heartbeat_all = _gathering(client.heartbeat)
+            self._complete_all = _gathering(client.complete)
+        self._client = client
+
+    def _ensure_serving(self) -> None:
+        if self._client is None:
+            raise BrokerUnavailable("this broker is not serving yet (starting or standing by)")
+
+    @property
+    def client(self) -> QueueClient:
+        """The client served; ``BrokerUnavailable`` (UNAVAILABLE) until one is attached."""
+        if self._client is None:
+            raise BrokerUnavailable("this broker is not serving yet (starting or standing by)")
+        return self._client
 
     # ------------------------------------------------------------------ wiring
 
@@ -135,6 +150,8 @@ class QueueService:
             "Release": self._unary(pb.JobRefsRequest, self.release, pb.ResultsResponse),
             "Cancel": self._unary(pb.CancelRequest, self.cancel, pb.ResultsResponse),
             "Stats": self._unary(pb.StatsRequest, self.stats, pb.StatsResponse),
+            "RetryDead": self._unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
+            "PurgeDead": self._unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 
@@ -147,6 +164,7 @@ class QueueService:
         async def handle(raw: bytes, context: Context) -> Resp:
             try:
                 with self.admission.admit(context.peer(), len(raw)):
+                    self._ensure_serving()
                     return await method(_parse(request_type, raw), context)
             except grpc.aio.AbortError:
                 raise
@@ -168,6 +186,7 @@ class QueueService:
         async def handle(raw: bytes, context: Context) -> AsyncIterator[Resp]:
             try:
                 with self.admission.admit(context.peer(), len(raw)):
+                    self._ensure_serving()
                     async for response in method(_parse(request_type, raw), context):
                         yield response
             except grpc.aio.AbortError:
@@ -188,21 +207,24 @@ class QueueService:
         field: str,
         items: Sequence[Item],
         prepare: Callable[[Item, str], Prepared],
-        call: Callable[[Prepared], Awaitable[object]],
+        run: Callable[[list[Prepared]], Awaitable[Outcomes]],
     ) -> list[pb.Status]:
-        """Check, then run, every item; one Status per item in order."""
+        """Check every item, run the good ones as one batch; one Status per item."""
         self.check.batch(len(items), field)
         statuses: list[pb.Status] = [OK] * len(items)
-        runs: list[tuple[int, Awaitable[object]]] = []
+        positions: list[int] = []
+        prepared: list[Prepared] = []
         for i, item in enumerate(items):
             try:
-                prepared = prepare(item, f"{field}[{i}]")
+                prepared.append(prepare(item, f"{field}[{i}]"))
             except InvalidInput as exc:
                 statuses[i] = to_status(exc)
             else:
-                runs.append((i, call(prepared)))
-        outcomes = await asyncio.gather(*(run for _, run in runs), return_exceptions=True)
-        for (i, _), outcome in zip(runs, outcomes, strict=True):
+                positions.append(i)
+        if not prepared:
+            return statuses
+        outcomes = await run(prepared)
+        for i, outcome in zip(positions, outcomes, strict=True):
             if isinstance(outcome, OsqueueError):
                 statuses[i] = to_status(outcome, field_prefix=f"{field}[{i}]")
             elif isinstance(outcome, BaseException):
@@ -212,13 +234,13 @@ class QueueService:
                     extra={"action": "item_failed", "field": f"{field}[{i}]"},
                 )
                 statuses[i] = to_status(OsqueueError(f"internal error: {outcome!r}"))
-        _raise_if_call_level(outcomes, len(runs) == len(items))
+        _raise_if_call_level(outcomes, len(positions) == len(items))
         return statuses
 
     # ------------------------------------------------------------------ RPCs
 
     async def push(self, request: pb.PushRequest, context: Context) -> pb.PushResponse:
-        statuses = await self._each("jobs", request.jobs, self.check.new_job, self._push_one)
+        statuses = await self._each("jobs", request.jobs, self.check.new_job, self._push_all)
         return pb.PushResponse(
             results=[
                 pb.PushResult(id=job.id, status=status)
@@ -310,15 +332,17 @@ class QueueService:
         return job_from_ref(ref)
 
     async def heartbeat(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._ref, self.client.heartbeat)
+        statuses = await self._each("jobs", request.jobs, self._ref, self._heartbeat_all)
         return pb.ResultsResponse(results=statuses)
 
     async def complete(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._ref, self.client.complete)
+        statuses = await self._each("jobs", request.jobs, self._ref, self._complete_all)
         return pb.ResultsResponse(results=statuses)
 
     async def release(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._ref, self.client.release)
+        statuses = await self._each(
+            "jobs", request.jobs, self._ref, _gathering(self.client.release)
+        )
         return pb.ResultsResponse(results=statuses)
 
     def _fail_item(self, item: pb.FailItem, field: str) -> tuple[Job, str, float | None]:
@@ -330,15 +354,37 @@ class QueueService:
         await self.client.fail(job, error=error, retry_after_s=retry_after_s)
 
     async def fail(self, request: pb.FailRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("items", request.items, self._fail_item, self._fail_one)
+        statuses = await self._each(
+            "items", request.items, self._fail_item, _gathering(self._fail_one)
+        )
         return pb.ResultsResponse(results=statuses)
 
     async def cancel(self, request: pb.CancelRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("ids", request.ids, self.check.job_id, self.client.cancel)
+        statuses = await self._each(
+            "ids", request.ids, self.check.job_id, _gathering(self.client.cancel)
+        )
         return pb.ResultsResponse(results=statuses)
 
     async def stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
         return stats_to_pb(await self.client.stats())
+
+    async def _dead_admin(self, context: Context) -> DeadAdmin:
+        if isinstance(self.client, DeadAdmin):
+            return self.client
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "this broker's client has no dead-letter administration"
+        )
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
+        ids = self.check.dead(request)
+        admin = await self._dead_admin(context)
+        return pb.CountResponse(count=await admin.retry_dead(ids))
+
+    async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
+        ids = self.check.dead(request)
+        admin = await self._dead_admin(context)
+        return pb.CountResponse(count=await admin.purge_dead(ids))
 
 
 # ---------------------------------------------------------------------- helpers

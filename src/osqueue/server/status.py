@@ -47,7 +47,19 @@ def _duplicate(status: pb.Status) -> errors.OsqueueError:
 
 
 def _not_broker(status: pb.Status) -> errors.OsqueueError:
-    return errors.NotBroker(status.message or None, address=status.broker_address or None)
+    return errors.NotBroker(
+        status.message or None,
+        address=status.broker_address or None,
+        maybe_committed=status.maybe_committed,
+    )
+
+
+def _storage(status: pb.Status) -> errors.OsqueueError:
+    return errors.StorageError(status.message or None)
+
+
+def _corrupt(status: pb.Status) -> errors.OsqueueError:
+    return errors.CorruptDocument(status.message or None)
 
 
 _S = grpc.StatusCode
@@ -82,6 +94,9 @@ _KINDS: tuple[_Kind, ...] = (
     _Kind(
         errors.MaybeCommitted, pb.REASON_MAYBE_COMMITTED, _S.UNKNOWN, _plain(errors.MaybeCommitted)
     ),
+    _Kind(errors.DocumentGone, pb.REASON_DOCUMENT_GONE, _S.DATA_LOSS, _plain(errors.DocumentGone)),
+    _Kind(errors.CorruptDocument, pb.REASON_CORRUPT_DOCUMENT, _S.DATA_LOSS, _corrupt),
+    _Kind(errors.StorageError, pb.REASON_STORAGE_ERROR, _S.UNAVAILABLE, _storage),
 )
 _BY_ERROR: dict[type[errors.OsqueueError], _Kind] = {k.error: k for k in _KINDS}
 _BY_REASON: dict[int, _Kind] = {int(k.reason): k for k in _KINDS}
@@ -119,8 +134,9 @@ def to_status(exc: errors.OsqueueError, *, field_prefix: str = "") -> pb.Status:
             status.message = f"{status.field}: {_strip_field(exc.message, exc.field)}"
     elif isinstance(exc, errors.DuplicateKey) and exc.existing_id:
         status.existing_id = exc.existing_id
-    elif isinstance(exc, errors.NotBroker) and exc.address:
-        status.broker_address = exc.address
+    elif isinstance(exc, errors.NotBroker):
+        status.broker_address = exc.address or ""
+        status.maybe_committed = exc.maybe_committed
     return status
 
 

@@ -97,6 +97,9 @@ class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reason.ValueTy
     REASON_BROKER_UNAVAILABLE: _Reason.ValueType  # 10
     REASON_MAYBE_COMMITTED: _Reason.ValueType  # 11
     REASON_INTERNAL: _Reason.ValueType  # 12
+    REASON_DOCUMENT_GONE: _Reason.ValueType  # 13
+    REASON_CORRUPT_DOCUMENT: _Reason.ValueType  # 14
+    REASON_STORAGE_ERROR: _Reason.ValueType  # 15
 
 class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
     """Which osqueue error an unsuccessful Status stands for (finer than Code:
@@ -116,6 +119,9 @@ REASON_UNAUTHENTICATED: Reason.ValueType  # 9
 REASON_BROKER_UNAVAILABLE: Reason.ValueType  # 10
 REASON_MAYBE_COMMITTED: Reason.ValueType  # 11
 REASON_INTERNAL: Reason.ValueType  # 12
+REASON_DOCUMENT_GONE: Reason.ValueType  # 13
+REASON_CORRUPT_DOCUMENT: Reason.ValueType  # 14
+REASON_STORAGE_ERROR: Reason.ValueType  # 15
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
 
 @_typing.final
@@ -130,6 +136,7 @@ class Status(_message.Message):
     FIELD_FIELD_NUMBER: _builtins.int
     EXISTING_ID_FIELD_NUMBER: _builtins.int
     BROKER_ADDRESS_FIELD_NUMBER: _builtins.int
+    MAYBE_COMMITTED_FIELD_NUMBER: _builtins.int
     code: Global___Code.ValueType
     reason: Global___Reason.ValueType
     message: _builtins.str
@@ -139,6 +146,10 @@ class Status(_message.Message):
     """The live job holding the key (DuplicateKey)."""
     broker_address: _builtins.str
     """Where the broker is now (NotBroker); empty if unknown."""
+    maybe_committed: _builtins.bool
+    """The operation was sent to storage but never confirmed: it may have been
+    applied (NotBroker after a lost write).
+    """
     def __init__(
         self,
         *,
@@ -148,10 +159,11 @@ class Status(_message.Message):
         field: _builtins.str = ...,
         existing_id: _builtins.str = ...,
         broker_address: _builtins.str = ...,
+        maybe_committed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "code", b"code", "existing_id", b"existing_id", "field", b"field", "message", b"message", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "code", b"code", "existing_id", b"existing_id", "field", b"field", "maybe_committed", b"maybe_committed", "message", b"message", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -628,3 +640,47 @@ class StatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_until) -> _WhichOneofReturnType__lease_until | None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class DeadRequest(_message.Message):
+    """Dead-lettered jobs to act on: the ids given, or every dead job when all is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    all: _builtins.bool
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "ids", b"ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeadRequest: _TypeAlias = DeadRequest  # noqa: Y015
+
+@_typing.final
+class CountResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountResponse: _TypeAlias = CountResponse  # noqa: Y015

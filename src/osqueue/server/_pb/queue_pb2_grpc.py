@@ -79,6 +79,16 @@ class QueueStub:
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.StatsRequest.SerializeToString,
                 response_deserializer=osqueue_dot_v1_dot_queue__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.RetryDead = channel.unary_unary(
+                '/osqueue.v1.Queue/RetryDead',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+                _registered_method=True)
+        self.PurgeDead = channel.unary_unary(
+                '/osqueue.v1.Queue/PurgeDead',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -148,6 +158,20 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RetryDead(self, request, context):
+        """Put dead-lettered jobs back in their queues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeDead(self, request, context):
+        """Delete dead-lettered jobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +219,16 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.StatsRequest.FromString,
                     response_serializer=osqueue_dot_v1_dot_queue__pb2.StatsResponse.SerializeToString,
+            ),
+            'RetryDead': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryDead,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
+            ),
+            'PurgeDead': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeDead,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +474,60 @@ class Queue:
             '/osqueue.v1.Queue/Stats',
             osqueue_dot_v1_dot_queue__pb2.StatsRequest.SerializeToString,
             osqueue_dot_v1_dot_queue__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryDead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/RetryDead',
+            osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeDead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/PurgeDead',
+            osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
             options,
             channel_credentials,
             insecure,

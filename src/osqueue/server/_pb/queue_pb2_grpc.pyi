@@ -64,6 +64,10 @@ class QueueStub:
     """Remove live jobs by id."""
     Stats: _grpc.UnaryUnaryMultiCallable[_queue_pb2.StatsRequest, _queue_pb2.StatsResponse]
     """A snapshot of the queue document."""
+    RetryDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]
+    """Put dead-lettered jobs back in their queues."""
+    PurgeDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]
+    """Delete dead-lettered jobs."""
 
 @_typing.type_check_only
 class QueueAsyncStub(QueueStub):
@@ -88,6 +92,10 @@ class QueueAsyncStub(QueueStub):
     """Remove live jobs by id."""
     Stats: _aio.UnaryUnaryMultiCallable[_queue_pb2.StatsRequest, _queue_pb2.StatsResponse]  # type: ignore[assignment]
     """A snapshot of the queue document."""
+    RetryDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
+    """Put dead-lettered jobs back in their queues."""
+    PurgeDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
+    """Delete dead-lettered jobs."""
 
 class QueueServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -163,5 +171,21 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.StatsResponse, _abc.Awaitable[_queue_pb2.StatsResponse]]:
         """A snapshot of the queue document."""
+
+    @_abc_1.abstractmethod
+    def RetryDead(
+        self,
+        request: _queue_pb2.DeadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
+        """Put dead-lettered jobs back in their queues."""
+
+    @_abc_1.abstractmethod
+    def PurgeDead(
+        self,
+        request: _queue_pb2.DeadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
+        """Delete dead-lettered jobs."""
 
 def add_QueueServicer_to_server(servicer: QueueServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,245 @@
+"""A broker served over gRPC: what ``osqueue broker URL`` runs.
+
+Order matters.  The gRPC server binds first (so the port is known when
+``listen`` asks for port 0, and so it already listens when the broker writes
+its address into the document); until the broker serves, calls are answered
+``UNAVAILABLE``.  Then the broker starts: at once, or, as a standby, when the
+lease of the active broker runs out.  On SIGTERM/SIGINT the broker drains
+(stops taking ops, flushes, clears its address and lease), then the server
+stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+from dataclasses import replace
+from types import TracebackType
+
+from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker.broker import State
+from osqueue.errors import NotBroker, OsqueueError
+from osqueue.server.limits import Limits
+from osqueue.server.server import RunningServer, ServerConfig, serve, split_host_port
+
+log = logging.getLogger(__name__)
+
+
+def advertised_address(listen: str, port: int, advertise: str | None) -> str:
+    """The ``host:port`` clients should use: ``advertise``, else the bound address.
+
+    A wildcard listen address (``0.0.0.0``, ``[::]``) is not reachable as such;
+    the machine's host name is advertised instead.
+    """
+    if advertise:
+        split_host_port(advertise, "advertise")
+        return advertise
+    host, _ = split_host_port(listen)
+    wildcard = host in ("", "*")
+    with contextlib.suppress(ValueError):
+        wildcard = wildcard or ipaddress.ip_address(host).is_unspecified
+    if wildcard:
+        host = socket.getfqdn()
+        log.warning(
+            "listening on a wildcard address; advertising the host name (use --advertise "
+            "to choose)",
+            extra={"action": "advertise", "host": host},
+        )
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+class BrokerServer:
+    """A :class:`~osqueue.Broker` and the gRPC server in front of it."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        listen: str = "127.0.0.1:7070",
+        advertise: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        insecure: bool = False,
+        standby: bool = False,
+        broker_config: BrokerConfig | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.url = url
+        self.advertise = advertise
+        self.standby = standby
+        self.broker_config = broker_config or BrokerConfig()
+        self.server_config = ServerConfig(
+            listen=listen,
+            token=token,
+            token_file=token_file,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            insecure=insecure,
+            limits=limits or Limits(),
+        )
+        self.server: RunningServer | None = None
+        self.broker: Broker | None = None
+        self.address: str | None = None
+        self._serving = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        if self.server is None:
+            raise OsqueueError("the server is not listening yet")
+        return self.server.port
+
+    async def listen(self) -> None:
+        """Bind the gRPC server (answering UNAVAILABLE) and create the broker."""
+        if self.server is not None:
+            return
+        self.server = await serve(None, self.server_config)
+        self.address = advertised_address(
+            self.server_config.listen, self.server.port, self.advertise
+        )
+        config = replace(self.broker_config, address=self.address)
+        self.broker = Broker(self.url, config, standby=self.standby)
+
+    async def start(self) -> None:
+        """Listen, then start the broker (a standby returns once it took over)."""
+        await self.listen()
+        assert self.server is not None
+        assert self.broker is not None
+        try:
+            await self.broker.start()
+        except BaseException:
+            await self.server.stop(0)
+            raise
+        self.server.service.attach(self.broker.client())
+        self._serving.set()
+        log.info(
+            "broker serving over gRPC",
+            extra={"action": "serve", "address": self.address, "broker": self.broker.id},
+        )
+
+    async def wait_serving(self) -> None:
+        await self._serving.wait()
+
+    async def wait_closed(self) -> None:
+        """Return when the broker stops for any reason (stop, step-down, failure)."""
+        assert self.broker is not None
+        await self.broker.wait_closed()
+
+    async def stop(self) -> None:
+        """Drain the broker (flush, clear its address), then stop the server."""
+        try:
+            if self.broker is not None:
+                await self.broker.stop()
+        finally:
+            if self.server is not None:
+                await self.server.stop(self.server_config.stop_grace_s)
+
+    def outcome(self) -> OsqueueError | None:
+        """Why the broker stopped, if not by :meth:`stop`."""
+        broker = self.broker
+        if broker is None:
+            return None
+        if broker.failure is not None:
+            return broker.failure
+        if broker.state is State.STEPPED_DOWN:
+            doc = broker.document
+            where = doc.broker.address if doc.broker is not None else None
+            return NotBroker(f"another broker took over the queue (at {where})", address=where)
+        return None
+
+    async def __aenter__(self) -> BrokerServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+def _install_stop_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or no signals on this platform
+        installed.append(sig)
+    return installed
+
+
+async def run_broker(
+    url: str,
+    *,
+    listen: str = "127.0.0.1:7070",
+    advertise: str | None = None,
+    token: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    insecure: bool = False,
+    standby: bool = False,
+    broker_config: BrokerConfig | None = None,
+    token_file: str | None = None,
+    limits: Limits | None = None,
+    stop: asyncio.Event | None = None,
+    on_serving: asyncio.Event | None = None,
+) -> None:
+    """Serve the queue at ``url`` until SIGTERM/SIGINT (or ``stop`` is set), then drain.
+
+    Returns after a graceful stop; raises the broker's error if it failed, or
+    ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set
+    once the broker serves (for a standby: once it took over).
+    """
+    stop = stop or asyncio.Event()
+    runner = BrokerServer(
+        url,
+        listen=listen,
+        advertise=advertise,
+        token=token,
+        token_file=token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        insecure=insecure,
+        standby=standby,
+        broker_config=broker_config,
+        limits=limits,
+    )
+    signals = _install_stop_signals(stop)
+    loop = asyncio.get_running_loop()
+    try:
+        await runner.listen()
+        starting = asyncio.ensure_future(runner.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():  # stopped while standing by
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+                return
+            starting.result()
+            if on_serving is not None:
+                on_serving.set()
+            closed = asyncio.ensure_future(runner.wait_closed())
+            await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            closed.cancel()
+        finally:
+            stopping.cancel()
+        failure = runner.outcome()
+        if failure is not None:
+            raise failure
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await runner.stop()
