@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +40,6 @@ JQUEUE_RUNNER = Path(__file__).resolve().parent / "_jqueue_runner.py"
 JQUEUE_REQUIREMENT = "jqueue[s3]==1.0.0"
 PYENV_VERSION = "3.12.1"
 S3_BUCKET = "osqueue-bench"
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,40 +91,37 @@ def ensure_jqueue_venv() -> None:
 
 @dataclass(frozen=True, slots=True)
 class S3Target:
+    """One moto S3 server on loopback (one bucket) that both queues use."""
+
     endpoint: str
     bucket: str
+    env: dict[str, str]
+    osqueue_url: Callable[[str], str]
 
 
 @contextmanager
 def s3_server() -> Iterator[S3Target]:
-    """One moto S3 server on loopback with one bucket, for both queues."""
     from osqueue.testing.servers import MotoS3Server
 
-    with MotoS3Server() as server:
-        import boto3
-
-        endpoint = server.endpoint
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_boto_keys())
-        s3.create_bucket(Bucket=S3_BUCKET)
-        yield S3Target(endpoint=endpoint, bucket=S3_BUCKET)
-
-
-def _boto_keys() -> dict[str, str]:
-    return {
-        "aws_access_key_id": S3_ENV["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": S3_ENV["AWS_SECRET_ACCESS_KEY"],
-    }
+    with MotoS3Server(bucket=S3_BUCKET) as server:
+        yield S3Target(
+            endpoint=server.endpoint, bucket=server.bucket, env=server.env, osqueue_url=server.url
+        )
 
 
 def osqueue_storage_url(case: Case, s3: S3Target | None, run_id: str) -> str:
     if case.s3:
         assert s3 is not None
-        return f"s3://{s3.bucket}/osqueue-{run_id}?endpoint={s3.endpoint}&region=us-east-1"
+        return s3.osqueue_url(f"osqueue-{run_id}")
     base = f"memory://bench-{run_id}"
     if case.latency_ms > 0:
         ms = f"{case.latency_ms:g}"
         return f"latency+{base}?write_ms={ms}&read_ms={ms}"
     return base
+
+
+def side_env(s3: S3Target | None) -> dict[str, str]:
+    return {**os.environ, **(s3.env if s3 is not None else {})}
 
 
 def run_json(cmd: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -156,7 +148,7 @@ def run_osqueue(case: Case, jobs: int, duration_s: float, s3: S3Target | None) -
         f"--preload={case.preload}",
         f"--duration-s={duration_s}",
     ]
-    result = run_json(cmd, {**os.environ, **S3_ENV})
+    result = run_json(cmd, side_env(s3))
     log(f"  osqueue {json.dumps(result)}")
     return float(str(result["jobs_per_s"]))
 
@@ -180,7 +172,7 @@ def run_jqueue(case: Case, jobs: int, duration_s: float, s3: S3Target | None) ->
             f"--s3-bucket={s3.bucket}",
             f"--s3-key=jqueue-{run_id}/state.json",
         ]
-    result = run_json(cmd, {**os.environ, **S3_ENV})
+    result = run_json(cmd, side_env(s3))
     log(f"  jqueue  {json.dumps(result)}")
     return float(str(result["jobs_per_s"]))
 

@@ -1,0 +1,110 @@
+"""Run the benchmark against an in-process broker on a storage URL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TextIO
+
+from osqueue.bench.config import BenchConfig, BenchResult
+from osqueue.bench.workload import percentile_ms, preload, run_workload
+from osqueue.broker import Broker
+from osqueue.errors import OsqueueError
+from osqueue.storage import from_url
+
+
+async def run_bench(config: BenchConfig) -> BenchResult:
+    """Start a broker on ``config.storage``, preload, run the closed loop, report.
+
+    Only the closed loop is timed; ``commits`` and ``avg_batch`` count the
+    broker's writes during it (``avg_batch`` is ops per commit).
+    """
+    storage = from_url(config.storage)
+    payload = b"x" * config.payload_bytes
+    try:
+        async with Broker(storage) as broker:
+            client = broker.client()
+            await preload(client, config.preload, payload, config.queue)
+            commits_before = broker.commits
+            figures = await run_workload(
+                client,
+                clients=config.clients,
+                jobs=config.jobs,
+                batch=config.batch,
+                duration_s=config.duration_s,
+                payload=payload,
+                queue=config.queue,
+            )
+            commits = broker.commits - commits_before
+    finally:
+        await storage.close()
+    latencies = sorted(figures.latencies_s)
+    elapsed_s = figures.elapsed_s
+    return BenchResult(
+        ops_per_s=figures.ops / elapsed_s,
+        jobs_per_s=figures.jobs / elapsed_s,
+        p50_ms=percentile_ms(latencies, 0.50),
+        p99_ms=percentile_ms(latencies, 0.99),
+        commits=commits,
+        avg_batch=figures.ops / commits if commits else 0.0,
+        storage=storage.url,
+        clients=config.clients,
+        jobs=figures.jobs,
+        ops=figures.ops,
+        elapsed_s=elapsed_s,
+    )
+
+
+def format_result(result: BenchResult) -> str:
+    """A short human-readable summary of one run."""
+    return (
+        f"storage   {result.storage}\n"
+        f"clients   {result.clients}\n"
+        f"jobs      {result.jobs} in {result.elapsed_s:.2f} s\n"
+        f"jobs/s    {result.jobs_per_s:,.1f}\n"
+        f"ops/s     {result.ops_per_s:,.1f}  (push, claim and complete calls)\n"
+        f"latency   p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms\n"
+        f"commits   {result.commits} ({result.avg_batch:.1f} ops per commit)"
+    )
+
+
+def bench_command(
+    storage: str,
+    clients: int,
+    jobs: int,
+    preload: int,
+    batch: int = 1,
+    as_json: bool = False,
+    duration_s: float = 60.0,
+    out: TextIO | None = None,
+) -> int:
+    """What ``osqueue bench`` does: run once, print the figures, return the exit code.
+
+    Prints one JSON line with ``as_json`` (the keys of
+    :data:`~osqueue.bench.config.RESULT_KEYS`), a short summary otherwise.  Bad
+    flags and storage errors are printed to stderr with exit code 2 and 1.
+    """
+    stream = out if out is not None else sys.stdout
+    try:
+        config = BenchConfig(
+            storage=storage,
+            clients=clients,
+            jobs=jobs,
+            preload=preload,
+            batch=batch,
+            duration_s=duration_s,
+        )
+    except OsqueueError as exc:
+        print(f"osqueue bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(run_bench(config))
+    except OsqueueError as exc:
+        print(f"osqueue bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(result.to_dict()), file=stream, flush=True)
+    else:
+        print(format_result(result), file=stream, flush=True)
+    return 0
