@@ -1,0 +1,276 @@
+"""The ``osqueue`` PySpark data source (Python Data Source API, Spark 4).
+
+Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load()``):
+
+* ``table=jobs``: every job in the queue document, as of one version;
+* ``table=dead``: the dead letters;
+* ``table=archive``: every completed job, read from the archive objects in
+  parallel (one Spark task per ``objects_per_partition`` objects of one hour).
+
+Stream (``spark.readStream.format("osqueue")``, archive only): each micro-batch
+holds the archive objects that appeared since the last one, exactly once.
+
+Write (``df.write.format("osqueue").option("url", URL).mode("append").save()``):
+one job per row (see :mod:`.columns`), each Spark partition pushing in batches
+through the queue's broker, found in the queue document (or at ``address``).
+With ``embedded=true`` the rows are pushed once, when the write commits, through
+an in-process broker started if no live broker holds the queue.
+
+Spark runs all of this in its own Python worker processes: options are parsed
+(and rejected) when the query is planned; heavy imports happen in ``read()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from osqueue.client.api import NewJob
+from osqueue.errors import InvalidInput, NotFound
+
+from . import blocking
+from .archive import ArchiveOffset, archive_keys, latest_offset, plan_archive
+from .columns import WritePlan, plan_write, to_new_job
+from .options import ReadOptions, WriteOptions
+from .push import PushCounts, push_embedded, push_remote
+from .rows import SCHEMA_DDL, Row, archive_rows, job_row, spark_schema, to_arrow
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+#: Rows of the jobs table shipped in one Spark partition.
+JOB_ROWS_PER_PARTITION = 50_000
+
+
+class OsqueueDataSource(DataSource):
+    """``format("osqueue")``; register with :func:`osqueue.spark.register`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "osqueue"
+
+    def schema(self) -> StructType:
+        schema: StructType = spark_schema()
+        return schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
+        options = ReadOptions.parse(self.options)
+        if options.table == "archive":
+            return ArchiveReader(options)
+        return JobsReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_schema(schema)
+        options = ReadOptions.parse(self.options)
+        if options.table != "archive":
+            raise InvalidInput(
+                f"streaming reads the archive only, not {options.table!r}", field="table"
+            )
+        return ArchiveStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise InvalidInput("a queue can only be appended to: use .mode('append')", field="mode")
+        options = WriteOptions.parse(self.options)
+        return JobsWriter(options, plan_write(schema, options), uuid.uuid4().hex[:12])
+
+
+def _check_schema(schema: StructType) -> None:
+    if schema != spark_schema():
+        raise InvalidInput(
+            f"the osqueue source has a fixed schema ({SCHEMA_DDL}); do not pass .schema()",
+            field="schema",
+        )
+
+
+# --------------------------------------------------------------------------- jobs / dead
+
+
+@dataclass
+class JobsPartition(InputPartition):
+    rows: list[Row]
+    #: Row position -> payload object key, for payloads stored outside the document.
+    refs: dict[int, str] = field(default_factory=dict)
+
+
+class JobsReader(DataSourceReader):
+    """One consistent snapshot: the document is read once, when the query is planned."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from osqueue.state import DOCUMENT_KEY, decode
+
+        try:
+            blob = blocking.with_storage(self.options.url, lambda s: s.read(DOCUMENT_KEY))
+        except NotFound:
+            raise InvalidInput(
+                f"no queue at {self.options.url!r} (it has no {DOCUMENT_KEY})", field="url"
+            ) from None
+        doc = decode(blob.data)
+        wanted = [
+            job
+            for job in doc.jobs.values()
+            if (self.options.table == "jobs" or job.status == "dead")
+            and (self.options.queue is None or job.queue == self.options.queue)
+        ]
+        parts: list[InputPartition] = []
+        for start in range(0, len(wanted), JOB_ROWS_PER_PARTITION):
+            chunk = wanted[start : start + JOB_ROWS_PER_PARTITION]
+            refs = {i: j.payload_ref for i, j in enumerate(chunk) if j.payload_ref is not None}
+            parts.append(JobsPartition([job_row(j) for j in chunk], refs))
+        return parts or [JobsPartition([])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, JobsPartition)
+        rows = partition.rows
+        if partition.refs:
+            keys = sorted(partition.refs.items())
+
+            async def fetch(store: Any) -> list[bytes]:
+                return [await store.get(key) for _, key in keys]
+
+            payloads = blocking.with_storage(self.options.url, fetch)
+            rows = list(rows)
+            for (i, _), payload in zip(keys, payloads, strict=True):
+                rows[i] = (*rows[i][:-1], payload)
+        if rows:
+            yield to_arrow(rows)
+
+
+# --------------------------------------------------------------------------- archive
+
+
+@dataclass
+class ArchivePartition(InputPartition):
+    keys: list[str]
+
+
+def _read_archive(url: str, keys: list[str], queue: str | None) -> Iterator[Any]:
+    async def fetch(store: Any) -> list[bytes]:
+        return [await store.get(key) for key in keys]
+
+    rows: list[Row] = []
+    for key, data in zip(keys, blocking.with_storage(url, fetch), strict=True):
+        rows.extend(r for r in archive_rows(data, key=key) if queue is None or r[1] == queue)
+    if rows:
+        yield to_arrow(rows)
+
+
+class ArchiveReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        keys = archive_keys(self.options.url)
+        groups = plan_archive(keys, self.options.objects_per_partition)
+        return [ArchivePartition(g) for g in groups] or [ArchivePartition([])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ArchivePartition)
+        return _read_archive(self.options.url, partition.keys, self.options.queue)
+
+
+class ArchiveStreamReader(DataSourceStreamReader):
+    """Offsets name the archive versions already delivered (see :class:`ArchiveOffset`)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def initialOffset(self) -> dict[str, Any]:
+        return ArchiveOffset().to_dict()
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        base = ArchiveOffset.from_dict(start) if start else ArchiveOffset()
+        return latest_offset(self.options.url, base).to_dict()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first, last = ArchiveOffset.from_dict(start), ArchiveOffset.from_dict(end)
+        keys = [k for k in archive_keys(self.options.url) if last.covers(k) and not first.covers(k)]
+        return [ArchivePartition(g) for g in plan_archive(keys, self.options.objects_per_partition)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ArchivePartition)
+        return _read_archive(self.options.url, partition.keys, self.options.queue)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- write
+
+
+@dataclass
+class PushMessage(WriterCommitMessage):
+    counts: PushCounts
+    #: Embedded mode: the jobs, pushed once every task has succeeded.
+    jobs: list[NewJob] = field(default_factory=list)
+
+
+class JobsWriter(DataSourceWriter):
+    def __init__(self, options: WriteOptions, plan: WritePlan, write_id: str) -> None:
+        self.options = options
+        self.plan = plan
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[Any]) -> PushMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        # Ids are a function of (write, partition, row): a retried task re-sends the
+        # same ids and the broker applies each push once.
+        prefix = f"w{self.write_id}-{partition:05d}-"
+        jobs = (
+            to_new_job(self.plan, row, default_id=f"{prefix}{n:09d}", row_number=n)
+            for n, row in enumerate(iterator)
+        )
+        if self.options.embedded:
+            batch = list(jobs)
+            return PushMessage(PushCounts(rows=len(batch)), batch)
+        return PushMessage(blocking.run(lambda: push_remote(self.options, jobs)))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        counts = PushCounts()
+        jobs: list[NewJob] = []
+        for message in messages:
+            if isinstance(message, PushMessage):
+                counts = counts + message.counts
+                jobs.extend(message.jobs)
+        if self.options.embedded:
+            counts = blocking.run(lambda: push_embedded(self.options, jobs))
+        log.info(
+            "osqueue write committed",
+            extra={
+                "action": "write",
+                "url": self.options.url,
+                "pushed": counts.pushed,
+                "duplicates": counts.duplicates,
+            },
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pushed = sum(m.counts.pushed for m in messages if isinstance(m, PushMessage))
+        if pushed:
+            log.warning(
+                "osqueue write aborted; jobs pushed by finished tasks stay queued",
+                extra={"action": "write_abort", "url": self.options.url, "pushed": pushed},
+            )
