@@ -760,12 +760,16 @@ class Worker:
                 await self.client.fail(job, error=error_line(error), retry_after_s=error.after_s)
                 self.counters.retried += 1
             else:
+                line = error_line(error)
                 logger.warning(
-                    "handler failed",
-                    extra={"action": "fail", "job": job.id, "error": error_line(error)},
-                    exc_info=error,
+                    "job %s failed: %s",
+                    job.id,
+                    line,
+                    extra={"action": "fail", "job": job.id, "error": line},
+                    # The traceback only when debugging: failures are routine.
+                    exc_info=error if logger.isEnabledFor(logging.DEBUG) else None,
                 )
-                await self.client.fail(job, error=error_line(error))
+                await self.client.fail(job, error=line)
                 self.counters.failed += 1
         except _GONE_ERRORS as exc:
             self._note_lost(job, exc)

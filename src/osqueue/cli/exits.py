@@ -1,0 +1,87 @@
+"""How the CLI fails: one red line on stderr and an exit code per error class.
+
+Scripts can tell failures apart by exit code (``osqueue push ... || case $?``);
+``docs/operations.md`` lists the table.  A traceback is shown only with
+``--debug``.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from rich.markup import escape
+
+from osqueue import errors
+from osqueue.cli.console import stderr
+
+OK = 0
+#: An OsqueueError without a more specific code.
+ERROR = 1
+#: Bad command line (click's own code for usage errors).
+USAGE = 2
+#: A bug: an exception that is not an OsqueueError.
+INTERNAL = 70
+#: Stopped by Ctrl-C before finishing.
+INTERRUPTED = 130
+
+#: Most specific class first is not needed: the lookup walks the exception's MRO.
+EXIT_CODES: dict[type[errors.OsqueueError], int] = {
+    errors.OsqueueError: ERROR,
+    errors.InvalidInput: 3,
+    errors.NotFound: 4,
+    errors.JobNotFound: 5,
+    errors.CorruptDocument: 6,
+    errors.Unauthenticated: 7,
+    errors.BrokerUnavailable: 8,
+    errors.NotBroker: 9,
+    errors.StorageError: 10,
+    errors.OutcomeUnknown: 11,
+    errors.Conflict: 12,
+    errors.LeaseLost: 13,
+    errors.DuplicateKey: 14,
+    errors.QueueFull: 15,
+    errors.ResourceExhausted: 16,
+    errors.MaybeCommitted: 17,
+    errors.ShuttingDown: 18,
+    errors.MissingExtra: 19,
+}
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for ``exc``: the closest class in :data:`EXIT_CODES`, else INTERNAL."""
+    for cls in type(exc).__mro__:
+        code = EXIT_CODES.get(cls)
+        if code is not None:
+            return code
+    return INTERNAL
+
+
+def one_line(text: str) -> str:
+    return " | ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+
+
+def describe(exc: BaseException) -> str:
+    """``"ErrorName: message"`` on one line (the class name says the category)."""
+    message = one_line(str(exc))
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name
+
+
+def report(exc: BaseException, *, debug: bool) -> int:
+    """Print ``exc`` as one red line (plus the traceback with ``debug``); return its code."""
+    console = stderr()
+    if debug:
+        console.print(escape("".join(traceback.format_exception(exc)).rstrip()), style="dim")
+    label = "error" if isinstance(exc, errors.OsqueueError) else "internal error"
+    console.print(f"[bold red]{label}:[/] [red]{escape(describe(exc))}[/]")
+    if not debug and not isinstance(exc, errors.OsqueueError):
+        console.print("[dim]run with --debug for the traceback[/]")
+    return exit_code(exc)
+
+
+def warn(message: str) -> None:
+    stderr().print(f"[yellow]warning:[/] {escape(one_line(message))}")
+
+
+def info(message: str) -> None:
+    stderr().print(escape(message))

@@ -1,0 +1,94 @@
+"""Arguments and options shared by several commands, and how they open a client.
+
+Every option has an ``OSQUEUE_*`` environment variable (shown in ``--help``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from osqueue.client.api import QueueClient
+
+_CONN = "Connection"
+
+Url = Annotated[
+    str,
+    typer.Argument(
+        envvar="OSQUEUE_URL",
+        show_envvar=True,
+        help="The queue's storage URL: file:///dir, s3://bucket/prefix, gs://, az://, memory://name.",
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="OSQUEUE_TOKEN",
+        help="Bearer token for the broker (prefer the variable or --token-file: "
+        "arguments show in ps).",
+        rich_help_panel=_CONN,
+    ),
+]
+TokenFile = Annotated[
+    str | None,
+    typer.Option(
+        "--token-file",
+        envvar="OSQUEUE_TOKEN_FILE",
+        help="File holding the bearer token.",
+        rich_help_panel=_CONN,
+    ),
+]
+TlsCa = Annotated[
+    str | None,
+    typer.Option(
+        "--tls-ca",
+        envvar="OSQUEUE_TLS_CA",
+        help="PEM file of the CA that signed the broker's certificate (enables TLS).",
+        rich_help_panel=_CONN,
+    ),
+]
+Embedded = Annotated[
+    bool,
+    typer.Option(
+        "--embedded",
+        envvar="OSQUEUE_EMBEDDED",
+        help="Run a broker in this process when no live broker holds the lease.",
+        rich_help_panel=_CONN,
+    ),
+]
+Queue = Annotated[str, typer.Option("--queue", "-q", envvar="OSQUEUE_QUEUE", help="Queue name.")]
+AsJson = Annotated[
+    bool, typer.Option("--json", envvar="OSQUEUE_JSON", help="Print JSON instead of a table.")
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """How a command reaches the broker of the queue at ``url``."""
+
+    url: str
+    token: str | None = None
+    token_file: str | None = None
+    tls_ca: str | None = None
+    embedded: bool = False
+
+
+@asynccontextmanager
+async def open_client(options: ClientOptions) -> AsyncIterator[QueueClient]:
+    """``osqueue.connect`` with the command's connection options; closed on exit."""
+    from osqueue.client.remote import connect
+    from osqueue.server.auth import resolve_token
+
+    token = resolve_token(options.token, options.token_file)
+    client = await connect(
+        options.url, token=token, tls_ca=options.tls_ca, embedded=options.embedded
+    )
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -1,0 +1,285 @@
+"""``osqueue push URL``: enqueue jobs and print each id once its push is acknowledged.
+
+Job ids are chosen here, before the first send, so a push retried after a lost
+answer or a broker failover is applied once.  With ``--lines`` every stdin line
+is a job; lines are pushed in batches as they arrive (whatever accumulated
+while the previous batch was in flight), and ids are printed batch by batch,
+in input order, only after the broker acknowledged them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, BinaryIO
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from osqueue.cli import exits
+from osqueue.cli.console import stderr
+from osqueue.cli.options import (
+    ClientOptions,
+    Embedded,
+    Queue,
+    TlsCa,
+    Token,
+    TokenFile,
+    Url,
+    open_client,
+)
+from osqueue.client.api import NewJob, QueueClient
+from osqueue.errors import (
+    BrokerUnavailable,
+    InvalidInput,
+    MaybeCommitted,
+    NotBroker,
+    OsqueueError,
+    QueueFull,
+    ResourceExhausted,
+    ShuttingDown,
+    StorageError,
+)
+from osqueue.ids import new_id
+
+#: Errors after which the same batch (same ids) is sent again.
+RETRYABLE: tuple[type[OsqueueError], ...] = (
+    BrokerUnavailable,
+    MaybeCommitted,
+    NotBroker,
+    QueueFull,
+    ResourceExhausted,
+    ShuttingDown,
+    StorageError,
+)
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    queue: str
+    priority: int
+    delay_s: float
+    key: str | None
+    max_attempts: int
+
+    def job(self, payload: bytes) -> NewJob:
+        return NewJob(
+            payload,
+            queue=self.queue,
+            priority=self.priority,
+            delay_s=self.delay_s,
+            key=self.key,
+            max_attempts=self.max_attempts,
+            id=new_id(),
+        )
+
+
+def push(
+    url: Url,
+    queue: Queue = "default",
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority", "-p", envvar="OSQUEUE_PRIORITY", help="Lower runs first.", min=-(2**31)
+        ),
+    ] = 0,
+    delay_s: Annotated[
+        float,
+        typer.Option(
+            "--delay-s", envvar="OSQUEUE_DELAY_S", min=0.0, help="Run no earlier than this."
+        ),
+    ] = 0.0,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", envvar="OSQUEUE_KEY", help="Idempotency key (one live job per key)."),
+    ] = None,
+    max_attempts: Annotated[
+        int,
+        typer.Option("--max-attempts", envvar="OSQUEUE_MAX_ATTEMPTS", min=1, help="Then dead."),
+    ] = 5,
+    data: Annotated[
+        str | None,
+        typer.Option("--data", "-d", envvar="OSQUEUE_DATA", help="The payload (UTF-8 text)."),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", envvar="OSQUEUE_FILE", help="The payload: a file's bytes ('-': stdin)."
+        ),
+    ] = None,
+    lines: Annotated[
+        bool,
+        typer.Option(
+            "--lines",
+            envvar="OSQUEUE_LINES",
+            help="One job per stdin line, batched as they arrive.",
+        ),
+    ] = False,
+    batch_max: Annotated[
+        int,
+        typer.Option(
+            "--batch-max", envvar="OSQUEUE_BATCH_MAX", min=1, max=10_000, help="Most jobs per push."
+        ),
+    ] = 1000,
+    retry_for_s: Annotated[
+        float,
+        typer.Option(
+            "--retry-for-s",
+            envvar="OSQUEUE_RETRY_FOR_S",
+            min=0.0,
+            help="Keep retrying a push this long (broker failover) before giving up.",
+        ),
+    ] = 60.0,
+    token: Token = None,
+    token_file: TokenFile = None,
+    tls_ca: TlsCa = None,
+    embedded: Embedded = False,
+) -> None:
+    """Push jobs; print each job id on its own line once the broker acknowledged it."""
+    given = [
+        name
+        for name, on in (("--data", data is not None), ("--file", file), ("--lines", lines))
+        if on
+    ]
+    if len(given) != 1:
+        raise InvalidInput(
+            "give exactly one of --data, --file or --lines"
+            + (f" (got {', '.join(given)})" if given else ""),
+            field="data",
+        )
+    if lines and key is not None:
+        raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
+    template = JobTemplate(queue, priority, delay_s, key, max_attempts)
+    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
+    if lines:
+        asyncio.run(pusher.push_lines(options, sys.stdin.buffer))
+    else:
+        payload = data.encode() if data is not None else _read_file(file)
+        asyncio.run(pusher.push_one(options, payload))
+
+
+def _read_file(path: Path | None) -> bytes:
+    assert path is not None
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {str(path)!r}: {exc.strerror}", field="file") from exc
+
+
+class Pusher:
+    def __init__(self, template: JobTemplate, *, batch_max: int, retry_for_s: float) -> None:
+        self.template = template
+        self.batch_max = batch_max
+        self.retry_for_s = retry_for_s
+        self.pushed = 0
+
+    async def push_one(self, options: ClientOptions, payload: bytes) -> None:
+        async with open_client(options) as client:
+            ids = await self._send(client, [self.template.job(payload)])
+            _print_ids(ids)
+
+    async def push_lines(self, options: ClientOptions, stream: BinaryIO) -> None:
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        _start_reader(stream, lines, asyncio.get_running_loop())
+        async with open_client(options) as client:
+            with _progress() as progress:
+                task = progress.add_task("pushing", total=None) if progress else None
+                started = time.monotonic()
+                done = False
+                while not done:
+                    batch, done = await _next_batch(lines, self.batch_max)
+                    if batch:
+                        ids = await self._send(client, [self.template.job(p) for p in batch])
+                        _print_ids(ids)
+                    if progress is not None and task is not None:
+                        rate = self.pushed / max(1e-9, time.monotonic() - started)
+                        progress.update(
+                            task, description=f"pushed {self.pushed:,} jobs ({rate:,.0f}/s)"
+                        )
+
+    async def _send(self, client: QueueClient, jobs: Sequence[NewJob]) -> list[str]:
+        """Push ``jobs``; on a transient error send the same jobs (same ids) again."""
+        deadline: float | None = None
+        backoff = _BACKOFF_MIN_S
+        while True:
+            try:
+                ids = await client.push_many(jobs)
+            except RETRYABLE as exc:
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.retry_for_s
+                if now >= deadline:
+                    raise
+                exits.warn(f"push failed ({exits.describe(exc)}); retrying the same jobs")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
+            self.pushed += len(ids)
+            return ids
+
+
+async def _next_batch(
+    lines: asyncio.Queue[bytes | None], batch_max: int
+) -> tuple[list[bytes], bool]:
+    """Wait for one line, then take whatever else has arrived (up to ``batch_max``)."""
+    first = await lines.get()
+    if first is None:
+        return [], True
+    batch = [first]
+    while len(batch) < batch_max and not lines.empty():
+        line = lines.get_nowait()
+        if line is None:
+            return batch, True
+        batch.append(line)
+    return batch, False
+
+
+def _start_reader(
+    stream: BinaryIO, lines: asyncio.Queue[bytes | None], loop: asyncio.AbstractEventLoop
+) -> None:
+    """Read ``stream`` line by line in a daemon thread (stdin reads block)."""
+
+    def read() -> None:
+        try:
+            for raw in stream:
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+        except RuntimeError:
+            return  # the event loop closed: the command ended (an error was reported)
+
+    threading.Thread(target=read, name="osqueue-push-stdin", daemon=True).start()
+
+
+def _print_ids(ids: list[str]) -> None:
+    sys.stdout.write("".join(f"{job_id}\n" for job_id in ids))
+    sys.stdout.flush()
+
+
+class _NoProgress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress() -> Progress | _NoProgress:
+    """A spinner with the count on stderr, only when stderr is a terminal."""
+    console = stderr()
+    if not console.is_terminal:
+        return _NoProgress()
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), console=console, transient=True
+    )

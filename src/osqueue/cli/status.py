@@ -1,0 +1,175 @@
+"""``osqueue status URL``: the queue at a glance, read from storage (no broker needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from osqueue.cli.console import stdout
+from osqueue.cli.options import AsJson, Url
+from osqueue.cli.snapshot import read_document
+from osqueue.client.api import Stats
+from osqueue.client.local import stats_of
+from osqueue.state import Document
+
+
+def status(
+    url: Url,
+    as_json: AsJson = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", "-w", envvar="OSQUEUE_WATCH", help="Refresh until Ctrl-C."),
+    ] = False,
+    interval_s: Annotated[
+        float,
+        typer.Option(
+            "--interval-s", envvar="OSQUEUE_INTERVAL_S", min=0.1, help="Refresh period (--watch)."
+        ),
+    ] = 1.0,
+) -> None:
+    """Depth per queue, claimed, dead, oldest waiting age, version, broker address and lease.
+
+    Reads the queue document directly from storage, so it works with no broker
+    running.  --json prints one JSON object (one per refresh with --watch).
+    """
+    if watch:
+        try:
+            asyncio.run(_watch(url, as_json, interval_s))
+        except KeyboardInterrupt:
+            return  # Ctrl-C is how --watch ends
+        return
+    snapshot = status_of(url, asyncio.run(read_document(url)), time.time())
+    if as_json:
+        typer.echo(json.dumps(snapshot))
+    else:
+        stdout().print(render(snapshot))
+
+
+async def _watch(url: str, as_json: bool, interval_s: float) -> None:
+    if as_json:
+        while True:
+            snapshot = status_of(url, await read_document(url), time.time())
+            typer.echo(json.dumps(snapshot))
+            await asyncio.sleep(interval_s)
+    with Live(Text("reading..."), auto_refresh=False, transient=False) as live:
+        while True:
+            snapshot = status_of(url, await read_document(url), time.time())
+            live.update(render(snapshot), refresh=True)
+            await asyncio.sleep(interval_s)
+
+
+def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
+    """The status as a JSON-ready dict (the ``--json`` output)."""
+    doc.index.promote_due(doc.jobs, now)
+    stats: Stats = stats_of(doc, now)
+    owner = doc.broker
+    broker: dict[str, Any] | None = None
+    if owner is not None:
+        until = owner.lease_until.timestamp()
+        broker = {
+            "id": owner.id,
+            "address": owner.address,
+            "epoch": owner.epoch,
+            "lease_until": _iso(until),
+            "lease_remaining_s": round(until - now, 3),
+            "live": until > now and owner.address is not None,
+        }
+    queues = {
+        name: {
+            "depth": q.depth,
+            "ready": q.depth - q.delayed,
+            "delayed": q.delayed,
+            "claimed": q.claimed,
+            "dead": q.dead,
+            "oldest_age_s": None if q.oldest_age_s is None else round(q.oldest_age_s, 3),
+        }
+        for name, q in sorted(stats.queues.items())
+    }
+    ages = [q["oldest_age_s"] for q in queues.values() if q["oldest_age_s"] is not None]
+    return {
+        "url": url,
+        "version": doc.version,
+        "document_bytes": stats.document_bytes,
+        "broker": broker,
+        "depth": stats.depth,
+        "claimed": stats.claimed,
+        "dead": stats.dead,
+        "oldest_age_s": max(ages) if ages else None,
+        "pushed": doc.stats.pushed,
+        "completed": doc.stats.completed,
+        "failed": doc.stats.failed,
+        "reclaimed": doc.stats.reclaimed,
+        "queues": queues,
+    }
+
+
+def render(snapshot: dict[str, Any]) -> Group:
+    """The status as rich renderables: a header and a table per queue."""
+    broker = snapshot["broker"]
+    head = Text()
+    head.append(f"{snapshot['url']}", style="bold")
+    head.append(f"  version {snapshot['version']}  {snapshot['document_bytes']:,} bytes\n")
+    if broker is None:
+        head.append("broker: none (no broker has owned this queue yet)", style="yellow")
+    else:
+        remaining = broker["lease_remaining_s"]
+        lease = (
+            f"lease {remaining:.1f}s left"
+            if remaining > 0
+            else f"lease expired {-remaining:.1f}s ago"
+        )
+        style = "green" if broker["live"] else "yellow"
+        address = broker["address"] or "(stopped: no address)"
+        head.append(f"broker: {address}", style=style)
+        head.append(f"  epoch {broker['epoch']}  {lease}  until {broker['lease_until']}")
+        head.append(f"  id {broker['id']}", style="dim")
+    head.append(
+        f"\npushed {snapshot['pushed']:,}  completed {snapshot['completed']:,}  "
+        f"failed {snapshot['failed']:,}  reclaimed {snapshot['reclaimed']:,}"
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("queue", "depth", "ready", "delayed", "claimed", "dead", "oldest waiting"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for name, q in snapshot["queues"].items():
+        table.add_row(
+            name,
+            f"{q['depth']:,}",
+            f"{q['ready']:,}",
+            f"{q['delayed']:,}",
+            f"{q['claimed']:,}",
+            Text(f"{q['dead']:,}", style="red" if q["dead"] else ""),
+            _age(q["oldest_age_s"]),
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        f"{snapshot['depth']:,}",
+        "",
+        "",
+        f"{snapshot['claimed']:,}",
+        f"{snapshot['dead']:,}",
+        _age(snapshot["oldest_age_s"]),
+    )
+    return Group(head, table)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

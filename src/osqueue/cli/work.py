@@ -1,0 +1,239 @@
+"""``osqueue work URL --handler module:function``: run a worker until stopped.
+
+SIGTERM or Ctrl-C stops claiming and lets running handlers finish within the
+grace period, then releases what is left; a second signal skips the grace
+period.  With ``--burst`` the worker exits once nothing is left to claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.text import Text
+
+from osqueue.cli import exits
+from osqueue.cli.console import stderr
+from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
+from osqueue.errors import InvalidInput, MissingExtra
+
+_SPARK = "Spark"
+
+
+def work(
+    url: Url,
+    handler: Annotated[
+        str,
+        typer.Option(
+            "--handler",
+            "-H",
+            envvar="OSQUEUE_HANDLER",
+            help="module:function (or module:mapping of queue -> function) to run per job.",
+        ),
+    ],
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            envvar="OSQUEUE_QUEUES",
+            help="Queue to take jobs from (repeat it; the variable is space-separated). "
+            "Default: the mapping's queues, or 'default'.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency", "-c", envvar="OSQUEUE_CONCURRENCY", min=1, help="Jobs held at once."
+        ),
+    ] = 1,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            envvar="OSQUEUE_BATCH_SIZE",
+            min=1,
+            help="Jobs per call of a batch handler.",
+        ),
+    ] = 1,
+    burst: Annotated[
+        bool, typer.Option("--burst", envvar="OSQUEUE_BURST", help="Exit when nothing is left.")
+    ] = False,
+    wait_s: Annotated[
+        float,
+        typer.Option(
+            "--wait-s", envvar="OSQUEUE_WAIT_S", min=0.0, help="Long-poll wait per claim."
+        ),
+    ] = 5.0,
+    shutdown_grace_period_s: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-grace-period-s",
+            envvar="OSQUEUE_SHUTDOWN_GRACE_PERIOD_S",
+            min=0.0,
+            help="On SIGTERM, how long running handlers may finish before their jobs are released.",
+        ),
+    ] = 30.0,
+    heartbeat_interval_s: Annotated[
+        float | None,
+        typer.Option(
+            "--heartbeat-interval-s",
+            envvar="OSQUEUE_HEARTBEAT_INTERVAL_S",
+            min=0.001,
+            help="Default: a third of the broker's heartbeat timeout (30 s if unknown).",
+        ),
+    ] = None,
+    worker_id: Annotated[
+        str | None,
+        typer.Option("--worker-id", envvar="OSQUEUE_WORKER_ID", help="Default: host-pid-random."),
+    ] = None,
+    spark: Annotated[
+        bool,
+        typer.Option(
+            "--spark",
+            envvar="OSQUEUE_SPARK",
+            help="Handlers take (job, spark): run them with a SparkSession.",
+            rich_help_panel=_SPARK,
+        ),
+    ] = False,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(
+            "--spark-master",
+            envvar="OSQUEUE_SPARK_MASTER",
+            help="Spark master URL (default local[*]).",
+            rich_help_panel=_SPARK,
+        ),
+    ] = None,
+    token: Token = None,
+    token_file: TokenFile = None,
+    tls_ca: TlsCa = None,
+    embedded: Embedded = False,
+) -> None:
+    """Run a worker: claim jobs, run the handler, heartbeat, complete or fail them."""
+    config = WorkerConfig(
+        queues=tuple(queues) if queues else None,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        worker_id=worker_id,
+        heartbeat_interval_s=heartbeat_interval_s,
+        wait_s=wait_s,
+        shutdown_grace_period_s=shutdown_grace_period_s,
+        burst=burst,
+    )
+    if spark_master is not None and not spark:
+        raise InvalidInput("--spark-master needs --spark", field="spark_master")
+    handlers = load_handler(handler)
+    if spark:
+        handlers = _spark_handlers(handlers, spark_master)
+    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    worker = asyncio.run(_run(options, handlers, config))
+    counters = worker.counters
+    exits.info(
+        f"worker {worker.worker_id} stopped: processed {counters.processed}, "
+        f"failed {counters.failed}, retried {counters.retried}, lost {counters.lost}, "
+        f"released {counters.released}"
+    )
+    if worker.busy_threads:
+        # A sync handler that was lost or released is still running in a thread
+        # that cannot be killed; its result will be dropped.  Do not wait for it.
+        exits.warn(f"{worker.busy_threads} abandoned handler thread(s) still running; exiting")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+async def _run(
+    options: ClientOptions, handlers: Mapping[str, Handler] | Handler, config: WorkerConfig
+) -> Worker:
+    async with open_client(options) as client:
+        worker = Worker.from_config(client, handlers, config)
+        worker.install_signal_handlers()
+        exits.info(
+            f"worker {worker.worker_id}: queues {', '.join(worker.queues)}, "
+            f"concurrency {config.concurrency}"
+        )
+        with _Progress(worker) as progress:
+            runner = asyncio.create_task(worker.run(), name="osqueue-cli-worker")
+            await progress.follow(runner)
+        return worker
+
+
+class _Progress:
+    """A live line of counters on stderr while the worker runs (terminals only)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.started = time.monotonic()
+        console = stderr()
+        self.live = Live(console=console, transient=True) if console.is_terminal else None
+
+    def __enter__(self) -> _Progress:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    async def follow(self, runner: asyncio.Task[None]) -> None:
+        while not runner.done():
+            if self.live is not None:
+                self.live.update(self.line(self.worker.counters))
+            await asyncio.wait({runner}, timeout=0.5)
+        await runner
+
+    def line(self, c: WorkerCounters) -> Text:
+        elapsed = max(1e-9, time.monotonic() - self.started)
+        text = Text()
+        text.append(f"running {self.worker.running}  ", style="cyan")
+        text.append(f"processed {c.processed:,} ({c.processed / elapsed:,.1f}/s)  ")
+        text.append(f"failed {c.failed:,}  ", style="red" if c.failed else "")
+        text.append(f"retried {c.retried:,}  lost {c.lost:,}")
+        if self.worker.stopping:
+            text.append("  stopping…", style="yellow")
+        return text
+
+
+def load_handler(spec: str) -> Mapping[str, Handler] | Handler:
+    """Import ``module:attr`` (attr may be dotted); the current directory is importable."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidInput(f"{spec!r} is not module:function", field="handler")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInput(f"cannot import {module_name!r}: {exc}", field="handler") from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InvalidInput(
+                f"{module_name!r} has no attribute {attr!r}", field="handler"
+            ) from None
+    if not callable(target) and not isinstance(target, Mapping):
+        raise InvalidInput(f"{spec} is neither callable nor a mapping of handlers", field="handler")
+    result: Mapping[str, Handler] | Handler = target
+    return result
+
+
+def _spark_handlers(
+    handlers: Mapping[str, Handler] | Handler, master: str | None
+) -> Mapping[str, Handler] | Handler:
+    try:
+        from osqueue.spark.worker import spark_handlers
+    except ImportError as exc:
+        raise MissingExtra("spark", exc.name or "pyspark") from exc
+    wrapped: Mapping[str, Handler] | Handler = spark_handlers(handlers, master=master)  # type: ignore[arg-type]
+    return wrapped
