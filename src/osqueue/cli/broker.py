@@ -1,7 +1,146 @@
-"""``osqueue broker URL``: serve a queue over gRPC (placeholder until run_broker lands)."""
+"""``osqueue broker URL``: serve a queue over gRPC (or stand by to take it over).
+
+The broker writes its address into the queue document, so clients need only
+the storage URL.  It prints one line on stderr once it serves
+(``serving URL at HOST:PORT (epoch N)``); SIGTERM/Ctrl-C drains it: stop
+taking ops, flush, clear the address, exit.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Annotated
 
-def broker() -> None:
-    """Run the broker."""
+import typer
+
+from osqueue.cli import exits
+from osqueue.cli.options import Token, TokenFile, Url
+from osqueue.cli.snapshot import read_document
+
+_BROKER = "Broker"
+_TLS = "TLS"
+
+
+def broker(
+    url: Url,
+    listen: Annotated[
+        str,
+        typer.Option(
+            "--listen",
+            envvar="OSQUEUE_LISTEN",
+            help="host:port to listen on (port 0: any free port).",
+        ),
+    ] = "127.0.0.1:7070",
+    advertise: Annotated[
+        str | None,
+        typer.Option(
+            "--advertise",
+            envvar="OSQUEUE_ADVERTISE",
+            help="host:port written into the document for clients (default: the listen address).",
+        ),
+    ] = None,
+    standby: Annotated[
+        bool,
+        typer.Option(
+            "--standby",
+            envvar="OSQUEUE_STANDBY",
+            help="Watch the document (reads only) and take over when the lease runs out.",
+        ),
+    ] = False,
+    token: Token = None,
+    token_file: TokenFile = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-cert",
+            envvar="OSQUEUE_TLS_CERT",
+            help="PEM certificate chain.",
+            rich_help_panel=_TLS,
+        ),
+    ] = None,
+    tls_key: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-key", envvar="OSQUEUE_TLS_KEY", help="PEM private key.", rich_help_panel=_TLS
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar="OSQUEUE_INSECURE",
+            help="Allow a non-loopback listen address without a token.",
+        ),
+    ] = False,
+    lease_s: Annotated[
+        float,
+        typer.Option(
+            "--lease-s",
+            envvar="OSQUEUE_LEASE_S",
+            min=0.1,
+            help="Lease on the document; a standby takes over this long after the last write.",
+            rich_help_panel=_BROKER,
+        ),
+    ] = 10.0,
+    heartbeat_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--heartbeat-timeout-s",
+            envvar="OSQUEUE_HEARTBEAT_TIMEOUT_S",
+            min=0.1,
+            help="A claimed job without a heartbeat for this long is handed to another worker.",
+            rich_help_panel=_BROKER,
+        ),
+    ] = 30.0,
+    drain_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout-s",
+            envvar="OSQUEUE_DRAIN_TIMEOUT_S",
+            min=0.1,
+            help="On SIGTERM, flush within this long, then stop hard.",
+            rich_help_panel=_BROKER,
+        ),
+    ] = 10.0,
+) -> None:
+    """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
+    from osqueue.broker import BrokerConfig
+    from osqueue.server.runner import run_broker
+
+    config = BrokerConfig(
+        lease_s=lease_s, heartbeat_timeout_s=heartbeat_timeout_s, drain_timeout_s=drain_timeout_s
+    )
+
+    async def main() -> None:
+        serving = asyncio.Event()
+        announcer = asyncio.create_task(_announce(url, serving, standby))
+        try:
+            await run_broker(
+                url,
+                listen=listen,
+                advertise=advertise,
+                token=token,
+                token_file=token_file,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                insecure=insecure,
+                standby=standby,
+                broker_config=config,
+                on_serving=serving,
+            )
+        finally:
+            announcer.cancel()
+        exits.info(f"broker stopped: {url}")
+
+    asyncio.run(main())
+
+
+async def _announce(url: str, serving: asyncio.Event, standby: bool) -> None:
+    if standby:
+        exits.info(f"standing by for {url}")
+    await serving.wait()
+    doc = await read_document(url)
+    owner = doc.broker
+    where = owner.address if owner is not None else None
+    epoch = owner.epoch if owner is not None else 0
+    exits.info(f"serving {url} at {where} (epoch {epoch})")

@@ -1,13 +1,11 @@
 """The CLI's two consoles: results on stdout, everything else on stderr.
 
-Both are made on demand from the current ``sys.stdout``/``sys.stderr`` (tests
-swap them).  Output that is not a terminal is never wrapped or cut to 80
+Both write to whatever ``sys.stdout``/``sys.stderr`` are at the time of each
+print (tests swap them).  Output that is not a terminal is never wrapped or cut to 80
 columns: a pipe gets whole lines.
 """
 
 from __future__ import annotations
-
-import sys
 
 from rich.console import Console
 
@@ -15,14 +13,14 @@ _PIPE_WIDTH = 240
 
 
 def stdout() -> Console:
-    console = Console(file=sys.stdout, soft_wrap=True, highlight=False)
+    console = Console(soft_wrap=True, highlight=False)
     if not console.is_terminal:
         console.width = _PIPE_WIDTH
     return console
 
 
 def stderr() -> Console:
-    console = Console(file=sys.stderr, soft_wrap=True, highlight=False)
+    console = Console(stderr=True, soft_wrap=True, highlight=False)
     if not console.is_terminal:
         console.width = _PIPE_WIDTH
     return console
