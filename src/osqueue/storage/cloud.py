@@ -44,8 +44,11 @@ else is ``StorageError`` with the obstore exception as ``cause``.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -329,6 +332,41 @@ def _maybe_applied(text: str, status: int | None) -> bool:
     return not (status is not None and 400 <= status < 500)
 
 
+# ---------------------------------------------------------------------- exit safety
+
+#: How long after the last obstore call the interpreter may start finalizing.
+SETTLE_S = 0.1
+_last_call = 0.0
+_settle_lock = threading.Lock()
+_settle_registered = False
+
+
+def _note_call() -> None:
+    """Record an obstore call; the first one registers the exit hook."""
+    global _last_call, _settle_registered
+    _last_call = time.monotonic()
+    if not _settle_registered:
+        with _settle_lock:
+            if not _settle_registered:
+                atexit.register(_settle)
+                _settle_registered = True
+
+
+def _settle() -> None:
+    """Give obstore's tokio threads a moment to drop their Python objects before exit.
+
+    obstore runs async calls on a tokio runtime (pyo3-async-runtimes) whose
+    threads release Python references just after a call completes.  If the
+    interpreter is already finalizing at that instant the process aborts
+    (SIGABRT; see PyO3/pyo3-async-runtimes#40).  Short-lived processes hit it
+    about one run in four; waiting until ``SETTLE_S`` after the last call, from
+    an ``atexit`` hook while Python is still whole, removes the window.
+    """
+    remaining = _last_call + SETTLE_S - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
 # ---------------------------------------------------------------------- the store
 
 
@@ -376,6 +414,8 @@ class CloudStorage:
             data = bytes(await result.bytes_async())
         except Exception as exc:
             raise self._error(exc, "read", key) from exc
+        finally:
+            _note_call()
         return Blob(data, self._token(result.meta, "read", key))
 
     async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
@@ -394,6 +434,8 @@ class CloudStorage:
                 result = await obstore.put_async(self.store, key, payload, mode={"e_tag": if_match})
         except Exception as exc:
             raise self._error(exc, "write", key, mutating=True) from exc
+        finally:
+            _note_call()
         return self._token(result, "write", key)
 
     async def put(self, key: str, data: bytes) -> None:
@@ -405,6 +447,8 @@ class CloudStorage:
             await obstore.put_async(self.store, key, payload)
         except Exception as exc:
             raise self._error(exc, "put", key, mutating=True) from exc
+        finally:
+            _note_call()
 
     async def get(self, key: str) -> bytes:
         return (await self.read(key)).data
@@ -422,6 +466,8 @@ class CloudStorage:
             if isinstance(error, NotFound):
                 return
             raise error from exc
+        finally:
+            _note_call()
 
     async def list(self, prefix: str = "") -> list[str]:
         import obstore
@@ -436,6 +482,8 @@ class CloudStorage:
                 keys.extend(m["path"] for m in chunk if m["path"].startswith(prefix))
         except Exception as exc:
             raise self._error(exc, "list", prefix) from exc
+        finally:
+            _note_call()
         keys.sort()
         return keys
 

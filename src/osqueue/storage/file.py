@@ -132,6 +132,8 @@ class FileStorage:
         """Create ``directory`` and missing parents, fsyncing each new entry's parent."""
         if os.path.isdir(directory):
             return
+        if directory == self.root:
+            raise self._root_missing()
         parent = os.path.dirname(directory)
         self._makedirs(parent)
         try:
@@ -146,6 +148,10 @@ class FileStorage:
             return
         if self.fsync:
             _fsync_dir(parent)
+
+    def _root_missing(self) -> StorageError:
+        cause = FileNotFoundError(errno.ENOENT, "missing or not a directory", self.root)
+        return StorageError(f"{self._url}: the store's directory is gone", cause=cause)
 
     def _stamp(self, fd: int, previous: os.stat_result | None) -> os.stat_result:
         """Give the new file an mtime strictly above the previous one's; return its stat."""
@@ -166,12 +172,17 @@ class FileStorage:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
+            if not os.path.isdir(self.root):
+                raise self._root_missing() from None
             raise NotFound(f"{self._url}: {key!r} does not exist") from None
-        with os.fdopen(fd, "rb") as f:
+        try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise NotFound(f"{self._url}: {key!r} is a folder, not an object")
-            data = f.read()
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read()
+        finally:
+            os.close(fd)
         return Blob(data, _etag(st))
 
     def _write_sync(self, key: str, data: bytes, if_match: str | None, conditional: bool) -> str:
@@ -223,6 +234,8 @@ class FileStorage:
                 _fsync_dir(os.path.dirname(path))
 
     def _list_sync(self, prefix: str) -> list[str]:
+        if not os.path.isdir(self.root):
+            raise self._root_missing()
         head, _, _ = prefix.rpartition("/")
         start = os.path.join(self.root, *head.split("/")) if head else self.root
         keys: list[str] = []

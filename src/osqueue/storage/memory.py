@@ -65,13 +65,15 @@ class MemoryStorage:
                 f"must be one of {', '.join(ETAG_MODES)}, not {etag!r}", field="etag"
             )
         if name is None or name == "":
-            name = f".anonymous-{next(_anonymous)}"
-            self._url = "memory://"
+            # private: not in the registry, so nobody else can open it and it dies with us
+            self.name = f".anonymous-{next(_anonymous)}"
+            self._url = "memory://" + ("?etag=md5" if etag == "md5" else "")
+            self._bucket = _Bucket()
         else:
+            self.name = name
             self._url = f"memory://{name}" + ("?etag=md5" if etag == "md5" else "")
-        self.name = name
+            self._bucket = _bucket(name)
         self.etag_mode: EtagMode = etag
-        self._bucket = _bucket(name)
         self._capabilities = Capabilities(
             cross_process=False, content_etags=etag == "md5", durable=False
         )

@@ -1,0 +1,120 @@
+"""``file://`` specifics: plain files on disk, private files hidden, ETags that never repeat."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError
+from osqueue.storage import FileStorage, from_url
+from osqueue.storage import file as file_module
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "q"
+
+
+@pytest.fixture
+def store(root: Path) -> FileStorage:
+    return FileStorage(root)
+
+
+def private_files(root: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name.startswith(".osqueue-")
+        and p.name != ".osqueue-locks"
+        and ".osqueue-locks" not in p.parts
+    )
+
+
+async def test_objects_are_plain_files(store: FileStorage, root: Path) -> None:
+    await store.write("queue.json", b'{"version": 1}', if_match=None)
+    await store.put("archive/date=2026-11-21/hour=23/1.jsonl", b"line\n")
+    assert (root / "queue.json").read_bytes() == b'{"version": 1}'
+    assert (root / "archive/date=2026-11-21/hour=23/1.jsonl").read_bytes() == b"line\n"
+    assert private_files(root) == []  # no temporary file left behind
+
+
+async def test_stray_temporary_files_are_ignored(store: FileStorage, root: Path) -> None:
+    etag = await store.write("queue.json", b"v1", if_match=None)
+    (root / ".osqueue-tmp-crashed").write_bytes(b"half a docu")  # a crash mid-write
+    assert await store.list() == ["queue.json"]
+    assert await store.read("queue.json") == (b"v1", etag)
+    await store.write("queue.json", b"v2", if_match=etag)
+
+
+async def test_etags_never_repeat_for_the_same_bytes(
+    store: FileStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even with the wall clock standing still (or going back) and inode numbers reused."""
+    clock = iter(range(10_000_000, 0, -1))
+    monkeypatch.setattr(file_module.time, "time_ns", lambda: next(clock))
+    etags = [await store.write("k", b"same", if_match=None)]
+    for _ in range(100):
+        etags.append(await store.write("k", b"same", if_match=etags[-1]))
+    assert len(set(etags)) == len(etags)
+    mtimes = [int(e.split("-")[0], 16) for e in etags]
+    assert mtimes == sorted(mtimes)
+    for old in etags[:-1]:
+        with pytest.raises(Conflict):
+            await store.write("k", b"same", if_match=old)
+
+
+async def test_folder_and_object_with_one_name(store: FileStorage) -> None:
+    await store.put("a/b", b"x")
+    with pytest.raises(InvalidInput) as info:
+        await store.write("a", b"y", if_match=None)
+    assert info.value.field == "key"
+    with pytest.raises(NotFound):
+        await store.read("a")
+    await store.put("x", b"x")
+    with pytest.raises(InvalidInput):
+        await store.put("x/y", b"y")
+
+
+async def test_a_vanished_root_is_a_storage_error_with_cause(
+    store: FileStorage, root: Path
+) -> None:
+    await store.put("k", b"v")
+    shutil.rmtree(root)
+    with open(root, "wb") as f:  # noqa: ASYNC230 (test setup)
+        f.write(b"not a directory")
+    calls = [
+        lambda: store.read("k"),
+        lambda: store.put("k", b"v"),
+        store.list,
+        lambda: store.delete("k"),
+    ]
+    for call in calls:
+        with pytest.raises(StorageError) as info:
+            await call()
+        assert isinstance(info.value.cause, OSError)
+        assert info.value.__cause__ is not None or info.value.cause is not None
+
+
+async def test_keys_never_leave_the_root(store: FileStorage, tmp_path: Path) -> None:
+    before = sorted(os.listdir(tmp_path))
+    for key in ("../outside", "a/../../outside", "/etc/passwd", "x\x00y"):
+        with pytest.raises(InvalidInput):
+            await store.put(key, b"x")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+async def test_fsync_can_be_turned_off(root: Path) -> None:
+    store = from_url(root.as_uri() + "?fsync=false")
+    assert isinstance(store, FileStorage)
+    assert store.fsync is False
+    etag = await store.write("k", b"v", if_match=None)
+    assert await FileStorage(root).read("k") == (b"v", etag)
+
+
+def test_root_must_be_absolute() -> None:
+    with pytest.raises(InvalidInput) as info:
+        FileStorage("relative/dir")
+    assert info.value.field == "root"
