@@ -1,0 +1,178 @@
+"""Helpers shared by the remote-mode tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from osqueue.broker import BrokerConfig
+from osqueue.client.remote import RemoteConfig
+from osqueue.state import DOCUMENT_KEY, Document, decode
+from osqueue.storage import from_url
+
+#: Long enough that an idle broker never renews its lease during a test, so the
+#: document's version moves only when an op commits.
+QUIET_LEASE_S = 3600.0
+
+
+def quiet_broker_config(**overrides: float | int | str | None) -> BrokerConfig:
+    values: dict[str, float | int | str | None] = {
+        "lease_s": QUIET_LEASE_S,
+        "heartbeat_timeout_s": 600.0,
+    }
+    values.update(overrides)
+    return BrokerConfig(**values)  # type: ignore[arg-type]
+
+
+def fast_config(**overrides: float | int | str | bool | None) -> RemoteConfig:
+    """Client settings for tests: give up within seconds, not half a minute."""
+    values: dict[str, float | int | str | bool | None] = {
+        "timeout_s": 10.0,
+        "rpc_timeout_s": 5.0,
+        "backoff_base_s": 0.01,
+        "backoff_cap_s": 0.1,
+    }
+    values.update(overrides)
+    return RemoteConfig(**values)  # type: ignore[arg-type]
+
+
+async def read_document(url: str) -> Document:
+    storage = from_url(url)
+    try:
+        return decode((await storage.read(DOCUMENT_KEY)).data)
+    finally:
+        await storage.close()
+
+
+@dataclass(frozen=True)
+class CertFiles:
+    cert: str
+    key: str
+    #: An unrelated self-signed certificate, for "wrong CA" tests.
+    other_cert: str
+
+
+def self_signed(common_name: str) -> tuple[bytes, bytes]:
+    """A self-signed certificate (PEM) for localhost and 127.0.0.1, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+class FakeClient:
+    """A :class:`~osqueue.client.api.QueueClient` for servicer tests.
+
+    Every call raises ``self.error`` when set; calls wait on ``gate`` (open by
+    default) after counting themselves in ``entered``, so a test can hold calls
+    in flight and know when they got there.
+    """
+
+    def __init__(self) -> None:
+        import asyncio
+
+        from osqueue.client.api import Job
+
+        self.error: Exception | None = None
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = 0
+        self.arrived = asyncio.Condition()
+        self.pushed: list[str] = []
+        self.job = Job(id="job-1", queue="q", payload=b"p", attempts=1, max_attempts=5, token=9)
+
+    async def _enter(self) -> None:
+        async with self.arrived:
+            self.entered += 1
+            self.arrived.notify_all()
+        await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def wait_entered(self, n: int) -> None:
+        async with self.arrived:
+            await self.arrived.wait_for(lambda: self.entered >= n)
+
+    async def push(
+        self,
+        payload: bytes,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay_s: float = 0.0,
+        key: str | None = None,
+        max_attempts: int = 5,
+        id: str | None = None,
+    ) -> str:
+        await self._enter()
+        assert id is not None
+        self.pushed.append(id)
+        return id
+
+    async def push_many(self, jobs: object) -> list[str]:
+        raise NotImplementedError
+
+    async def claim(
+        self,
+        worker: str,
+        queues: object = ("default",),
+        *,
+        max_jobs: int = 1,
+        wait_s: float = 0.0,
+    ) -> list[object]:
+        await self._enter()
+        return [self.job]
+
+    async def heartbeat(self, job: object) -> None:
+        await self._enter()
+
+    async def complete(self, job: object) -> None:
+        await self._enter()
+
+    async def fail(
+        self, job: object, *, error: str = "", retry_after_s: float | None = None
+    ) -> None:
+        await self._enter()
+
+    async def release(self, job: object) -> None:
+        await self._enter()
+
+    async def cancel(self, job_id: str) -> None:
+        await self._enter()
+
+    async def stats(self) -> object:
+        from osqueue.client.api import Stats
+
+        await self._enter()
+        return Stats(version=1)
+
+    async def close(self) -> None:
+        return None
