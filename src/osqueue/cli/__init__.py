@@ -1,0 +1,1 @@
+"""The ``osqueue`` command line (``osqueue.cli.app:main``)."""
