@@ -308,6 +308,8 @@ async def test_missing_objects(store: Storage) -> None:
         await store.read("missing.json")
     with pytest.raises(NotFound):
         await store.get("missing.json")
+    with pytest.raises(NotFound):  # error text naming a missing bucket is not fooled by keys
+        await store.read("NoSuchBucket/ContainerNotFound")
     await store.delete("missing.json")  # deleting a missing object is fine
     await store.put("present.json", b"x")
     await store.delete("present.json")
@@ -317,7 +319,19 @@ async def test_missing_objects(store: Storage) -> None:
     assert await store.list() == []
 
 
-BAD_KEYS = ["", "/abs.json", "../escape", "a/../../b", "a//b", "a/./b", "trailing/", "nul\x00x"]
+BAD_KEYS = [
+    "",
+    "/abs.json",
+    "../escape",
+    "a/../../b",
+    "a//b",
+    "a/./b",
+    "trailing/",
+    "nul\x00x",
+    "line\nbreak",
+    ".osqueue-locks/000.lock",  # reserved for the backends' own files
+    "x" * 256,  # a segment longer than 255 bytes
+]
 
 
 async def test_invalid_keys_are_rejected(store: Storage) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError
 from osqueue.storage import FileStorage, from_url
-from osqueue.storage import file as file_module
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ async def test_etags_never_repeat_for_the_same_bytes(
 ) -> None:
     """Even with the wall clock standing still (or going back) and inode numbers reused."""
     clock = iter(range(10_000_000, 0, -1))
-    monkeypatch.setattr(file_module.time, "time_ns", lambda: next(clock))
+    monkeypatch.setattr(time, "time_ns", lambda: next(clock))
     etags = [await store.write("k", b"same", if_match=None)]
     for _ in range(100):
         etags.append(await store.write("k", b"same", if_match=etags[-1]))
@@ -85,7 +86,7 @@ async def test_a_vanished_root_is_a_storage_error_with_cause(
     shutil.rmtree(root)
     with open(root, "wb") as f:  # noqa: ASYNC230 (test setup)
         f.write(b"not a directory")
-    calls = [
+    calls: list[Callable[[], Awaitable[object]]] = [
         lambda: store.read("k"),
         lambda: store.put("k", b"v"),
         store.list,

@@ -40,6 +40,16 @@ or container is a ``StorageError``.  A write that failed after it was sent
 (timeout, reset connection, 5xx) is ``OutcomeUnknown``; a write that never
 connected or was refused with a 4xx is a plain ``StorageError``.  Everything
 else is ``StorageError`` with the obstore exception as ``cause``.
+
+obstore retries some failed requests itself (up to ``max_retries``), so a
+``Conflict`` on a conditional write can be the echo of this very write, which
+landed before a retry: callers re-read and compare before treating a conflict
+as lost (the broker does).
+
+Async obstore calls run on a tokio runtime whose threads can still be dropping
+Python objects just after a call returns; a process that exits at that instant
+aborts.  The first call registers an ``atexit`` hook that waits out that
+window (at most ``SETTLE_S`` after the last call).
 """
 
 from __future__ import annotations
@@ -286,8 +296,9 @@ def open_cloud(scheme: Scheme, bucket: str, prefix: str, params: Mapping[str, st
 
 # ---------------------------------------------------------------------- error mapping
 
-_STATUS = re.compile(r"status: (\d{3})")
-_MISSING_BUCKET = ("NoSuchBucket", "ContainerNotFound", "The specified bucket does not exist")
+# Matched against obstore's error text (its debug dump includes the HTTP status and body).
+_STATUS = re.compile(r"Status \{\s*status: (\d{3})")
+_MISSING_BUCKET = ("<Code>NoSuchBucket</Code>", "<Code>ContainerNotFound</Code>")
 
 
 def _first_line(exc: BaseException, limit: int = 300) -> str:

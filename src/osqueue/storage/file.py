@@ -33,7 +33,8 @@ that store coarse timestamps the writer detects the truncation and steps the
 mtime further (up to 2 s) until it grows.  This needs a local filesystem with
 ``flock`` (not NFS).
 
-Blocking calls run in ``asyncio.to_thread``.  Keys are checked by
+Blocking calls run in ``asyncio.to_thread``; a cancelled write may still
+finish in its thread, so cancellation leaves the outcome unknown (re-read).  Keys are checked by
 :mod:`osqueue.storage.keys`, so they cannot leave the root (no ``..``, no
 absolute keys, no NUL).
 """
