@@ -194,12 +194,14 @@ async def run_broker(
     limits: Limits | None = None,
     stop: asyncio.Event | None = None,
     on_serving: asyncio.Event | None = None,
+    handle_signals: bool = True,
 ) -> None:
     """Serve the queue at ``url`` until SIGTERM/SIGINT (or ``stop`` is set), then drain.
 
     Returns after a graceful stop; raises the broker's error if it failed, or
     ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set
-    once the broker serves (for a standby: once it took over).
+    once the broker serves (for a standby: once it took over).  With
+    ``handle_signals=False`` only ``stop`` stops it (for embedding and tests).
     """
     stop = stop or asyncio.Event()
     runner = BrokerServer(
@@ -215,7 +217,7 @@ async def run_broker(
         broker_config=broker_config,
         limits=limits,
     )
-    signals = _install_stop_signals(stop)
+    signals = _install_stop_signals(stop) if handle_signals else []
     loop = asyncio.get_running_loop()
     try:
         await runner.listen()

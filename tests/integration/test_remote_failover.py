@@ -1,0 +1,165 @@
+"""Clients find the broker through the document and follow it when it moves.
+
+Also: a push (or completion) whose answer was lost is retried and applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from remote_helpers import fast_config, quiet_broker_config, read_document
+
+from osqueue.broker import BrokerConfig
+from osqueue.client.api import Job, NewJob
+from osqueue.client.remote import RemoteClient, connect
+from osqueue.errors import NotBroker, OsqueueError
+from osqueue.server.runner import BrokerServer, run_broker
+
+
+async def test_client_follows_a_changed_address_in_the_document(queue_url: str) -> None:
+    first = BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config())
+    await first.start()
+    client = await connect(queue_url, config=fast_config())
+    assert isinstance(client, RemoteClient)
+    try:
+        await client.push(b"before", id="before")
+        assert client.address == first.address
+        await first.stop()  # drains: the document's address is cleared
+        doc = await read_document(queue_url)
+        assert doc.broker is not None
+        assert doc.broker.address is None
+        async with BrokerServer(
+            queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+        ) as second:
+            assert second.address != first.address
+            await client.push(b"after", id="after")
+            assert client.address == second.address
+            assert client.connects == 2
+            jobs = await client.claim("w", max_jobs=10)
+            assert sorted(job.id for job in jobs) == ["after", "before"]
+    finally:
+        await client.close()
+
+
+async def test_a_broker_that_was_taken_over_points_clients_to_the_new_one(
+    queue_url: str,
+) -> None:
+    stop = asyncio.Event()
+    serving = asyncio.Event()
+    old = asyncio.create_task(
+        run_broker(
+            queue_url,
+            listen="127.0.0.1:0",
+            broker_config=quiet_broker_config(),
+            stop=stop,
+            on_serving=serving,
+            handle_signals=False,
+        )
+    )
+    await serving.wait()
+    client = await connect(queue_url, config=fast_config())
+    assert isinstance(client, RemoteClient)
+    try:
+        await client.push(b"1", id="one")
+        old_address = client.address
+        async with BrokerServer(
+            queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+        ) as new:
+            # The old broker learns it lost the queue on its next write, answers
+            # NotBroker with the new address, and the client follows it.
+            await client.push(b"2", id="two")
+            assert client.address == new.address != old_address
+            with pytest.raises(NotBroker) as caught:
+                await asyncio.wait_for(old, 20)
+            assert caught.value.address == new.address
+            doc = await read_document(queue_url)
+            assert sorted(doc.jobs) == ["one", "two"]
+    finally:
+        stop.set()
+        await client.close()
+
+
+async def test_standby_takes_over_when_the_active_broker_stops(queue_url: str) -> None:
+    config = BrokerConfig(lease_s=1.0, heartbeat_timeout_s=60.0, clock_skew_margin_s=0.1)
+    stop_active, stop_standby = asyncio.Event(), asyncio.Event()
+    active_serving, standby_serving = asyncio.Event(), asyncio.Event()
+    common: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "broker_config": config,
+        "handle_signals": False,
+    }
+    active = asyncio.create_task(
+        run_broker(queue_url, stop=stop_active, on_serving=active_serving, **common)
+    )
+    await active_serving.wait()
+    standby = asyncio.create_task(
+        run_broker(queue_url, standby=True, stop=stop_standby, on_serving=standby_serving, **common)
+    )
+    client = await connect(queue_url, config=fast_config())
+    try:
+        await client.push(b"1", id="one")
+        assert not standby_serving.is_set()
+        stop_active.set()
+        await active  # a graceful stop returns normally
+        await asyncio.wait_for(standby_serving.wait(), 20)
+        await client.push(b"2", id="two")
+        jobs = await client.claim("w", max_jobs=10)
+        assert sorted(job.id for job in jobs) == ["one", "two"]
+        doc = await read_document(queue_url)
+        assert doc.broker is not None
+        assert doc.broker.epoch == 2
+    finally:
+        stop_active.set()
+        stop_standby.set()
+        await client.close()
+        await standby
+
+
+class LosesFirstAnswer:
+    """Wraps the broker's client: the first push/complete commits, then never answers."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.lost: list[str] = []
+        self.never = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
+        results = await self.inner.push_results(jobs)
+        if "push" not in self.lost:
+            self.lost.append("push")
+            await self.never.wait()  # the client's deadline passes; the answer is lost
+        return list(results)
+
+    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
+        results = await self.inner.complete_many(jobs)
+        if "complete" not in self.lost:
+            self.lost.append("complete")
+            await self.never.wait()
+        return list(results)
+
+
+async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) -> None:
+    async with BrokerServer(
+        queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+    ) as server:
+        assert server.server is not None
+        assert server.broker is not None
+        losing = LosesFirstAnswer(server.broker.client())
+        server.server.service.attach(losing)  # type: ignore[arg-type]
+        async with connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client:
+            job_id = await client.push(b"once")
+            assert losing.lost == ["push"]
+            doc = await read_document(queue_url)
+            assert list(doc.jobs) == [job_id]
+            assert doc.stats.pushed == 1
+            [job] = await client.claim("w")
+            await client.complete(job)  # its answer is lost too; the retry is accepted
+            assert losing.lost == ["push", "complete"]
+            doc = await read_document(queue_url)
+            assert doc.stats.completed == 1
