@@ -6,7 +6,15 @@ The errors every adapter raises are re-exported here for convenience.
 
 from __future__ import annotations
 
-from osqueue.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown, StorageError
+from osqueue.errors import (
+    Conflict,
+    InvalidInput,
+    MissingExtra,
+    NotFound,
+    OutcomeUnknown,
+    StorageError,
+)
+from osqueue.storage.cloud import CloudStorage
 from osqueue.storage.faults import FaultConfig, FaultyStorage
 from osqueue.storage.file import FileStorage
 from osqueue.storage.memory import MemoryStorage
@@ -16,12 +24,14 @@ from osqueue.storage.url import from_url
 __all__ = [
     "Blob",
     "Capabilities",
+    "CloudStorage",
     "Conflict",
     "FaultConfig",
     "FaultyStorage",
     "FileStorage",
     "InvalidInput",
     "MemoryStorage",
+    "MissingExtra",
     "NotFound",
     "OutcomeUnknown",
     "Storage",
