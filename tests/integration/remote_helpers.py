@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -107,7 +108,9 @@ class FakeClient:
         self.entered = 0
         self.arrived = asyncio.Condition()
         self.pushed: list[str] = []
+        self.released: list[str] = []
         self.job = Job(id="job-1", queue="q", payload=b"p", attempts=1, max_attempts=5, token=9)
+        self.claimable: list[Job] = [self.job]
 
     async def _enter(self) -> None:
         async with self.arrived:
@@ -149,7 +152,7 @@ class FakeClient:
         wait_s: float = 0.0,
     ) -> list[object]:
         await self._enter()
-        return [self.job]
+        return list(self.claimable[:max_jobs])
 
     async def heartbeat(self, job: object) -> None:
         await self._enter()
@@ -162,8 +165,9 @@ class FakeClient:
     ) -> None:
         await self._enter()
 
-    async def release(self, job: object) -> None:
+    async def release(self, job: Any) -> None:
         await self._enter()
+        self.released.append(job.id)
 
     async def cancel(self, job_id: str) -> None:
         await self._enter()
