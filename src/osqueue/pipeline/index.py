@@ -224,12 +224,14 @@ def tasks_of(jobs: Iterable[Job]) -> dict[str, list[IndexTask]]:
     return by_root
 
 
-def index_jobs(jobs: Sequence[Job], spark: SparkSession) -> None:
+def index_jobs(jobs: Sequence[Job], spark: SparkSession) -> list[IndexRun]:
     """Index every job's segment, in one Spark job per data root."""
     if not jobs:
         raise InvalidInput("no jobs", field="jobs")
-    for root_uri, tasks in tasks_of(jobs).items():
+    return [
         index_segments(spark, DataRoot(root_uri), [t.segment for t in tasks])
+        for root_uri, tasks in tasks_of(jobs).items()
+    ]
 
 
 #: The worker handler: ``osqueue work URL --spark --handler osqueue.pipeline.index:handler``.

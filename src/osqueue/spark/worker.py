@@ -52,6 +52,9 @@ class SparkBatch:
 
     fn: SparkBatchFn
 
+    def __call__(self, jobs: list[Job], spark: SparkSession) -> object:
+        return self.fn(jobs, spark)
+
 
 def spark_batch(fn: SparkBatchFn) -> SparkBatch:
     """Decorator: ``fn(jobs, spark)`` handles a batch of claimed jobs in one go."""
@@ -118,7 +121,8 @@ class SparkCall:
             sc.setInterruptOnCancel(False)
 
 
-def _wrap(handler: SparkHandler | BatchHandler, spark: SparkSession) -> Handler:
+def spark_handler(handler: SparkHandler | BatchHandler, spark: SparkSession) -> Handler:
+    """Wrap one Spark handler for :class:`osqueue.Worker`."""
     if isinstance(handler, SparkBatch):
         return BatchHandler(SparkCall(handler.fn, spark))
     if isinstance(handler, BatchHandler):
@@ -146,5 +150,5 @@ def spark_handlers(
     if isinstance(handlers, Mapping):
         if not handlers:
             raise InvalidInput("the handler mapping is empty", field="handlers")
-        return {queue: _wrap(h, session) for queue, h in handlers.items()}
-    return _wrap(handlers, session)
+        return {queue: spark_handler(h, session) for queue, h in handlers.items()}
+    return spark_handler(handlers, session)

@@ -1,0 +1,110 @@
+"""Spark fixtures: ONE local[2] SparkSession for the whole session, and served brokers.
+
+Spark calls block, and Spark's Python workers (where the ``osqueue`` data
+source runs) are separate processes that reach the queue through its broker
+over gRPC.  So brokers here run on their own event loop thread
+(:class:`ServedBroker`), and tests talk to them with blocking calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from pyspark.sql import SparkSession
+
+from osqueue.broker import BrokerConfig
+from osqueue.client.local import LocalClient
+from osqueue.client.loop_thread import LoopThread
+from osqueue.server.runner import BrokerServer
+from osqueue.spark import register
+from osqueue.storage import MemoryStorage
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    # Spark starts its Python workers with $PYSPARK_PYTHON: this venv's interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("osqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+class ServedBroker:
+    """A broker and its gRPC server on a private event loop thread."""
+
+    def __init__(self, url: str, config: BrokerConfig) -> None:
+        self.url = url
+        self.loop = LoopThread("test-broker")
+        self.server = BrokerServer(url, listen="127.0.0.1:0", broker_config=config)
+        self.loop.run(self.server.start())
+        assert self.server.broker is not None
+        self.broker = self.server.broker
+        self.client: LocalClient = self.broker.client()
+
+    @property
+    def address(self) -> str:
+        assert self.server.address is not None
+        return self.server.address
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run(coro)
+
+    def close(self) -> None:
+        try:
+            self.loop.run(self.server.stop())
+        finally:
+            self.loop.close()
+
+
+@contextmanager
+def served_broker(url: str, **config: Any) -> Iterator[ServedBroker]:
+    served = ServedBroker(url, BrokerConfig(**config))
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+@pytest.fixture
+def file_queue(tmp_path: Path) -> str:
+    directory = tmp_path / "queue"
+    directory.mkdir()
+    return directory.as_uri()
+
+
+@pytest.fixture
+def memory_queue() -> Iterator[str]:
+    name = f"spark-{uuid.uuid4().hex}"
+    yield f"memory://{name}"
+    MemoryStorage.drop(name)
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` (a condition on state another process or thread changes)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
