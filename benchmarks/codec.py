@@ -21,7 +21,9 @@ T0 = 1_800_000_000.0
 
 
 def build(n: int) -> Document:
-    ops = [Push(id=f"01JD{i:022d}", payload=b'{"segment": "wal/ns-42/000017.jsonl"}') for i in range(n)]
+    ops = [
+        Push(id=f"01JD{i:022d}", payload=b'{"segment": "wal/ns-42/000017.jsonl"}') for i in range(n)
+    ]
     return commit(Document.empty(), ops, T0, in_place=True).doc
 
 
