@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
 from pyspark.sql import SparkSession
 
 from osqueue.broker import BrokerConfig

@@ -106,7 +106,8 @@ def test_write_then_read_jobs_dead_and_archive_on_a_file_queue(
                 "tester",
                 "work",
             )
-            assert row.wait_ms >= 0 and row.run_ms >= 0
+            assert row.wait_ms >= 0
+            assert row.run_ms >= 0
             assert row.created_at <= row.claimed_at <= row.completed_at
             assert row.payload is None
 
@@ -143,7 +144,8 @@ def test_embedded_write_needs_no_running_broker(spark: SparkSession, file_queue:
     jobs = spark.read.format("osqueue").option("url", file_queue).load().collect()
     assert sorted(bytes(r.payload) for r in jobs) == sorted(payloads)
     doc = decode(blocking.with_storage(file_queue, lambda s: s.read(DOCUMENT_KEY)).data)
-    assert doc.broker is not None and doc.broker.address is None  # stopped and released
+    assert doc.broker is not None
+    assert doc.broker.address is None
 
 
 def test_rows_without_a_payload_column_become_json(spark: SparkSession, file_queue: str) -> None:
@@ -196,7 +198,8 @@ def test_reading_a_memory_queue_explains_why_it_cannot(
     with pytest.raises(Exception) as caught:
         spark.read.format("osqueue").option("url", memory_queue).load().collect()
     error = expect_error(caught)
-    assert isinstance(error, InvalidInput) and error.field == "url"
+    assert isinstance(error, InvalidInput)
+    assert error.field == "url"
     assert "memory://" in str(error)
 
 
@@ -226,7 +229,8 @@ def test_a_bad_column_fails_before_anything_is_pushed(
     with served_broker(file_queue), pytest.raises(Exception) as caught:
         frame.write.format("osqueue").option("url", file_queue).mode("append").save()
     error = expect_error(caught)
-    assert isinstance(error, InvalidInput) and error.field == field
+    assert isinstance(error, InvalidInput)
+    assert error.field == field
     assert pushed_count(file_queue) == 0
 
 
@@ -237,7 +241,8 @@ def test_a_null_payload_names_the_column_and_the_row(spark: SparkSession, file_q
             "append"
         ).save()
     error = expect_error(caught)
-    assert isinstance(error, InvalidInput) and error.field == "payload"
+    assert isinstance(error, InvalidInput)
+    assert error.field == "payload"
     assert "row 1" in str(error)
 
 
@@ -258,7 +263,8 @@ def test_bad_read_options_name_the_option(
     with pytest.raises(Exception) as caught:
         reader.load().collect()
     error = expect_error(caught)
-    assert isinstance(error, InvalidInput) and error.field == field
+    assert isinstance(error, InvalidInput)
+    assert error.field == field
 
 
 def test_overwrite_is_refused(spark: SparkSession, file_queue: str) -> None:
@@ -266,7 +272,8 @@ def test_overwrite_is_refused(spark: SparkSession, file_queue: str) -> None:
     with pytest.raises(Exception) as caught:
         frame.write.format("osqueue").option("url", file_queue).mode("overwrite").save()
     error = expect_error(caught)
-    assert isinstance(error, InvalidInput) and error.field == "mode"
+    assert isinstance(error, InvalidInput)
+    assert error.field == "mode"
 
 
 def test_a_missing_broker_is_a_clear_error(spark: SparkSession, file_queue: str) -> None:
@@ -277,7 +284,8 @@ def test_a_missing_broker_is_a_clear_error(spark: SparkSession, file_queue: str)
         ).save()
     error = expect_error(caught)
     assert isinstance(error, BrokerUnavailable)
-    assert "no broker serves" in str(error) and "embedded=true" in str(error)
+    assert "no broker serves" in str(error)
+    assert "embedded=true" in str(error)
 
 
 def test_a_streaming_query_sees_completed_jobs_as_they_land(
