@@ -564,3 +564,14 @@ def test_push_lines_rides_through_a_broker_failover(
     assert jobs[before].payload == b"before"
     assert jobs[after].payload == b"after"
     assert read_doc(qdir).broker.address == second  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_status_watch_refreshes_until_interrupted(qdir: Path, procs: list[Proc]) -> None:
+    seed(qdir)
+    watch = spawn(procs, qdir, "status", url_of(qdir), "--watch", "--json", "--interval-s", "0.1")
+    first = json.loads(watch.expect(watch.out, r"^\{").string)
+    second = json.loads(watch.expect(watch.out, r"^\{").string)
+    assert first["version"] == second["version"] == read_doc(qdir).version
+    watch.popen.send_signal(signal.SIGINT)
+    assert watch.wait() == 0

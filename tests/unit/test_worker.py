@@ -670,3 +670,27 @@ async def test_default_heartbeat_interval_follows_the_in_process_broker() -> Non
     async with Broker(f"memory://test-worker-{new_id()}", config, clock=ManualClock()) as broker:
         worker = Worker(broker.client(), lambda job: None)
         assert worker.heartbeat_interval_s == pytest.approx(4.0)
+
+
+async def test_a_transient_heartbeat_error_is_not_a_lost_lease(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await finish.wait()
+
+    worker = env.worker(handler)
+    task = start(worker)
+    await started.wait()
+    env.client.fail_next["heartbeat"] = BrokerUnavailable("failing over")
+    await env.beat()
+    await env.beat()
+    assert [c.error is None for c in env.client.named("heartbeat")] == [False, True]
+    finish.set()
+    await env.client.wait_for(lambda: env.client.count("complete", ok=True) == 1)
+    worker.stop()
+    await task
+    assert worker.counters.lost == 0
+    assert env.status(job_id) == "done"

@@ -76,6 +76,8 @@ class ClientOptions:
     token_file: str | None = None
     tls_ca: str | None = None
     embedded: bool = False
+    #: How long one call keeps trying (failovers included); None: the client's default.
+    timeout_s: float | None = None
 
 
 @asynccontextmanager
@@ -86,7 +88,11 @@ async def open_client(options: ClientOptions) -> AsyncIterator[QueueClient]:
 
     token = resolve_token(options.token, options.token_file)
     client = await connect(
-        options.url, token=token, tls_ca=options.tls_ca, embedded=options.embedded
+        options.url,
+        token=token,
+        tls_ca=options.tls_ca,
+        embedded=options.embedded,
+        timeout_s=options.timeout_s,
     )
     try:
         yield client

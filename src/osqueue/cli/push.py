@@ -136,7 +136,7 @@ def push(
             min=0.0,
             help="Keep retrying a push this long (broker failover) before giving up.",
         ),
-    ] = 60.0,
+    ] = 30.0,
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
@@ -157,7 +157,7 @@ def push(
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
     template = JobTemplate(queue, priority, delay_s, key, max_attempts)
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    options = ClientOptions(url, token, token_file, tls_ca, embedded, timeout_s=retry_for_s or None)
     pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
     if lines:
         asyncio.run(pusher.push_lines(options, sys.stdin.buffer))
@@ -209,15 +209,13 @@ class Pusher:
 
     async def _send(self, client: QueueClient, jobs: Sequence[NewJob]) -> list[str]:
         """Push ``jobs``; on a transient error send the same jobs (same ids) again."""
-        deadline: float | None = None
+        deadline = time.monotonic() + self.retry_for_s
         backoff = _BACKOFF_MIN_S
         while True:
             try:
                 ids = await client.push_many(jobs)
             except RETRYABLE as exc:
-                now = time.monotonic()
-                deadline = deadline if deadline is not None else now + self.retry_for_s
-                if now >= deadline:
+                if time.monotonic() + backoff >= deadline:
                     raise
                 exits.warn(f"push failed ({exits.describe(exc)}); retrying the same jobs")
                 await asyncio.sleep(backoff)

@@ -790,25 +790,37 @@ class Worker:
                 if not unit.settling
                 for job in unit.live_jobs()
             ]
-            if beats:
-                await asyncio.gather(*(self._beat(unit, job) for unit, job in beats))
+            if not beats:
+                continue
+            failures = [
+                e
+                for e in await asyncio.gather(*(self._beat(unit, job) for unit, job in beats))
+                if e is not None
+            ]
+            if failures:
+                logger.warning(
+                    "%d of %d heartbeats failed (%s); retrying on the next beat",
+                    len(failures),
+                    len(beats),
+                    error_line(failures[0]),
+                    extra={"action": "heartbeat", "failed": len(failures), "sent": len(beats)},
+                )
 
-    async def _beat(self, unit: _Unit, job: Job) -> None:
+    async def _beat(self, unit: _Unit, job: Job) -> OsqueueError | None:
+        """Heartbeat one job; a transient error is returned (the caller logs it once)."""
         try:
             await self.client.heartbeat(job)
         except _GONE_ERRORS as exc:
             if unit.settling or unit not in self._units:
-                return
+                return None
             self._note_lost(job, exc)
             if unit.context._mark_lost(job.id):
                 unit.context._cancel("lease_lost")
                 if unit.is_async and unit.future is not None:
                     unit.future.cancel()
         except TRANSIENT_ERRORS as exc:
-            logger.warning(
-                "heartbeat failed; will retry on the next beat",
-                extra={"action": "heartbeat", "job": job.id, "error": error_line(exc)},
-            )
+            return exc
+        return None
 
     def _note_lost(self, job: Job, exc: OsqueueError) -> None:
         self.counters.lost += 1
