@@ -90,6 +90,9 @@ class RemoteConfig:
     timeout_s: float = 30.0
     #: How long one attempt may take.
     rpc_timeout_s: float = 10.0
+    #: While a call is open, ping the broker this often; no answer within as
+    #: long fails the call over (a paused broker is left within 2x this).
+    keepalive_s: float = 3.0
     backoff_base_s: float = 0.05
     backoff_cap_s: float = 1.0
     #: Client-side batching: items and bytes per RPC, RPCs of one kind in flight.
@@ -105,7 +108,13 @@ class RemoteConfig:
     max_claim_jobs: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "rpc_timeout_s", "backoff_base_s", "backoff_cap_s"):
+        for name in (
+            "timeout_s",
+            "rpc_timeout_s",
+            "keepalive_s",
+            "backoff_base_s",
+            "backoff_cap_s",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise InvalidInput(f"must be a number of seconds > 0, got {value!r}", field=name)
@@ -258,8 +267,16 @@ def _channel_options(config: RemoteConfig) -> list[tuple[str, int | str]]:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
+        # While a call is open, ping the broker: a paused or partitioned broker
+        # (no answer within the timeout) fails the call, which then fails over,
+        # instead of a long poll waiting out its whole wait.
+        ("grpc.keepalive_time_ms", round(config.keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", round(config.keepalive_s * 1000)),
+        # gRPC core waits this long for a ping's answer (keepalive_timeout_ms
+        # alone does not end the transport in current releases).
+        ("grpc.http2.ping_timeout_ms", round(config.keepalive_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
     ]
     if config.tls_server_name:
         options.append(("grpc.ssl_target_name_override", config.tls_server_name))

@@ -92,8 +92,11 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
         # Notice dead clients (and their parked long polls).
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
+        # Clients ping every few seconds while a call waits (to notice a paused
+        # broker); accept that instead of answering GOAWAY "too many pings".
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+        ("grpc.http2.max_ping_strikes", 0),
     ]
 
 
