@@ -88,7 +88,17 @@ def work(
             "--heartbeat-interval-s",
             envvar="OSQUEUE_HEARTBEAT_INTERVAL_S",
             min=0.001,
-            help="Default: a third of the broker's heartbeat timeout (30 s if unknown).",
+            help="Default: a third of the broker's heartbeat timeout.",
+        ),
+    ] = None,
+    broker_heartbeat_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--broker-heartbeat-timeout-s",
+            envvar="OSQUEUE_HEARTBEAT_TIMEOUT_S",
+            min=0.001,
+            help="The broker's --heartbeat-timeout-s (same variable), when the client cannot "
+            "tell it (gRPC); default 30.",
         ),
     ] = None,
     worker_id: Annotated[
@@ -124,7 +134,8 @@ def work(
         concurrency=concurrency,
         batch_size=batch_size,
         worker_id=worker_id,
-        heartbeat_interval_s=heartbeat_interval_s,
+        heartbeat_interval_s=heartbeat_interval_s
+        or (broker_heartbeat_timeout_s / 3.0 if broker_heartbeat_timeout_s else None),
         wait_s=wait_s,
         shutdown_grace_period_s=shutdown_grace_period_s,
         burst=burst,
