@@ -89,3 +89,12 @@ def test_bench_command_rejects_bad_flags_with_exit_code_2(
     assert code == 2
     assert out.getvalue() == ""
     assert "clients" in capsys.readouterr().err
+
+
+def test_bench_command_rejects_a_bad_storage_url_with_exit_code_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = bench_command("no-scheme-here", clients=1, jobs=1, preload=0, out=io.StringIO())
+
+    assert code == 2
+    assert "url" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from typing import TextIO
 from osqueue.bench.config import BenchConfig, BenchResult
 from osqueue.bench.workload import percentile_ms, preload, run_workload
 from osqueue.broker import Broker
-from osqueue.errors import OsqueueError
+from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.storage import from_url
 
 
@@ -83,7 +83,8 @@ def bench_command(
 
     Prints one JSON line with ``as_json`` (the keys of
     :data:`~osqueue.bench.config.RESULT_KEYS`), a short summary otherwise.  Bad
-    flags and storage errors are printed to stderr with exit code 2 and 1.
+    flags (a storage URL that does not parse included) exit with code 2, storage
+    and broker errors with 1; the message goes to stderr.
     """
     stream = out if out is not None else sys.stdout
     try:
@@ -100,6 +101,9 @@ def bench_command(
         return 2
     try:
         result = asyncio.run(run_bench(config))
+    except InvalidInput as exc:  # a storage URL that does not parse
+        print(f"osqueue bench: {exc}", file=sys.stderr)
+        return 2
     except OsqueueError as exc:
         print(f"osqueue bench: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
