@@ -163,3 +163,67 @@ async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) ->
             assert losing.lost == ["push", "complete"]
             doc = await read_document(queue_url)
             assert doc.stats.completed == 1
+
+
+BROKER_PROCESS = """
+import asyncio, sys
+from osqueue.broker import BrokerConfig
+from osqueue.server.runner import run_broker
+
+async def main() -> None:
+    serving = asyncio.Event()
+    config = BrokerConfig(lease_s=2.0, heartbeat_timeout_s=60.0, clock_skew_margin_s=0.2)
+    task = asyncio.create_task(run_broker(
+        sys.argv[1], listen="127.0.0.1:0", standby=sys.argv[2] == "standby",
+        broker_config=config, on_serving=serving))
+    await serving.wait()
+    print("serving", flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+async def _broker_process(url: str, role: str) -> asyncio.subprocess.Process:
+    import sys
+
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", BROKER_PROCESS, url, role, stdout=asyncio.subprocess.PIPE
+    )
+
+
+@pytest.mark.slow
+async def test_a_paused_broker_is_left_for_the_standby(tmp_path: Any) -> None:
+    """SIGSTOP the active broker: keepalive pings fail the open calls, the
+    standby takes over when the lease runs out, and the calls land there."""
+    import signal
+
+    url = (tmp_path / "queue").as_uri()
+    (tmp_path / "queue").mkdir()
+    active = await _broker_process(url, "active")
+    standby: asyncio.subprocess.Process | None = None
+    try:
+        assert active.stdout is not None
+        assert (await active.stdout.readline()).strip() == b"serving"
+        standby = await _broker_process(url, "standby")
+        # Attempts may wait a minute: only the pings can notice the pause in time.
+        config = fast_config(timeout_s=60.0, rpc_timeout_s=60.0, keepalive_s=1.0)
+        async with connect(url, config=config) as client, connect(url, config=config) as worker:
+            await client.push(b"before", id="before")
+            [first] = await worker.claim("w")
+            long_poll = asyncio.ensure_future(worker.claim("w", ["later"], wait_s=60))
+            active.send_signal(signal.SIGSTOP)
+            await asyncio.wait_for(client.push(b"after", id="after", queue="later"), 20)
+            [job] = await asyncio.wait_for(long_poll, 20)
+            assert job.id == "after"
+            await worker.complete(first)  # the takeover kept the claim alive
+            doc = await read_document(url)
+            assert doc.broker is not None
+            assert doc.broker.epoch == 2
+            assert doc.stats.completed == 1
+    finally:
+        active.kill()
+        await active.wait()
+        if standby is not None:
+            standby.terminate()
+            await standby.wait()
