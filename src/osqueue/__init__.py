@@ -47,6 +47,8 @@ _LAZY = {
     "Retry": ("osqueue.client.worker", "Retry"),
     "batch": ("osqueue.client.worker", "batch"),
     "current_context": ("osqueue.client.worker", "current_context"),
+    "current_job_lost": ("osqueue.client.worker", "current_job_lost"),
+    "JobContext": ("osqueue.client.worker", "JobContext"),
     "TypedQueue": ("osqueue.client.typed", "TypedQueue"),
 }
 

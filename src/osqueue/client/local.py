@@ -87,6 +87,11 @@ class LocalClient:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        """The broker's heartbeat timeout (workers beat at a third of it)."""
+        return self.broker.config.heartbeat_timeout_s
+
     # -- push ---------------------------------------------------------------------
 
     async def _push_op(self, job: NewJob) -> Push:
