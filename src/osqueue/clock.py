@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -26,9 +27,17 @@ class Clock(Protocol):
         ...
 
 
+class Timer(Protocol):
+    def cancel(self) -> object: ...
+
+
 class SystemClock:
     def now(self) -> float:
         return time.time()
+
+    def call_later(self, delay_s: float, callback: Callable[[], object]) -> Timer:
+        """Run ``callback`` on the running loop after ``delay_s`` (a cheap timer)."""
+        return asyncio.get_running_loop().call_later(max(0.0, delay_s), callback)
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -62,6 +71,13 @@ class ManualClock:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((self._mono + seconds, fut))
         await fut
+
+    def call_later(self, delay_s: float, callback: Callable[[], object]) -> Timer:
+        """Run ``callback`` once ``delay_s`` of this clock's time has passed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(lambda f: None if f.cancelled() else callback())
+        self._sleepers.append((self._mono + max(0.0, delay_s), fut))
+        return fut
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline passed."""

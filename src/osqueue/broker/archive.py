@@ -45,7 +45,7 @@ _encoder = msgspec.json.Encoder()
 def iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def archive_key(version: int, completed_at: datetime) -> str:

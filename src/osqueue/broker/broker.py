@@ -414,13 +414,21 @@ class Broker:
                 timeout = min(timeout, wake - self.clock.now())
         if timeout <= 0:
             return
-        waker = asyncio.ensure_future(self._wake.wait())
-        sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
-        try:
-            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waker.cancel()
-            sleeper.cancel()
+        call_later = getattr(self.clock, "call_later", None)
+        if call_later is not None:  # one timer and one await: the cheap path
+            timer = call_later(timeout, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+        else:
+            waker = asyncio.ensure_future(self._wake.wait())
+            sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
+            try:
+                await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waker.cancel()
+                sleeper.cancel()
         self._wake_waiters()
 
     async def _commit(self, batch: list[_Pending]) -> None:

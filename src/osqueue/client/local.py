@@ -158,8 +158,11 @@ class LocalClient:
         max_attempts: int = 5,
         id: str | None = None,
     ) -> str:
-        job = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
-        return (await self.push_many([job]))[0]
+        op = await self._push_op(NewJob(payload, queue, priority, delay_s, key, max_attempts, id))
+        result = await self.broker.submit(op)
+        if isinstance(result, Pushed):
+            return result.id
+        raise _as_error(result)
 
     # -- claim --------------------------------------------------------------------
 
@@ -176,14 +179,18 @@ class LocalClient:
         op = ClaimOp(worker=worker, queues=tuple(queues), max_jobs=max_jobs)
         result = _raise_if_error(await self.broker.claim(op, wait_s))
         assert isinstance(result, Claimed)
+        if all(j.payload_ref is None for j in result.jobs):
+            return [self._job(j, j.payload or b"") for j in result.jobs]
         return list(await asyncio.gather(*(self._to_job(j) for j in result.jobs)))
 
     async def _to_job(self, job: StoredJob) -> Job:
-        assert job.claim is not None
         if job.payload_ref is not None:
-            payload = await self.broker.storage.get(job.payload_ref)
-        else:
-            payload = job.payload or b""
+            return self._job(job, await self.broker.storage.get(job.payload_ref))
+        return self._job(job, job.payload or b"")
+
+    @staticmethod
+    def _job(job: StoredJob, payload: bytes) -> Job:
+        assert job.claim is not None
         return Job(
             id=job.id,
             queue=job.queue,

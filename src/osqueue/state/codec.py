@@ -29,7 +29,12 @@ class _FormatOnly(msgspec.Struct):
 
 
 def encode(doc: Document) -> bytes:
-    """The document's bytes; deterministic for equal documents."""
+    """The document's bytes; deterministic for equal documents.
+
+    Jobs are joined from their cached encodings (only jobs changed since the
+    last encode are re-encoded) and the dedupe tombstones from a section that
+    grows by appending, so a commit's encode cost is dominated by a byte join.
+    """
     head = _encoder.encode(
         Header(
             format=doc.format,
@@ -39,19 +44,18 @@ def encode(doc: Document) -> bytes:
             next_seq=doc.next_seq,
             archived_through=doc.archived_through,
             stats=doc.stats,
-            recent=doc.recent,
         )
     )
-    frags = doc.fragments()
-    parts: list[bytes] = []
-    append = parts.append
-    for job_id, job in doc.jobs.items():
-        frag = frags.get(job_id)
-        if frag is None:
-            frag = _encoder.encode(job)
-            frags[job_id] = frag
-        append(frag)
-    return b"".join((head[:-1], b',"jobs":[', b",".join(parts), b"]}"))
+    return b"".join(
+        (
+            head[:-1],
+            b',"recent":{',
+            doc.recent_section(_encoder.encode),
+            b'},"jobs":[',
+            b",".join(doc.fragments(_encoder.encode)),
+            b"]}",
+        )
+    )
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:

@@ -8,7 +8,7 @@ the jobs a commit changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from osqueue.state.index import Index
@@ -22,7 +22,9 @@ def job_size(job: StoredJob) -> int:
 
 class Document:
     __slots__ = (
+        "_dirty",
         "_frags",
+        "_recent_blob",
         "approx_bytes",
         "archived_through",
         "broker",
@@ -51,6 +53,8 @@ class Document:
         frags: dict[str, bytes] | None = None,
         format: int = FORMAT,
         approx_bytes: int | None = None,
+        dirty_ids: set[str] | None = None,
+        recent_blob: bytearray | None = None,
     ) -> None:
         self.format = format
         self.version = version
@@ -62,7 +66,16 @@ class Document:
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
-        self._frags = frags if frags is not None else {}
+        if frags is None:
+            frags = dict.fromkeys(self.jobs, b"")
+            dirty = set(self.jobs)
+        else:
+            dirty = set(dirty_ids) if dirty_ids is not None else set()
+        #: encoded bytes per job, in the same order as ``jobs``; ``_dirty`` ids are stale
+        self._frags: dict[str, bytes] = frags
+        self._dirty: set[str] = dirty
+        #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
+        self._recent_blob: bytearray | None = recent_blob
         self.approx_bytes = (
             approx_bytes
             if approx_bytes is not None
@@ -88,6 +101,8 @@ class Document:
             frags=dict(self._frags),
             format=self.format,
             approx_bytes=self.approx_bytes,
+            dirty_ids=set(self._dirty),
+            recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
         )
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -99,7 +114,9 @@ class Document:
             self.approx_bytes -= job_size(old)
         self.jobs[job.id] = job
         self.approx_bytes += job_size(job)
-        self._frags.pop(job.id, None)
+        if old is None:
+            self._frags[job.id] = b""
+        self._dirty.add(job.id)
         self.index.add(job, now_s)
 
     def drop_job(self, job_id: str) -> StoredJob | None:
@@ -107,11 +124,44 @@ class Document:
         if old is not None:
             self.index.remove(old)
             self._frags.pop(job_id, None)
+            self._dirty.discard(job_id)
             self.approx_bytes -= job_size(old)
         return old
 
-    def fragments(self) -> dict[str, bytes]:
-        return self._frags
+    def fragments(self, encode_job: Callable[[StoredJob], bytes]) -> Iterable[bytes]:
+        """Every job's encoded bytes in document order (re-encoding only changed jobs)."""
+        frags, jobs = self._frags, self.jobs
+        for job_id in self._dirty:
+            frags[job_id] = encode_job(jobs[job_id])
+        self._dirty.clear()
+        return frags.values()
+
+    # -- dedupe tombstones ----------------------------------------------------------
+
+    def add_tombstone(
+        self, job_id: str, created_at: datetime, encode: Callable[[object], bytes]
+    ) -> None:
+        """Remember that ``job_id`` existed (a retried push of it is applied once)."""
+        if job_id in self.recent:
+            return
+        self.recent[job_id] = created_at
+        blob = self._recent_blob
+        if blob is not None:
+            if blob:
+                blob += b","
+            blob += encode(job_id)
+            blob += b":"
+            blob += encode(created_at)
+
+    def set_recent(self, recent: dict[str, datetime]) -> None:
+        self.recent = recent
+        self._recent_blob = None
+
+    def recent_section(self, encode: Callable[[object], bytes]) -> bytes:
+        """The encoded ``recent`` map (cached; appended to as tombstones are added)."""
+        if self._recent_blob is None:
+            self._recent_blob = bytearray(encode(self.recent)[1:-1])
+        return bytes(self._recent_blob)
 
     # -- reading ------------------------------------------------------------------
 

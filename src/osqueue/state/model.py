@@ -93,7 +93,6 @@ class Header(msgspec.Struct, frozen=True):
     next_seq: int
     archived_through: int
     stats: Counters
-    recent: dict[str, datetime]
 
 
 class WireDocument(msgspec.Struct, frozen=True):

@@ -51,6 +51,7 @@ from osqueue.state.ops import (
 from osqueue.state.ops import Claim as ClaimOp
 
 _replace = msgspec.structs.replace
+_encode = msgspec.json.Encoder().encode
 
 
 @dataclass(slots=True)
@@ -108,7 +109,7 @@ class _Tx:
         self.doc.drop_job(job.id)
         self.removed.append(job)
         if job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
-            self.doc.recent[job.id] = job.created_at
+            self.doc.add_tombstone(job.id, job.created_at, _encode)
 
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
@@ -337,7 +338,7 @@ class _Tx:
         # Rebuild only once the oldest is well past the window: O(n) per window/4.
         if oldest.timestamp() < self.now - 1.25 * window:
             cutoff = self.now - window
-            self.doc.recent = {k: v for k, v in recent.items() if v.timestamp() >= cutoff}
+            self.doc.set_recent({k: v for k, v in recent.items() if v.timestamp() >= cutoff})
 
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
