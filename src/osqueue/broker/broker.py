@@ -318,8 +318,10 @@ class Broker:
             doc, _ = got
             owner = doc.broker
             now = self.clock.now()
-            if owner is None or owner.address is None:
+            if owner is None:
                 return
+            # Only the lease decides: an embedded broker has no address but is alive,
+            # and a gracefully stopped one wrote an expired lease.
             expires = owner.lease_until.timestamp() + self.config.clock_skew_margin_s
             if expires <= now:
                 log.info("lease expired; taking over", extra={"action": "takeover"})
