@@ -14,7 +14,7 @@ from datetime import datetime
 
 import msgspec
 
-from osqueue.errors import Conflict
+from osqueue.errors import Conflict, NotFound, StorageError
 from osqueue.state import StoredJob
 from osqueue.storage.port import Storage
 
@@ -97,7 +97,16 @@ async def write_archive(storage: Storage, jobs: list[StoredJob]) -> int:
     key, body = render(jobs)
     try:
         await storage.write(key, body, if_match=None)
-    except Conflict:
+    except Conflict as exc:
+        # 412: the object exists (a repeat, or our own retried write).  S3's 409
+        # ConditionalRequestConflict only says another request raced: the object may
+        # be absent.  Only a read tells, and the done jobs are pruned on this answer.
+        try:
+            await storage.get(key)
+        except NotFound:
+            raise StorageError(
+                f"archive write of {key!r} conflicted but the object is absent", cause=exc
+            ) from exc
         log.debug("archive object already written", extra={"action": "archive", "key": key})
     version = jobs[0].done_version
     assert version is not None

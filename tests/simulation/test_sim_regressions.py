@@ -1,0 +1,35 @@
+"""Regression tests for violations the simulation found, each named after its seed.
+
+Each replays the found situation exactly on the scripted bench (virtual time,
+no real sleeps) and asserts the invariant that broke.
+"""
+
+from __future__ import annotations
+
+from osqueue.sim import Fault, run_virtual
+from osqueue.sim.bench import Bench
+
+
+def test_archive_409_is_not_proof_the_object_exists_seed_0() -> None:
+    """Seed 0 (and 1, 15, 16): a 409 ConditionalRequestConflict on the create-if-absent
+    archive write was taken as "already written"; the done job was pruned from the
+    document and never archived (I1: an acknowledged, completed job vanished)."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        bench = Bench("regression-archive-409")
+        try:
+            broker = await bench.start("b1")
+            q = broker.client()
+            await q.push(b"x", id="j1")
+            [job] = await q.claim("w1", ["default"])
+            bench.storage("b1").inject("archive/", Fault.SPURIOUS_CONFLICT)
+            await q.complete(job)
+            await bench.settle(2 * broker.config.lease_s)
+            doc = await bench.document()
+            return await bench.archived_ids(), sorted(doc.jobs)
+        finally:
+            bench.close()
+
+    archived, still_in_document = run_virtual(scenario())
+    assert archived == ["j1"], f"archive holds {archived}, document holds {still_in_document}"
+    assert still_in_document == []
