@@ -1,0 +1,373 @@
+"""The simulated processes: broker nodes, producers, workers, and the network between them.
+
+Each is a set of asyncio tasks with its own :class:`~osqueue.sim.node.Gate`
+(pause) and :class:`~osqueue.sim.node.NodeClock`.  A broker node runs the real
+:class:`~osqueue.broker.Broker` over a :class:`~osqueue.sim.store.NodeStorage`
+and restarts it (as a standby) after a crash or a step-down, the way a process
+supervisor would.  Clients find the broker the way real clients do: by reading
+the document's ``broker`` field, and calling whoever it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from osqueue.broker import Broker, BrokerConfig, State
+from osqueue.client.api import Job, NewJob
+from osqueue.client.local import LocalClient
+from osqueue.errors import (
+    BrokerUnavailable,
+    LeaseLost,
+    MaybeCommitted,
+    NotBroker,
+    NotFound,
+    OsqueueError,
+    QueueFull,
+    ResourceExhausted,
+    ShuttingDown,
+    StorageError,
+)
+from osqueue.sim.history import Kind
+from osqueue.sim.node import Gate, NodeClock
+from osqueue.sim.store import DOCUMENT_KEY, NodeStorage
+from osqueue.state import BrokerInfo
+
+if TYPE_CHECKING:
+    from osqueue.sim.run import Sim
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: errors a client answers by finding the broker again and retrying the same request
+TRANSIENT: tuple[type[OsqueueError], ...] = (
+    BrokerUnavailable,
+    NotBroker,
+    MaybeCommitted,
+    ShuttingDown,
+    ResourceExhausted,
+    StorageError,
+)
+
+
+class _Head(msgspec.Struct):
+    broker: BrokerInfo | None = None
+
+
+_head = msgspec.json.Decoder(_Head)
+
+
+# --------------------------------------------------------------------------- broker nodes
+
+
+class BrokerNode:
+    """A broker process under a supervisor: crashes, pauses, restarts as a standby."""
+
+    def __init__(self, sim: Sim, name: str, *, active: bool) -> None:
+        self.sim = sim
+        self.name = name
+        self.gate = Gate()
+        skew = sim.rng.uniform(-sim.cfg.skew_max_s, sim.cfg.skew_max_s)
+        self.clock = NodeClock(self.gate, skew_s=skew)
+        self.active_first = active
+        self.incarnation = 0
+        self.broker: Broker | None = None
+        self.storage: NodeStorage | None = None
+        self.alive = False
+        self.death: asyncio.Future[None] | None = None
+        self.failure: OsqueueError | None = None
+        self._life: asyncio.Task[None] | None = None
+        self._crashed = False
+
+    @property
+    def broker_id(self) -> str:
+        return f"{self.name}.{self.incarnation}"
+
+    def config(self) -> BrokerConfig:
+        c = self.sim.cfg
+        return BrokerConfig(
+            lease_s=c.lease_s,
+            heartbeat_timeout_s=c.heartbeat_timeout_s,
+            address=self.broker_id,
+            drain_timeout_s=c.lease_s,
+            inline_payload_max_bytes=self.sim.inline_max,
+            max_document_bytes=c.max_document_bytes,
+            backoff_base_s=0.5,
+            backoff_cap_s=8.0,
+            clock_skew_margin_s=c.clock_skew_margin_s,
+            retry_base_s=0.05,
+            retry_cap_s=2.0,
+            broker_id=self.broker_id,
+        )
+
+    async def supervise(self) -> None:
+        standby = not self.active_first
+        while True:
+            self.incarnation += 1
+            self._crashed = False
+            storage = NodeStorage(
+                self.sim.store,
+                self.broker_id,
+                self.sim.rng,
+                rates=self.sim.rates,
+                gate=self.gate,
+                on_crash=self.crash,
+            )
+            broker = Broker(storage, self.config(), clock=self.clock, standby=standby)
+            self.storage, self.broker = storage, broker
+            self.death = asyncio.get_running_loop().create_future()
+            self.alive = True
+            self.sim.nodes_by_id[self.broker_id] = self
+            life = asyncio.ensure_future(self._live(broker))
+            self._life = life
+            await asyncio.wait({life})
+            self._bury()
+            if not life.cancelled() and life.exception() is not None:
+                exc = life.exception()
+                self.sim.unexpected(f"broker {self.broker_id} raised {exc!r}", exc)
+            if broker.failure is not None and not self._crashed:
+                self.failure = broker.failure
+                self.sim.broker_failed(self, broker.failure)
+                return  # needs an operator: never restart over a document it refused
+            standby = True
+            await self.clock.sleep(self.sim.rng.uniform(0.2, 3.0) if self._crashed else 0.5)
+
+    async def _live(self, broker: Broker) -> None:
+        await broker.start()
+        await broker.wait_closed()
+
+    def _bury(self) -> None:
+        self.alive = False
+        if self.death is not None and not self.death.done():
+            self.death.set_result(None)
+
+    def crash(self) -> None:
+        """SIGKILL: every task of this incarnation stops where it is."""
+        if not self.alive:
+            return
+        self._crashed = True
+        self.sim.faults["broker_crash"] += 1
+        if self.storage is not None:
+            self.storage.dead = True
+        broker = self.broker
+        tasks: list[asyncio.Task[None] | None] = [self._life]
+        if broker is not None:
+            tasks.append(broker._loop_task)
+            tasks.extend(broker._side)
+        self._bury()
+        for task in tasks:
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def stop(self) -> None:
+        """SIGTERM: the graceful stop (flush, release the lease)."""
+        if self.alive and self.broker is not None and self.broker.state is State.SERVING:
+            self.sim.faults["broker_stop"] += 1
+            await self.broker.stop()
+
+    async def pause(self, seconds: float) -> None:
+        self.sim.faults["broker_pause"] += 1
+        self.gate.pause()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.gate.resume()
+
+
+# --------------------------------------------------------------------------- the network
+
+
+class Client:
+    """What producers and workers share: a gate, a clock, and a way to reach the broker."""
+
+    def __init__(self, sim: Sim, name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.gate = Gate()
+        self.clock = NodeClock(self.gate)
+        self._target: tuple[BrokerNode, int] | None = None
+
+    async def _discover(self) -> tuple[BrokerNode, int]:
+        if self._target is not None:
+            node, inc = self._target
+            if node.alive and node.incarnation == inc:
+                return self._target
+        self._target = None
+        await self.clock.sleep(self.sim.rng.uniform(0.0, 0.005))
+        try:
+            blob = await self.sim.store.read(DOCUMENT_KEY)
+        except NotFound:
+            raise BrokerUnavailable("no queue document yet") from None
+        owner = _head.decode(blob.data).broker
+        if owner is None or owner.address is None:
+            raise BrokerUnavailable("the document names no broker")
+        found = self.sim.nodes_by_id.get(owner.id)
+        if found is None or not found.alive or found.broker_id != owner.id:
+            raise BrokerUnavailable(f"broker {owner.id} does not answer")
+        self._target = (found, found.incarnation)
+        return self._target
+
+    async def call(
+        self, fn: Callable[[LocalClient], Awaitable[T]], *, timeout_s: float = 8.0
+    ) -> tuple[T, int]:
+        """Call the broker; returns the value and the answer's place in the history."""
+        try:
+            node, inc = await self._discover()
+            sim = self.sim
+            await self.clock.sleep(sim.rng.uniform(0.0, sim.cfg.net_max_s))
+            if not node.alive or node.incarnation != inc or node.broker is None:
+                raise BrokerUnavailable("connection refused")
+            client = node.broker.client()
+            inner = asyncio.ensure_future(fn(client))
+            seq = [0]
+            inner.add_done_callback(lambda _: seq.__setitem__(0, sim.history.stamp()))
+            assert node.death is not None
+            timer = asyncio.ensure_future(asyncio.sleep(timeout_s))
+            racers: set[asyncio.Future[Any]] = {inner, node.death, timer}
+            try:
+                await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+            if not inner.done():
+                inner.cancel()
+                await asyncio.wait({inner})
+                if not inner.cancelled():
+                    inner.exception()  # retrieved: nobody is listening any more
+                raise BrokerUnavailable("no answer (connection reset or deadline); may be applied")
+            value = inner.result()  # raises the op's error
+            await self.clock.sleep(sim.rng.uniform(0.0, sim.cfg.net_max_s))
+            if sim.cfg.answer_lost and sim.rng.random() < sim.cfg.answer_lost:
+                sim.faults["answer_lost"] += 1
+                raise BrokerUnavailable("connection reset after the request was applied")
+            return value, seq[0]
+        except TRANSIENT:
+            self._target = None
+            raise
+
+    async def backoff(self, attempt: int) -> None:
+        await self.clock.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + self.sim.rng.random()))
+
+
+# --------------------------------------------------------------------------- producers
+
+
+class Producer(Client):
+    """Pushes its jobs in small batches until every one is acknowledged."""
+
+    def __init__(self, sim: Sim, name: str, jobs: list[NewJob]) -> None:
+        super().__init__(sim, name)
+        self.jobs = jobs
+        self.done = asyncio.Event()
+
+    async def run(self) -> None:
+        sim = self.sim
+        pending = list(self.jobs)
+        sent: set[str] = set()
+        attempt = 0
+        while pending:
+            batch = pending[: sim.rng.randint(1, sim.cfg.push_batch_max)]
+            for job in batch:
+                if job.id not in sent:
+                    assert job.id is not None
+                    sent.add(job.id)
+                    sim.history.add(sim.now(), Kind.PUSH_SENT, self.name, job.id)
+            try:
+                results, seq = await self.call(partial(LocalClient.push_results, jobs=batch))
+            except TRANSIENT:
+                await self.backoff(attempt)
+                attempt += 1
+                continue
+            attempt = 0
+            for job, result in zip(batch, results, strict=True):
+                assert job.id is not None
+                if isinstance(result, str):
+                    sim.history.add(sim.now(), Kind.PUSH_ACK, self.name, job.id, seq=seq)
+                    pending.remove(job)
+                elif not isinstance(result, (*TRANSIENT, QueueFull)):
+                    sim.unexpected(f"push of {job.id} refused: {result!r}", result)
+                    pending.remove(job)
+            await self.clock.sleep(sim.rng.uniform(0.0, 1.0))
+        self.done.set()
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class Worker(Client):
+    """Claims, works (heartbeating), then completes or fails; one incarnation of a worker."""
+
+    def __init__(self, sim: Sim, name: str) -> None:
+        super().__init__(sim, name)
+        self.hb_interval_s = sim.cfg.heartbeat_timeout_s / 3.0
+
+    async def run(self) -> None:
+        sim = self.sim
+        attempt = 0
+        wait_s = sim.rng.choice((0.0, 1.0, 5.0))
+        while True:
+            try:
+                jobs, seq = await self.call(
+                    lambda c: c.claim(
+                        self.name, sim.cfg.queues, max_jobs=sim.cfg.claim_max, wait_s=wait_s
+                    ),
+                    timeout_s=wait_s + 8.0,
+                )
+            except TRANSIENT:
+                await self.backoff(attempt)
+                attempt += 1
+                continue
+            attempt = 0
+            for job in jobs:
+                sim.history.add(sim.now(), Kind.CLAIMED, self.name, job.id, job.token, seq=seq)
+            if jobs:
+                await asyncio.gather(*(self._work(job) for job in jobs))
+            elif wait_s == 0.0:
+                await self.clock.sleep(sim.rng.uniform(0.2, 1.0))
+
+    async def _work(self, job: Job) -> None:
+        sim = self.sim
+        end = self.clock.monotonic() + sim.rng.uniform(0.0, sim.cfg.work_max_s)
+        while (left := end - self.clock.monotonic()) > 0:
+            await self.clock.sleep(min(left, self.hb_interval_s))
+            if self.clock.monotonic() < end:
+                verdict = await self._holder_call(
+                    job, Kind.HEARTBEAT_OK, lambda c: c.heartbeat(job)
+                )
+                if verdict is False:
+                    return
+        if job.payload.startswith(b"poison"):
+            await self._holder_call(job, Kind.FAIL_OK, lambda c: c.fail(job, error="poison"))
+        elif sim.rng.random() < sim.cfg.fail_rate:
+            retry = sim.rng.choice((None, 0.0, 1.0))
+            await self._holder_call(
+                job, Kind.FAIL_OK, lambda c: c.fail(job, error="flaky", retry_after_s=retry)
+            )
+        else:
+            await self._holder_call(job, Kind.COMPLETE_OK, lambda c: c.complete(job))
+
+    async def _holder_call(
+        self, job: Job, kind: Kind, fn: Callable[[LocalClient], Awaitable[None]]
+    ) -> bool | None:
+        """True: accepted.  False: LeaseLost.  None: gave up (the job will be reclaimed)."""
+        sim = self.sim
+        give_up = self.clock.monotonic() + sim.cfg.heartbeat_timeout_s
+        attempt = 0
+        while True:
+            try:
+                _, seq = await self.call(fn)
+            except LeaseLost:
+                sim.history.add(sim.now(), Kind.LEASE_LOST, self.name, job.id, job.token)
+                return False
+            except TRANSIENT:
+                if self.clock.monotonic() > give_up or kind is Kind.HEARTBEAT_OK:
+                    return None
+                await self.backoff(attempt)
+                attempt += 1
+                continue
+            sim.history.add(sim.now(), kind, self.name, job.id, job.token, seq=seq)
+            return True

@@ -1,0 +1,98 @@
+"""A scripted test bench: brokers on one simulated store, driven step by step.
+
+The seeded simulation (:mod:`osqueue.sim.run`) explores; the bench replays one
+named situation exactly, for plain tests and regression tests::
+
+    async def scenario() -> None:
+        bench = Bench("retry-echo")
+        broker = await bench.start("b1")
+        bench.storage("b1").inject("queue.json", Fault.ECHO)
+        await broker.client().push(b"x", id="j1")
+
+    run_virtual(scenario())   # virtual time: sleeps cost nothing
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field, replace
+
+from osqueue.broker import Broker, BrokerConfig
+from osqueue.sim.node import Gate, NodeClock
+from osqueue.sim.store import FaultRates, NodeStorage, SharedStore
+from osqueue.state import DOCUMENT_KEY, Document, decode
+from osqueue.storage.memory import EtagMode
+
+#: no latency and no faults: the bench decides every fault itself
+QUIET = FaultRates(latency_min_s=0.0, latency_max_s=0.0)
+
+
+@dataclass
+class Node:
+    broker: Broker
+    storage: NodeStorage
+    clock: NodeClock
+    gate: Gate
+
+
+@dataclass
+class Bench:
+    name: str
+    etag_mode: EtagMode = "counter"
+    config: BrokerConfig = field(
+        default_factory=lambda: BrokerConfig(lease_s=5.0, heartbeat_timeout_s=10.0)
+    )
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.store = SharedStore(f"bench-{self.name}", etag_mode=self.etag_mode)
+        self.rng = random.Random(self.seed)
+        self.nodes: dict[str, Node] = {}
+
+    def node(self, name: str, *, skew_s: float = 0.0, standby: bool = False) -> Node:
+        """A broker process (not started) with its own storage connection, clock and gate."""
+        gate = Gate()
+        clock = NodeClock(gate, skew_s=skew_s)
+        storage = NodeStorage(self.store, name, self.rng, rates=QUIET, gate=gate)
+        config = replace(self.config, broker_id=name, address=f"{name}:7070")
+        broker = Broker(storage, config, clock=clock, standby=standby)
+        node = Node(broker, storage, clock, gate)
+        storage.on_crash = lambda: self.crash(name)
+        self.nodes[name] = node
+        return node
+
+    async def start(self, name: str, **kwargs: float | bool) -> Broker:
+        node = self.node(name, **kwargs)  # type: ignore[arg-type]
+        await node.broker.start()
+        return node.broker
+
+    def storage(self, name: str) -> NodeStorage:
+        return self.nodes[name].storage
+
+    def crash(self, name: str) -> None:
+        """SIGKILL the broker: its tasks stop where they are, nothing is flushed."""
+        node = self.nodes[name]
+        node.storage.dead = True
+        broker = node.broker
+        for task in [broker._loop_task, *broker._side]:
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def document(self) -> Document:
+        return decode((await self.store.inner.read(DOCUMENT_KEY)).data)
+
+    async def archived_ids(self) -> list[str]:
+        """Every job id in the archive, once per line (a repeat shows twice)."""
+        from osqueue.sim.history import parse_archive
+
+        inner = self.store.inner
+        objects = {k: await inner.get(k) for k in await inner.list("archive/")}
+        return sorted(r.id for r in parse_archive(objects))
+
+    async def settle(self, seconds: float) -> None:
+        """Let virtual time pass (renewals, archive writes, prunes happen)."""
+        await asyncio.sleep(seconds)
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,252 @@
+"""One simulation run's shape, drawn from its seed.
+
+A seed picks a *family* (``seed % len(FAMILIES)``): each family is one of the
+named scenarios, turned up so that the fault it names happens often, on top of
+a background of every other fault.  Everything else (how many brokers,
+producers and workers, lease and heartbeat timings, ETag mode, fault rates,
+clock skews) is drawn from ``random.Random(seed)``, so a seed is the whole
+description of a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from osqueue.sim.store import FaultRates
+from osqueue.storage.memory import EtagMode
+
+
+@dataclass(frozen=True, slots=True)
+class Nemesis:
+    """Rates (per virtual second, during the fault phase) of process-level faults."""
+
+    broker_crash: float = 0.0
+    broker_crash_in_commit: float = 0.0
+    archive_crash: float = 0.0
+    broker_pause: float = 0.0
+    broker_stop: float = 0.0
+    worker_crash: float = 0.0
+    worker_pause: float = 0.0
+    clock_jump: float = 0.0
+    #: the longest broker pause, in leases
+    pause_leases: float = 3.0
+    #: the largest clock jump either way, in seconds
+    jump_max_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    seed: int
+    family: str
+    etag_mode: EtagMode = "counter"
+    brokers: int = 2
+    producers: int = 2
+    jobs_per_producer: int = 12
+    push_batch_max: int = 4
+    workers: int = 3
+    claim_max: int = 2
+    queues: tuple[str, ...] = ("default",)
+    lease_s: float = 5.0
+    heartbeat_timeout_s: float = 10.0
+    clock_skew_margin_s: float = 1.0
+    #: each broker node's clock is off by up to this much (either way)
+    skew_max_s: float = 0.3
+    max_attempts: int = 12
+    poison_rate: float = 0.05
+    fail_rate: float = 0.05
+    delay_rate: float = 0.1
+    work_max_s: float = 3.0
+    #: the client and broker exchange: one-way latency and the chance an answer is lost
+    net_max_s: float = 0.01
+    answer_lost: float = 0.0
+    rates: FaultRates = field(default_factory=FaultRates)
+    nemesis: Nemesis = field(default_factory=Nemesis)
+    #: document writes are throttled to one per this many seconds (0: off)
+    min_write_interval_s: float = 0.0
+    max_document_bytes: int = 256 * 1024 * 1024
+    fault_phase_s: float = 40.0
+    #: after the faults stop, every acknowledged job must be settled within this
+    drain_limit_s: float = 900.0
+    #: start every broker at once without waiting (bootstrap race)
+    all_start_active: bool = False
+
+
+# --------------------------------------------------------------------------- families
+
+
+def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
+    lease = rng.choice((2.0, 5.0, 10.0))
+    return SimConfig(
+        seed=seed,
+        family=family,
+        etag_mode=rng.choice(("counter", "md5")),
+        brokers=rng.choice((1, 2, 2, 3)),
+        producers=rng.randint(1, 3),
+        jobs_per_producer=rng.randint(6, 16),
+        push_batch_max=rng.randint(1, 5),
+        workers=rng.randint(1, 4),
+        claim_max=rng.randint(1, 3),
+        queues=rng.choice((("default",), ("a", "b"))),
+        lease_s=lease,
+        heartbeat_timeout_s=rng.choice((3.0, 6.0, 15.0)),
+        skew_max_s=rng.uniform(0.0, 0.4),
+        poison_rate=rng.choice((0.0, 0.05, 0.1)),
+        fail_rate=rng.choice((0.0, 0.05, 0.15)),
+        delay_rate=rng.choice((0.0, 0.1, 0.3)),
+        work_max_s=rng.uniform(0.2, 4.0),
+        net_max_s=rng.uniform(0.0005, 0.02),
+        answer_lost=rng.choice((0.0, 0.01, 0.03)),
+        rates=FaultRates(
+            error_before=rng.choice((0.0, 0.02, 0.05)),
+            lost_after=rng.choice((0.0, 0.02, 0.05)),
+            echo=rng.choice((0.0, 0.01, 0.03)),
+            spurious_conflict=rng.choice((0.0, 0.01, 0.03)),
+            delayed=rng.choice((0.0, 0.0, 0.01, 0.02)),
+            spike=rng.choice((0.0, 0.005, 0.02)),
+            read_error=rng.choice((0.0, 0.02)),
+            latency_max_s=rng.choice((0.005, 0.02, 0.08)),
+            timeout_s=rng.uniform(0.5, 3.0),
+            delay_max_s=rng.uniform(1.0, 3.0 * lease),
+        ),
+        nemesis=Nemesis(
+            broker_crash=rng.choice((0.0, 0.01, 0.03)),
+            broker_crash_in_commit=rng.choice((0.0, 0.01, 0.03)),
+            archive_crash=rng.choice((0.0, 0.01)),
+            broker_pause=rng.choice((0.0, 0.01, 0.03)),
+            broker_stop=rng.choice((0.0, 0.005)),
+            worker_crash=rng.choice((0.0, 0.01, 0.03)),
+            worker_pause=rng.choice((0.0, 0.01, 0.03)),
+            clock_jump=rng.choice((0.0, 0.01)),
+        ),
+        fault_phase_s=rng.uniform(20.0, 60.0),
+    )
+
+
+def _mix(cfg: SimConfig, **changes: object) -> SimConfig:
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+def _rates(cfg: SimConfig, **changes: float) -> FaultRates:
+    return dataclasses.replace(cfg.rates, **changes)
+
+
+def _nemesis(cfg: SimConfig, **changes: float) -> Nemesis:
+    return dataclasses.replace(cfg.nemesis, **changes)
+
+
+def cas_storm(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        brokers=3,
+        all_start_active=True,
+        producers=3,
+        rates=_rates(c, spurious_conflict=0.15, echo=0.05),
+    )
+
+
+def lost_response(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, answer_lost=0.05, rates=_rates(c, lost_after=0.2))
+
+
+def retry_echo(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, rates=_rates(c, echo=0.2))
+
+
+def etag_aba(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        etag_mode="md5",
+        brokers=2,
+        rates=_rates(c, delayed=0.05, delay_max_s=3.0 * c.lease_s),
+        nemesis=_nemesis(c, broker_pause=0.05),
+    )
+
+
+def paused_broker(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        brokers=2,
+        nemesis=_nemesis(c, broker_pause=0.08, pause_leases=4.0),
+        rates=_rates(c, delayed=0.03, delay_max_s=3.0 * c.lease_s),
+    )
+
+
+def commit_crash(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, brokers=2, nemesis=_nemesis(c, broker_crash_in_commit=0.08))
+
+
+def zombie_worker(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        heartbeat_timeout_s=3.0,
+        work_max_s=5.0,
+        nemesis=_nemesis(c, worker_pause=0.08, worker_crash=0.03),
+    )
+
+
+def clock_skew(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        brokers=3,
+        skew_max_s=0.9 * c.clock_skew_margin_s,
+        nemesis=_nemesis(c, clock_jump=0.05, jump_max_s=5.0, broker_crash=0.03),
+    )
+
+
+def slow_storage(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(
+        c,
+        rates=_rates(c, spike=0.1, spike_max_s=0.8 * c.lease_s, latency_max_s=0.3),
+    )
+
+
+def archive_crash(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, brokers=2, nemesis=_nemesis(c, archive_crash=0.1))
+
+
+def poison(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, poison_rate=0.3, max_attempts=4)
+
+
+def bootstrap(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, brokers=3, all_start_active=True)
+
+
+def throttled(c: SimConfig, rng: random.Random) -> SimConfig:
+    return _mix(c, min_write_interval_s=1.0, lease_s=max(5.0, c.lease_s))
+
+
+def background(c: SimConfig, rng: random.Random) -> SimConfig:
+    return c
+
+
+FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
+    "background": background,
+    "cas-storm": cas_storm,
+    "lost-response": lost_response,
+    "retry-echo": retry_echo,
+    "etag-aba": etag_aba,
+    "paused-broker": paused_broker,
+    "commit-crash": commit_crash,
+    "zombie-worker": zombie_worker,
+    "clock-skew": clock_skew,
+    "slow-storage": slow_storage,
+    "archive-crash": archive_crash,
+    "poison": poison,
+    "bootstrap": bootstrap,
+    "throttled": throttled,
+}
+FAMILY_NAMES = tuple(FAMILIES)
+
+
+def config_for(seed: int, family: str | None = None) -> tuple[SimConfig, random.Random]:
+    """The run a seed describes, and the RNG (already advanced) the run continues with."""
+    rng = random.Random(seed)
+    name = family or FAMILY_NAMES[seed % len(FAMILY_NAMES)]
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; known: {', '.join(FAMILY_NAMES)}")
+    cfg = FAMILIES[name](_base(seed, name, rng), rng)
+    return cfg, rng

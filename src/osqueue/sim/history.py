@@ -1,0 +1,333 @@
+"""What a run did, and the checker that judges it against invariants I1 to I5.
+
+The history has two halves:
+
+* the clients' side, as :class:`Event` values: every push sent and
+  acknowledged, every claim delivered (job and token), every heartbeat,
+  completion and failure the broker accepted.  Each event carries the order in
+  which the broker's answer was produced (``seq``), not when the client got it;
+* the storage's side: every document version that landed, in the order it
+  landed, and every archive object at the end.
+
+:func:`check` returns one :class:`Violation` per broken rule:
+
+* I1: every acknowledged push ends completed (archived) or dead;
+* I2: no job appears that was never pushed; a job exists once (never
+  re-created, never revived after it left the document, archived at most once);
+* I3: at most one completion is accepted per job, and what the archive holds
+  was completed in a version that really landed, under that token;
+* I4: a claim token is handed out once; a job's token only moves forward; a
+  stale token never completes, heartbeats or fails a job;
+* I5: every version that landed decodes and ``version`` strictly increases.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+import msgspec
+
+from osqueue.errors import CorruptDocument
+from osqueue.sim.store import Landed
+from osqueue.state import Document, decode
+
+
+class Kind(Enum):
+    PUSH_SENT = "push-sent"
+    PUSH_ACK = "push-ack"
+    CLAIMED = "claimed"
+    HEARTBEAT_OK = "heartbeat-ok"
+    COMPLETE_OK = "complete-ok"
+    FAIL_OK = "fail-ok"
+    LEASE_LOST = "lease-lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    at: float
+    kind: Kind
+    actor: str
+    job: str
+    token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.message}"
+
+
+class ArchiveRecord(msgspec.Struct, frozen=True):
+    """The fields of an archive line the checker needs."""
+
+    id: str
+    version: int
+    token: int | None = None
+    worker: str | None = None
+
+
+@dataclass
+class History:
+    events: list[Event] = field(default_factory=list)
+    _seq: int = 0
+
+    def stamp(self) -> int:
+        """The next position in the order answers were produced."""
+        self._seq += 1
+        return self._seq
+
+    def add(
+        self, at: float, kind: Kind, actor: str, job: str, token: int = 0, seq: int = 0
+    ) -> None:
+        self.events.append(Event(seq or self.stamp(), at, kind, actor, job, token))
+
+    def of(self, kind: Kind) -> list[Event]:
+        return [e for e in self.events if e.kind is kind]
+
+    def ids(self, kind: Kind) -> set[str]:
+        return {e.job for e in self.events if e.kind is kind}
+
+
+@dataclass
+class Outcome:
+    """The store at the end of a run: the last document and the archive."""
+
+    final: Document | None
+    archive: list[ArchiveRecord]
+
+
+_line_decoder = msgspec.json.Decoder(ArchiveRecord)
+
+
+def parse_archive(objects: Mapping[str, bytes]) -> list[ArchiveRecord]:
+    out: list[ArchiveRecord] = []
+    for key in sorted(objects):
+        for line in objects[key].splitlines():
+            if line:
+                out.append(_line_decoder.decode(line))
+    return out
+
+
+# --------------------------------------------------------------------------- the checker
+
+
+def check(history: History, landed: list[Landed], outcome: Outcome) -> list[Violation]:
+    out: list[Violation] = []
+    docs = _check_versions(landed, out)
+    _check_origin(history, docs, outcome, out)
+    _check_completions(history, docs, outcome, out)
+    _check_tokens(history, docs, out)
+    _check_no_loss(history, docs, outcome, out)
+    return out
+
+
+def _check_versions(landed: list[Landed], out: list[Violation]) -> list[Document]:
+    """I5: every landed version decodes; versions strictly increase."""
+    docs: list[Document] = []
+    previous = -1
+    for i, item in enumerate(landed):
+        try:
+            doc = decode(item.data)
+        except CorruptDocument as exc:
+            out.append(Violation("I5", f"write #{i} by {item.writer} does not decode: {exc}"))
+            continue
+        if doc.version <= previous:
+            out.append(
+                Violation(
+                    "I5",
+                    f"write #{i} by {item.writer} at t={item.at:.3f} has version {doc.version}"
+                    f" after version {previous}",
+                )
+            )
+        previous = max(previous, doc.version)
+        docs.append(doc)
+    return docs
+
+
+def _check_origin(
+    history: History, docs: list[Document], outcome: Outcome, out: list[Violation]
+) -> None:
+    """I2: jobs come from pushes, exist once, and never come back after leaving."""
+    sent = history.ids(Kind.PUSH_SENT)
+    _check_lifecycles(sent, docs, out)
+    counts: dict[str, int] = defaultdict(int)
+    for rec in outcome.archive:
+        counts[rec.id] += 1
+        if rec.id not in sent:
+            out.append(Violation("I2", f"archived job {rec.id} was never pushed"))
+    for job_id, n in sorted(counts.items()):
+        if n > 1:
+            out.append(Violation("I2", f"job {job_id} is archived {n} times"))
+
+
+def _check_lifecycles(sent: set[str], docs: list[Document], out: list[Violation]) -> None:
+    first_seen: dict[str, tuple[int, float]] = {}
+    left: dict[str, int] = {}
+    done_in: dict[str, int] = {}
+    present: set[str] = set()
+    for doc in docs:
+        now = set(doc.jobs)
+        for job_id in present - now:
+            left[job_id] = doc.version
+        for job_id, job in doc.jobs.items():
+            where = f"job {job_id} in version {doc.version}"
+            if job_id not in sent:
+                out.append(Violation("I2", f"{where} was never pushed"))
+            if left.pop(job_id, None) is not None:
+                out.append(Violation("I2", f"{where} is back ({job.status}) after it left"))
+            ident = (job.seq, job.created_at.timestamp())
+            if first_seen.setdefault(job_id, ident) != ident:
+                out.append(Violation("I2", f"{where} was created again (seq {job.seq})"))
+                first_seen[job_id] = ident
+            if job_id in done_in and job.status != "done":
+                out.append(
+                    Violation(
+                        "I2", f"{where} is {job.status} after it was done in {done_in[job_id]}"
+                    )
+                )
+            if job.status == "done":
+                done_in.setdefault(job_id, doc.version)
+        present = now
+
+
+def _check_completions(
+    history: History, docs: list[Document], outcome: Outcome, out: list[Violation]
+) -> None:
+    """I3: one accepted completion per job, and the archive holds exactly what landed."""
+    accepted: dict[str, set[int]] = defaultdict(set)
+    for e in history.of(Kind.COMPLETE_OK):
+        accepted[e.job].add(e.token)
+    for job_id, tokens in sorted(accepted.items()):
+        if len(tokens) > 1:
+            out.append(
+                Violation("I3", f"job {job_id}: completions accepted under tokens {sorted(tokens)}")
+            )
+    by_version = {doc.version: doc for doc in docs}
+    for rec in outcome.archive:
+        doc = by_version.get(rec.version)
+        job = doc.jobs.get(rec.id) if doc is not None else None
+        if job is None or job.status != "done" or job.done_version != rec.version:
+            out.append(
+                Violation(
+                    "I3",
+                    f"archived job {rec.id} (version {rec.version}) is not done in a version "
+                    f"{rec.version} that landed",
+                )
+            )
+            continue
+        landed_token = job.claim.token if job.claim else None
+        if landed_token != rec.token:
+            out.append(
+                Violation(
+                    "I3",
+                    f"archived job {rec.id}: token {rec.token} but version {rec.version} "
+                    f"completed it under token {landed_token}",
+                )
+            )
+        completed = accepted.get(rec.id)
+        if completed and rec.token not in completed:
+            out.append(
+                Violation(
+                    "I3",
+                    f"job {rec.id}: archived under token {rec.token}, completion accepted "
+                    f"under {sorted(completed)}",
+                )
+            )
+
+
+def _check_tokens(history: History, docs: list[Document], out: list[Violation]) -> None:
+    """I4: one holder per token; tokens move forward; stale tokens are refused."""
+    holders: dict[int, tuple[str, str]] = {}
+    delivered: dict[str, list[Event]] = defaultdict(list)
+    for e in history.of(Kind.CLAIMED):
+        other = holders.setdefault(e.token, (e.job, e.actor))
+        if other != (e.job, e.actor):
+            out.append(
+                Violation(
+                    "I4",
+                    f"token {e.token} handed out twice: {other[0]} to {other[1]} and "
+                    f"{e.job} to {e.actor}",
+                )
+            )
+        delivered[e.job].append(e)
+    for e in history.events:
+        if e.kind not in (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK):
+            continue
+        newer = [c for c in delivered.get(e.job, ()) if c.token > e.token]
+        if e.kind is Kind.COMPLETE_OK and newer:
+            out.append(
+                Violation(
+                    "I4",
+                    f"job {e.job}: completion under token {e.token} accepted, yet token "
+                    f"{newer[0].token} was handed to {newer[0].actor}",
+                )
+            )
+        elif any(c.seq < e.seq for c in newer):
+            first = min(newer, key=lambda c: c.seq)
+            out.append(
+                Violation(
+                    "I4",
+                    f"job {e.job}: stale token {e.token} accepted ({e.kind.value}) after token "
+                    f"{first.token} was handed to {first.actor}",
+                )
+            )
+    _check_token_chain(docs, out)
+
+
+def _check_token_chain(docs: Iterable[Document], out: list[Violation]) -> None:
+    owner: dict[int, str] = {}
+    current: dict[str, int] = {}
+    retired: dict[str, set[int]] = defaultdict(set)
+    for doc in docs:
+        for job_id, job in doc.jobs.items():
+            if job.claim is None:
+                if job_id in current and job.status == "queued":
+                    retired[job_id].add(current.pop(job_id))
+                continue
+            token = job.claim.token
+            if owner.setdefault(token, job_id) != job_id:
+                out.append(
+                    Violation(
+                        "I4",
+                        f"token {token} belongs to {owner[token]} and to {job_id} "
+                        f"(version {doc.version})",
+                    )
+                )
+            held = current.get(job_id)
+            if token in retired[job_id] or (held is not None and token < held):
+                out.append(
+                    Violation(
+                        "I4",
+                        f"job {job_id}: stale token {token} is current again in version "
+                        f"{doc.version}",
+                    )
+                )
+            if held is not None and held != token:
+                retired[job_id].add(held)
+            current[job_id] = token
+
+
+def _check_no_loss(
+    history: History, docs: list[Document], outcome: Outcome, out: list[Violation]
+) -> None:
+    """I1: every acknowledged push ends archived or dead."""
+    archived = {rec.id for rec in outcome.archive}
+    final = outcome.final
+    dead = {j.id for j in final.jobs.values() if j.status == "dead"} if final else set()
+    for job_id in sorted(history.ids(Kind.PUSH_ACK)):
+        if job_id in archived or job_id in dead:
+            continue
+        state = "absent from the last version"
+        if final is not None and job_id in final.jobs:
+            job = final.jobs[job_id]
+            state = f"{job.status} (attempts {job.attempts}) in version {final.version}"
+        elif not any(job_id in d.jobs for d in docs):
+            state = "never in any version that landed"
+        out.append(Violation("I1", f"acknowledged job {job_id} is lost: {state}"))

@@ -1,0 +1,63 @@
+"""What every simulated process has: a pause switch and its own clock.
+
+A :class:`Gate` models SIGSTOP/SIGCONT: while it is closed the node's storage
+calls and clock sleeps do not return, so the node makes no progress at any
+await point (the CPU work between awaits is instantaneous anyway).
+
+A :class:`NodeClock` is the node's view of time: the virtual loop's time plus
+an epoch and a per-node skew that can jump (an NTP correction, a VM resume).
+Its monotonic clock never jumps.  It satisfies :class:`osqueue.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+#: 2027-01-15T08:00:00Z: far from any hour or day boundary tests might care about.
+EPOCH_S = 1_800_000_000.0
+
+
+class Gate:
+    """Open: the node runs.  Closed: it is paused at its next await point."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._open.is_set()
+
+    def pause(self) -> None:
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    async def passage(self) -> None:
+        """Return at once while open; wait for the resume while paused."""
+        if not self._open.is_set():
+            await self._open.wait()
+
+
+class NodeClock:
+    """A node's clock: shared virtual time, its own skew, and its pause gate."""
+
+    def __init__(self, gate: Gate, *, skew_s: float = 0.0, epoch_s: float = EPOCH_S) -> None:
+        self.gate = gate
+        self.skew_s = skew_s
+        self.epoch_s = epoch_s
+
+    def now(self) -> float:
+        return self.epoch_s + asyncio.get_running_loop().time() + self.skew_s
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+        await self.gate.passage()
+
+    def jump(self, seconds: float) -> None:
+        """Move this node's wall clock (not its monotonic clock)."""
+        self.skew_s += seconds

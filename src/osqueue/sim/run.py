@@ -1,0 +1,420 @@
+"""One simulation run: build the cluster a seed describes, inject faults, heal, check.
+
+A run has three phases on virtual time:
+
+1. **faults**: brokers, producers and workers run while the storage injects
+   faults and the nemesis crashes, pauses, stops and skews processes;
+2. **heal**: faults stop, paused processes resume, crashed ones restart;
+3. **drain**: the run waits (bounded) until every acknowledged job is archived
+   or dead, then stops everything and checks the history (I1 to I5).
+
+``run_seed(seed)`` is the whole API; the report prints the one command that
+replays the seed exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import random
+import traceback
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from osqueue.client.api import NewJob
+from osqueue.errors import OsqueueError
+from osqueue.sim.actors import BrokerNode, Producer, Worker
+from osqueue.sim.config import SimConfig, config_for
+from osqueue.sim.history import History, Kind, Outcome, Violation, check, parse_archive
+from osqueue.sim.loop import SimulationStuck, run_virtual
+from osqueue.sim.store import CrashTrigger, FaultRates, Phase, SharedStore
+from osqueue.state import DOCUMENT_KEY, Document, decode
+
+_runs = itertools.count(1)
+
+REPLAY = ".venv/bin/pytest tests/simulation -k replay --seed {seed}"
+
+
+@dataclass
+class Report:
+    """What a run did and what it broke."""
+
+    seed: int
+    family: str
+    violations: list[Violation] = field(default_factory=list)
+    faults: Counter[str] = field(default_factory=Counter)
+    acknowledged: int = 0
+    completed: int = 0
+    dead: int = 0
+    deliveries: int = 0
+    versions: int = 0
+    virtual_s: float = 0.0
+    fingerprint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def fault_count(self) -> int:
+        return sum(self.faults.values())
+
+    @property
+    def replay(self) -> str:
+        return REPLAY.format(seed=self.seed)
+
+    def summary(self) -> str:
+        faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"
+        lines = [
+            f"seed {self.seed} ({self.family}): {len(self.violations)} violation(s); "
+            f"{self.acknowledged} pushes acknowledged, {self.completed} completed, "
+            f"{self.dead} dead, {self.deliveries} deliveries, {self.versions} versions, "
+            f"{self.virtual_s:.1f}s virtual",
+            f"  faults: {faults}",
+        ]
+        lines += [f"  {v}" for v in self.violations[:20]]
+        if len(self.violations) > 20:
+            lines.append(f"  ... and {len(self.violations) - 20} more")
+        if self.violations:
+            lines.append(f"  replay: {self.replay}")
+        return "\n".join(lines)
+
+
+class Sim:
+    """The cluster of one run (see the module docstring)."""
+
+    def __init__(self, cfg: SimConfig, rng: random.Random) -> None:
+        self.cfg = cfg
+        self.rng = rng
+        self.history = History()
+        self.store = SharedStore(
+            f"sim-{cfg.seed}-{next(_runs)}",
+            etag_mode=cfg.etag_mode,
+            min_write_interval_s=cfg.min_write_interval_s,
+        )
+        self.faults = self.store.faults
+        self.rates: FaultRates = cfg.rates
+        self.inline_max = rng.choice((64, 4096))
+        self.nodes_by_id: dict[str, BrokerNode] = {}
+        self.brokers: list[BrokerNode] = []
+        self.producers: list[Producer] = []
+        self.workers: dict[int, Worker] = {}
+        self.problems: list[Violation] = []
+        self._worker_tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._nemesis_tasks: set[asyncio.Task[None]] = set()
+        self._settled_at: tuple[int, bool] = (-1, False)
+
+    # -- hooks for the actors ---------------------------------------------------------
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def unexpected(self, what: str, exc: BaseException | None = None) -> None:
+        detail = ""
+        if exc is not None and not isinstance(exc, OsqueueError):
+            detail = "\n" + "".join(traceback.format_exception(exc)).rstrip()
+        self.problems.append(Violation("error", what + detail))
+
+    def broker_failed(self, node: BrokerNode, exc: OsqueueError) -> None:
+        self.problems.append(Violation("broker", f"{node.broker_id} stopped: {exc!r}"))
+
+    # -- building ---------------------------------------------------------------------
+
+    def _spawn(self, coro: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        task = asyncio.ensure_future(coro())
+        task.set_name(name)
+        self._tasks.append(task)
+
+    def _jobs(self, producer: int) -> list[NewJob]:
+        cfg, rng = self.cfg, self.rng
+        jobs = []
+        for i in range(cfg.jobs_per_producer):
+            poison = rng.random() < cfg.poison_rate
+            body = (b"poison" if poison else b"job") + b"." * rng.randint(0, 120)
+            jobs.append(
+                NewJob(
+                    body,
+                    queue=rng.choice(cfg.queues),
+                    priority=rng.choice((0, 0, 0, 1, -1)),
+                    delay_s=rng.uniform(0.0, 5.0) if rng.random() < cfg.delay_rate else 0.0,
+                    key=f"k-{producer}-{i}" if rng.random() < 0.2 else None,
+                    max_attempts=4 if poison else cfg.max_attempts,
+                    id=f"p{producer}-{i}",
+                )
+            )
+        return jobs
+
+    async def run(self) -> None:
+        cfg = self.cfg
+        for i in range(cfg.brokers):
+            node = BrokerNode(self, f"b{i}", active=i == 0 or cfg.all_start_active)
+            self.brokers.append(node)
+            self._spawn(node.supervise, f"broker-{i}")
+        for i in range(cfg.producers):
+            producer = Producer(self, f"p{i}", self._jobs(i))
+            self.producers.append(producer)
+            self._spawn(producer.run, f"producer-{i}")
+        for i in range(cfg.workers):
+            self._spawn(partial(self._worker_slot, i), f"worker-{i}")
+        self._spawn(self._nemesis, "nemesis")
+        await asyncio.sleep(cfg.fault_phase_s)
+        self._heal()
+        await self._drain()
+        self._stop()
+        await self._collect()
+
+    async def _worker_slot(self, index: int) -> None:
+        for incarnation in itertools.count(1):
+            worker = Worker(self, f"w{index}.{incarnation}")
+            self.workers[index] = worker
+            task = asyncio.ensure_future(worker.run())
+            self._worker_tasks[index] = task
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                self.unexpected(
+                    f"worker {worker.name} raised {task.exception()!r}", task.exception()
+                )
+            await asyncio.sleep(self.rng.uniform(0.5, 5.0))
+
+    # -- the nemesis ------------------------------------------------------------------
+
+    def _active(self) -> BrokerNode | None:
+        landed = self.store.landed
+        if not landed:
+            return None
+        owner = decode(landed[-1].data).broker
+        node = self.nodes_by_id.get(owner.id) if owner else None
+        return node if node is not None and node.alive else None
+
+    def _target_broker(self) -> BrokerNode | None:
+        active = self._active()
+        if active is not None and self.rng.random() < 0.8:
+            return active
+        alive = [b for b in self.brokers if b.alive]
+        return self.rng.choice(alive) if alive else None
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._nemesis_tasks.add(task)
+        task.add_done_callback(self._nemesis_tasks.discard)
+
+    async def _nemesis(self) -> None:
+        n = self.cfg.nemesis
+        actions: list[tuple[float, Callable[[], None]]] = [
+            (n.broker_crash, self._crash_broker),
+            (n.broker_crash_in_commit, lambda: self._arm("document")),
+            (n.archive_crash, lambda: self._arm("archive")),
+            (n.broker_pause, self._pause_broker),
+            (n.broker_stop, self._stop_broker),
+            (n.worker_crash, self._crash_worker),
+            (n.worker_pause, self._pause_worker),
+            (n.clock_jump, self._jump_clock),
+        ]
+        actions = [(rate, act) for rate, act in actions if rate > 0]
+        total = sum(rate for rate, _ in actions)
+        if total <= 0:
+            return
+        end = self.now() + self.cfg.fault_phase_s
+        while True:
+            await asyncio.sleep(self.rng.expovariate(total))
+            if self.now() >= end:
+                return
+            pick = self.rng.uniform(0.0, total)
+            for rate, act in actions:
+                pick -= rate
+                if pick <= 0:
+                    act()
+                    break
+
+    def _crash_broker(self) -> None:
+        node = self._target_broker()
+        if node is not None:
+            node.crash()
+
+    def _arm(self, prefix: str) -> None:
+        node = self._active()
+        if node is None or node.storage is None:
+            return
+        storage = node.storage
+        ahead = 1 if prefix == "archive" else self.rng.randint(1, 3)
+        nth = storage.writes(prefix) + ahead
+        storage.triggers.append(CrashTrigger(prefix, nth, self.rng.choice(list(Phase))))
+
+    def _pause_broker(self) -> None:
+        node = self._target_broker()
+        if node is not None and not node.gate.paused:
+            seconds = self.rng.uniform(0.2, self.cfg.nemesis.pause_leases * self.cfg.lease_s)
+            self._background(node.pause(seconds))
+
+    def _stop_broker(self) -> None:
+        node = self._active()
+        if node is not None:
+            self._background(node.stop())
+
+    def _crash_worker(self) -> None:
+        if not self._worker_tasks:
+            return
+        index = self.rng.choice(sorted(self._worker_tasks))
+        task = self._worker_tasks[index]
+        if not task.done():
+            self.faults["worker_crash"] += 1
+            task.cancel()
+
+    def _pause_worker(self) -> None:
+        if not self.workers:
+            return
+        worker = self.workers[self.rng.choice(sorted(self.workers))]
+        if worker.gate.paused:
+            return
+        self.faults["worker_pause"] += 1
+        seconds = self.rng.uniform(0.5, 3.0 * self.cfg.heartbeat_timeout_s)
+
+        async def pause() -> None:
+            worker.gate.pause()
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                worker.gate.resume()
+
+        self._background(pause())
+
+    def _jump_clock(self) -> None:
+        node = self.rng.choice(self.brokers)
+        jump = self.cfg.nemesis.jump_max_s
+        self.faults["clock_jump"] += 1
+        node.clock.jump(self.rng.uniform(-jump, jump))
+
+    # -- heal, drain, stop ------------------------------------------------------------
+
+    def _heal(self) -> None:
+        self.rates = self.cfg.rates.calm()
+        for task in list(self._nemesis_tasks):
+            task.cancel()
+        for node in self.brokers:
+            node.gate.resume()
+            if node.storage is not None:
+                node.storage.rates = self.rates
+                node.storage.triggers.clear()
+        for worker in self.workers.values():
+            worker.gate.resume()
+
+    def _settled(self) -> bool:
+        if not all(p.done.is_set() for p in self.producers):
+            return False
+        landed = self.store.landed
+        if not landed:
+            return False
+        if self._settled_at[0] == len(landed):
+            return self._settled_at[1]
+        doc = decode(landed[-1].data)
+        settled = True
+        for job_id in self.history.ids(Kind.PUSH_ACK):
+            job = doc.jobs.get(job_id)
+            if job is not None and job.status != "dead":
+                settled = False
+                break
+        self._settled_at = (len(landed), settled)
+        return settled
+
+    async def _drain(self) -> None:
+        deadline = self.now() + self.cfg.drain_limit_s
+        while not self._settled():
+            if self.now() > deadline:
+                self.problems.append(
+                    Violation(
+                        "I1",
+                        f"acknowledged jobs not settled within {self.cfg.drain_limit_s:g}s "
+                        "after the faults stopped",
+                    )
+                )
+                return
+            await asyncio.sleep(2.0)
+
+    def _stop(self) -> None:
+        for task in [*self._tasks, *self._worker_tasks.values(), *self._nemesis_tasks]:
+            task.cancel()
+        for node in self.brokers:
+            node.crash()
+
+    async def _collect(self) -> None:
+        inner = self.store.inner
+        objects = {key: await inner.get(key) for key in await inner.list("archive/")}
+        final: Document | None = None
+        with contextlib.suppress(OsqueueError):
+            final = decode((await inner.read(DOCUMENT_KEY)).data)
+        self.outcome = Outcome(final, parse_archive(objects))
+
+    def report(self) -> Report:
+        outcome = getattr(self, "outcome", None)
+        violations = list(self.problems)
+        if outcome is not None:
+            violations += check(self.history, self.store.landed, outcome)
+        final = outcome.final if outcome else None
+        digest = hashlib.sha256()
+        for item in self.store.landed:
+            digest.update(item.data)
+        for e in self.history.events:
+            digest.update(
+                repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode()
+            )
+        return Report(
+            seed=self.cfg.seed,
+            family=self.cfg.family,
+            violations=violations,
+            faults=Counter(self.faults),
+            acknowledged=len(self.history.ids(Kind.PUSH_ACK)),
+            completed=len(outcome.archive) if outcome else 0,
+            dead=sum(1 for j in final.jobs.values() if j.status == "dead") if final else 0,
+            deliveries=len(self.history.of(Kind.CLAIMED)),
+            versions=len(self.store.landed),
+            fingerprint=digest.hexdigest()[:16],
+        )
+
+
+@contextlib.contextmanager
+def quiet_logs(enabled: bool = True) -> Iterator[None]:
+    """Silence osqueue's logging while many seeds run (a failing seed is replayed loud)."""
+    logger = logging.getLogger("osqueue")
+    before = logger.level
+    if enabled:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def run_config(cfg: SimConfig, rng: random.Random) -> Report:
+    """Run one configured simulation to the end and check it."""
+    sim = Sim(cfg, rng)
+    started: list[float] = []
+
+    async def main() -> None:
+        started.append(asyncio.get_running_loop().time())
+        await sim.run()
+        started.append(asyncio.get_running_loop().time())
+
+    try:
+        run_virtual(main())
+    except SimulationStuck as exc:
+        sim.problems.append(Violation("liveness", str(exc)))
+    except Exception as exc:  # a bug in the code under test or in the simulator
+        sim.unexpected(f"the run raised {exc!r}", exc)
+    finally:
+        sim.store.close()
+    report = sim.report()
+    report.virtual_s = started[-1] - started[0] if len(started) == 2 else 0.0
+    return report
+
+
+def run_seed(seed: int, family: str | None = None) -> Report:
+    """Run the simulation a seed describes (its family from the seed unless given)."""
+    cfg, rng = config_for(seed, family)
+    return run_config(cfg, rng)

@@ -1,0 +1,367 @@
+"""The simulated object store: one shared server, and a faulty view per node.
+
+:class:`SharedStore` is the server: a :class:`~osqueue.storage.memory.MemoryStorage`
+(counter or MD5-of-content ETags) that records every document version that
+lands, in the order it lands, and can throttle writes to one object (GCS and
+R2 allow about one write per second per object).
+
+:class:`NodeStorage` is one node's connection to it.  It injects the faults the
+backends really show, each drawn from the run's one RNG:
+
+* ``error_before``: a 503 before the write reaches the server (nothing changed);
+* ``lost_after``: the write lands, the answer is lost (``OutcomeUnknown``);
+* ``echo``: the write lands, the client library retries it and reports 412
+  for its own write (``Conflict``);
+* ``spurious_conflict``: a 409 that changed nothing;
+* ``delayed``: the request is held in the network; the caller times out with
+  ``OutcomeUnknown`` and the write is applied (or refused by its If-Match)
+  seconds later, after the caller has moved on;
+* ``spike``: a latency spike of seconds on one call;
+* ``read_error``: a read fails.
+
+It also carries the node's crash triggers (crash before, during or after the
+n-th write of a kind) and pauses with the node's :class:`~osqueue.sim.node.Gate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from osqueue.errors import Conflict, OutcomeUnknown, StorageError
+from osqueue.sim.node import Gate
+from osqueue.storage.memory import EtagMode, MemoryStorage
+from osqueue.storage.port import Blob, Capabilities
+
+DOCUMENT_KEY = "queue.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """One version of the document as it landed on the server."""
+
+    at: float
+    data: bytes
+    etag: str
+    writer: str
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRates:
+    """Per-call probabilities (and sizes) of the faults a node's storage injects."""
+
+    error_before: float = 0.0
+    lost_after: float = 0.0
+    echo: float = 0.0
+    spurious_conflict: float = 0.0
+    delayed: float = 0.0
+    spike: float = 0.0
+    read_error: float = 0.0
+    #: each call waits uniform(latency_min_s, latency_max_s)
+    latency_min_s: float = 0.001
+    latency_max_s: float = 0.02
+    spike_max_s: float = 5.0
+    #: a delayed request: the caller gives up after this, the write lands later
+    timeout_s: float = 2.0
+    delay_max_s: float = 20.0
+
+    @property
+    def any_fault(self) -> bool:
+        return (
+            self.error_before
+            + self.lost_after
+            + self.echo
+            + self.spurious_conflict
+            + self.delayed
+            + self.spike
+            + self.read_error
+        ) > 0
+
+    def calm(self) -> FaultRates:
+        """The same latencies without any fault (the heal phase)."""
+        return FaultRates(latency_min_s=self.latency_min_s, latency_max_s=self.latency_max_s)
+
+
+class Fault(Enum):
+    """A fault one write can get (see the module docstring)."""
+
+    ERROR_BEFORE = "error_before"
+    SPURIOUS_CONFLICT = "spurious_conflict"
+    DELAYED = "delayed"
+    LOST_AFTER = "lost_after"
+    ECHO = "echo"
+
+
+class Phase(Enum):
+    BEFORE = "before"  # crash before the request is sent
+    DURING = "during"  # the request is sent, the process dies; it lands a moment later
+    AFTER = "after"  # the write landed; the process dies before reading the answer
+
+
+@dataclass(frozen=True, slots=True)
+class CrashTrigger:
+    """Crash the node at ``phase`` of its ``nth`` write (1-based) of a key kind.
+
+    ``prefix`` matches :func:`key_kind`: ``document`` or ``archive``.
+    """
+
+    prefix: str
+    nth: int
+    phase: Phase
+
+
+def key_kind(key: str) -> str:
+    if key == DOCUMENT_KEY:
+        return "document"
+    return key.split("/", 1)[0]
+
+
+@dataclass
+class SharedStore:
+    """The server every node talks to; it records every document version that lands."""
+
+    name: str
+    etag_mode: EtagMode = "counter"
+    #: at most one document write per this many seconds (0: unlimited); more get a 429
+    min_write_interval_s: float = 0.0
+    landed: list[Landed] = field(default_factory=list)
+    faults: Counter[str] = field(default_factory=Counter)
+    _inflight: set[asyncio.Task[None]] = field(default_factory=set)
+    _last_doc_write: float = -1e18
+
+    def __post_init__(self) -> None:
+        MemoryStorage.drop(self.name)
+        self.inner = MemoryStorage(self.name, etag=self.etag_mode)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def read(self, key: str) -> Blob:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, if_match: str | None, writer: str) -> str:
+        throttle = self.min_write_interval_s
+        if key == DOCUMENT_KEY and self.now() - self._last_doc_write < throttle:
+            self.faults["throttled"] += 1
+            raise StorageError("429 SlowDown: one write per second per object")
+        etag = await self.inner.write(key, data, if_match=if_match)
+        if key == DOCUMENT_KEY:
+            self._last_doc_write = self.now()
+            self.landed.append(Landed(self.now(), data, etag, writer))
+        return etag
+
+    def send_later(
+        self, delay_s: float, key: str, data: bytes, if_match: str | None, writer: str
+    ) -> None:
+        """A request already on the wire: it reaches the server after ``delay_s``."""
+
+        async def deliver() -> None:
+            await asyncio.sleep(delay_s)
+            with contextlib.suppress(Conflict, StorageError):  # nobody is listening any more
+                await self.write(key, data, if_match, writer)
+
+        task = asyncio.ensure_future(deliver())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    # -- outside interference (scenarios only) -----------------------------------------
+
+    async def delete_document(self) -> None:
+        await self.inner.delete(DOCUMENT_KEY)
+
+    async def replace_document(self, data: bytes) -> None:
+        await self.inner.put(DOCUMENT_KEY, data)
+
+    def close(self) -> None:
+        for task in self._inflight:
+            task.cancel()
+        MemoryStorage.drop(self.name)
+
+
+class NodeStorage:
+    """One node's faulty connection to the :class:`SharedStore` (a ``Storage``)."""
+
+    def __init__(
+        self,
+        shared: SharedStore,
+        node: str,
+        rng: random.Random,
+        *,
+        rates: FaultRates | None = None,
+        gate: Gate | None = None,
+        on_crash: Callable[[], None] | None = None,
+    ) -> None:
+        self.shared = shared
+        self.node = node
+        self.rng = rng
+        self.rates = rates or FaultRates()
+        self.gate = gate
+        self.on_crash = on_crash
+        self.triggers: list[CrashTrigger] = []
+        self.scripted: list[tuple[str, Fault]] = []
+        self.dead = False
+        self._writes: Counter[str] = Counter()
+        self._capabilities = Capabilities(
+            cross_process=True, content_etags=shared.etag_mode == "md5", durable=True
+        )
+
+    # -- Storage port ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"sim://{self.shared.name}/{self.node}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    async def read(self, key: str) -> Blob:
+        await self._enter()
+        if self._draw(self.rates.read_error):
+            self._count("read_error")
+            raise StorageError(f"injected: 503 on read {key!r}")
+        blob = await self.shared.read(key)
+        await self._gate()
+        return blob
+
+    async def get(self, key: str) -> bytes:
+        return (await self.read(key)).data
+
+    async def list(self, prefix: str = "") -> list[str]:
+        await self._enter()
+        return await self.shared.inner.list(prefix)
+
+    async def delete(self, key: str) -> None:
+        await self._enter()
+        if self._draw(self.rates.error_before):
+            self._count("error_before")
+            raise StorageError(f"injected: 503 on delete {key!r}")
+        await self.shared.inner.delete(key)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._enter()
+        if self._draw(self.rates.error_before):
+            self._count("error_before")
+            raise StorageError(f"injected: 503 on put {key!r}")
+        await self.shared.inner.put(key, data)
+        if self._draw(self.rates.lost_after):
+            self._count("lost_after")
+            raise OutcomeUnknown(f"injected: put {key!r} landed, answer lost")
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        await self._enter()
+        kind = key_kind(key)
+        self._writes[kind] += 1
+        trigger = self._trigger(kind)
+        if trigger is not None:
+            await self._crash_write(trigger.phase, key, data, if_match)
+        return await self._faulty_write(key, data, if_match)
+
+    async def close(self) -> None:
+        return None
+
+    def writes(self, kind: str) -> int:
+        """How many writes of this kind (``document``, ``archive``...) this node sent."""
+        return self._writes[kind]
+
+    # -- faults ------------------------------------------------------------------------
+
+    def inject(self, prefix: str, fault: Fault) -> None:
+        """Script one fault: the next write of a key starting with ``prefix`` gets it."""
+        self.scripted.append((prefix, fault))
+
+    def _pick(self, key: str) -> Fault | None:
+        for i, (prefix, fault) in enumerate(self.scripted):
+            if key.startswith(prefix):
+                del self.scripted[i]
+                return fault
+        r = self.rates
+        draw = self.rng.random()
+        for fault, rate in (
+            (Fault.ERROR_BEFORE, r.error_before),
+            (Fault.SPURIOUS_CONFLICT, r.spurious_conflict),
+            (Fault.DELAYED, r.delayed),
+            (Fault.LOST_AFTER, r.lost_after),
+            (Fault.ECHO, r.echo),
+        ):
+            if draw < rate:
+                return fault
+            draw -= rate
+        return None
+
+    async def _faulty_write(self, key: str, data: bytes, if_match: str | None) -> str:
+        fault = self._pick(key)
+        if fault is not None:
+            self._count(fault.value)
+        if fault is Fault.ERROR_BEFORE:
+            raise StorageError(f"injected: 503 before write {key!r} applied")
+        if fault is Fault.SPURIOUS_CONFLICT:
+            raise Conflict(f"injected: 409 ConditionalRequestConflict on {key!r}")
+        if fault is Fault.DELAYED:
+            r = self.rates
+            delay = r.timeout_s + self.rng.uniform(0.0, r.delay_max_s)
+            self.shared.send_later(delay, key, data, if_match, self.node)
+            await asyncio.sleep(r.timeout_s)
+            await self._gate()
+            raise OutcomeUnknown(f"injected: write {key!r} timed out (still in flight)")
+        etag = await self.shared.write(key, data, if_match, self.node)
+        await self._gate()
+        if fault is Fault.LOST_AFTER:
+            raise OutcomeUnknown(f"injected: write {key!r} landed, answer lost")
+        if fault is Fault.ECHO:
+            raise Conflict(f"injected: 412 for our own retried write of {key!r}")
+        return etag
+
+    def _trigger(self, kind: str) -> CrashTrigger | None:
+        for t in self.triggers:
+            if kind.startswith(t.prefix) and self._writes[kind] == t.nth:
+                return t
+        return None
+
+    async def _crash_write(self, phase: Phase, key: str, data: bytes, if_match: str | None) -> None:
+        self._count(f"crash_{phase.value}")
+        if phase is Phase.DURING:
+            self.shared.send_later(self.rng.uniform(0.0, 0.05), key, data, if_match, self.node)
+        elif phase is Phase.AFTER:
+            with contextlib.suppress(Conflict, StorageError):
+                await self.shared.write(key, data, if_match, self.node)
+        self.crash()
+        await asyncio.Future()  # the crash cancels this task
+
+    def crash(self) -> None:
+        self.dead = True
+        if self.on_crash is not None:
+            self.on_crash()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _draw(self, p: float) -> bool:
+        return p > 0 and self.rng.random() < p
+
+    def _count(self, kind: str) -> None:
+        self.shared.faults[kind] += 1
+
+    async def _gate(self) -> None:
+        if self.dead:
+            await asyncio.Future()  # a dead process never sees an answer
+        if self.gate is not None:
+            await self.gate.passage()
+
+    async def _enter(self) -> None:
+        await self._gate()
+        r = self.rates
+        delay = self.rng.uniform(r.latency_min_s, r.latency_max_s)
+        if self._draw(r.spike):
+            self._count("spike")
+            delay += self.rng.uniform(0.5, r.spike_max_s)
+        await asyncio.sleep(delay)
+        await self._gate()
