@@ -6,7 +6,7 @@ no real sleeps) and asserts the invariant that broke.
 
 from __future__ import annotations
 
-from osqueue.sim import Fault, run_virtual
+from osqueue.sim import CrashTrigger, Fault, Phase, run_virtual
 from osqueue.sim.bench import Bench
 
 
@@ -33,3 +33,31 @@ def test_archive_409_is_not_proof_the_object_exists_seed_0() -> None:
     archived, still_in_document = run_virtual(scenario())
     assert archived == ["j1"], f"archive holds {archived}, document holds {still_in_document}"
     assert still_in_document == []
+
+
+def test_storage_error_on_inherited_archive_write_does_not_kill_takeover_seed_40() -> None:
+    """Seed 40 (and 44): a broker taking over writes the archive objects of the done jobs
+    it inherits; a 503 (or a lost answer) on that write escaped ``start()`` and the new
+    broker died instead of retrying with backoff."""
+
+    async def scenario() -> list[str]:
+        bench = Bench("regression-acquire-archive")
+        try:
+            first = await bench.start("b1")
+            q = first.client()
+            await q.push(b"x", id="j1")
+            [job] = await q.claim("w1", ["default"])
+            bench.storage("b1").triggers.append(CrashTrigger("archive", 1, Phase.BEFORE))
+            await q.complete(job)  # done in the document; b1 dies writing its archive
+            await bench.settle(1.0)
+            second = bench.node("b2")
+            second.storage.inject("archive/", Fault.ERROR_BEFORE)
+            second.storage.inject("archive/", Fault.LOST_AFTER)
+            await second.broker.start()
+            assert second.broker.serving
+            await bench.settle(2 * second.broker.config.lease_s)
+            return await bench.archived_ids()
+        finally:
+            bench.close()
+
+    assert run_virtual(scenario()) == ["j1"]

@@ -338,8 +338,13 @@ class Broker:
             else:
                 base, etag = got
             inherited = by_version(base.jobs[i] for i in base.index.done)
-            for jobs in inherited.values():
-                await write_archive(self.storage, jobs)
+            try:
+                for jobs in inherited.values():
+                    await write_archive(self.storage, jobs)
+            except StorageError as exc:  # a 503 or a lost answer: back off, read again
+                self.counters.storage_errors += 1
+                await self._backoff(0, exc)
+                continue
             epoch = (base.broker.epoch if base.broker else 0) + 1
             owner = self._owner(now, epoch)
             ops: list[Op] = [RestartHeartbeats()]

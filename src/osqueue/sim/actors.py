@@ -226,6 +226,7 @@ class Client:
             inner = asyncio.ensure_future(fn(client))
             seq = [0]
             inner.add_done_callback(lambda _: seq.__setitem__(0, sim.history.stamp()))
+            inner.add_done_callback(_retrieve)  # the caller may be gone (crashed) by then
             assert node.death is not None
             timer = asyncio.ensure_future(asyncio.sleep(timeout_s))
             racers: set[asyncio.Future[Any]] = {inner, node.death, timer}
@@ -235,9 +236,6 @@ class Client:
                 timer.cancel()
             if not inner.done():
                 inner.cancel()
-                await asyncio.wait({inner})
-                if not inner.cancelled():
-                    inner.exception()  # retrieved: nobody is listening any more
                 raise BrokerUnavailable("no answer (connection reset or deadline); may be applied")
             value = inner.result()  # raises the op's error
             await self.clock.sleep(sim.rng.uniform(0.0, sim.cfg.net_max_s))
@@ -251,6 +249,11 @@ class Client:
 
     async def backoff(self, attempt: int) -> None:
         await self.clock.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + self.sim.rng.random()))
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 # --------------------------------------------------------------------------- producers
