@@ -6,7 +6,10 @@ with :func:`spark_batch`, ``fn(jobs, spark)``) into ordinary
 default, or any master: ``spark://host:7077``, ``yarn``, ``k8s://...``).
 
 The worker runs each sync handler in its own thread and keeps heartbeating
-from its event loop while the Spark job runs.  Every call tags the Spark jobs
+from its event loop while the Spark job runs.  A failed Spark job surfaces as
+:class:`SparkJobFailed` with a one-line summary (not the Py4J error itself,
+which holds JVM objects); a handler whose job was lost returns quietly, since
+the worker drops its outcome anyway.  Every call tags the Spark jobs
 it starts with a unique tag; when the worker loses the job's lease
 (``LeaseLost``: the job was reclaimed elsewhere) the tag is cancelled, so the
 cluster stops working on a result nobody will keep::
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from osqueue.client.api import Job
 from osqueue.client.worker import BatchHandler, Handler, NoJobContext, current_context
-from osqueue.errors import InvalidInput
+from osqueue.errors import InvalidInput, OsqueueError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,6 +88,28 @@ def spark_session(
     return builder.getOrCreate()
 
 
+class SparkJobFailed(OsqueueError):
+    """A Spark job started by the handler failed."""
+
+
+def _from_the_jvm(exc: BaseException) -> bool:
+    """True for Spark and Py4J errors, which keep references to JVM objects."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    return isinstance(exc, Py4JError | CapturedException)
+
+
+_CAUSE = re.compile(r"\b[\w.]*(?:Exception|Error)\b[^:]*: \S")
+
+
+def _summary(exc: BaseException) -> str:
+    """One line: the first ``SomeException: message`` line of a Spark/Py4J error."""
+    lines = [line.strip(" :\t") for line in str(exc).splitlines() if line.strip(" :\t")]
+    cause = next((line for line in lines if _CAUSE.search(line)), lines[0] if lines else "")
+    return f"{type(exc).__name__}: {cause}"[:1000]
+
+
 class SparkCall:
     """One wrapped handler: runs ``fn(arg, spark)`` under a cancellable Spark job tag."""
 
@@ -116,9 +142,25 @@ class SparkCall:
             context.on_cancel(cancel)
         try:
             return self.fn(arg, self.spark)
+        except Exception as exc:
+            if context is not None and context.lost:
+                # The worker drops a lost job's outcome; returning (rather than
+                # raising Spark's cancellation error into a future nobody reads)
+                # keeps JVM-backed exceptions from being freed on the event loop.
+                log.info(
+                    "Spark handler stopped after its job was lost",
+                    extra={"action": "spark_lost", "tag": tag},
+                )
+                return None
+            if not _from_the_jvm(exc):
+                raise
+            summary = _summary(exc)
         finally:
             sc.removeJobTag(tag)
             sc.setInterruptOnCancel(False)
+        # Raised outside the handler of the Spark error, so that error (and the JVM
+        # objects it holds) is freed here, in this thread.
+        raise SparkJobFailed(summary)
 
 
 def spark_handler(handler: SparkHandler | BatchHandler, spark: SparkSession) -> Handler:
