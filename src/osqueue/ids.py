@@ -1,22 +1,47 @@
 """Client-chosen job ids: ULIDs (time-ordered, 26 characters of Crockford base32).
 
 Ids are chosen before the first send, so a push retried after a lost answer or
-a broker failover carries the same id and is applied once.
+a broker failover carries the same id and is applied once.  The 80 random bits
+come from ``os.urandom`` in blocks (one system call per 256 ids).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> 2 characters
+_BLOCK = 256
+_lock = threading.Lock()
+_pool: list[int] = []
+_last_ms = -1
+_ms_text = ""
+
+
+def _random80() -> int:
+    with _lock:
+        if not _pool:
+            raw = os.urandom(10 * _BLOCK)
+            _pool.extend(int.from_bytes(raw[i : i + 10], "big") for i in range(0, len(raw), 10))
+        return _pool.pop()
+
+
+def _encode(value: int, chars: int) -> str:
+    out = []
+    for _ in range(chars // 2):
+        out.append(_PAIRS[value & 1023])
+        value >>= 10
+    return "".join(reversed(out))
 
 
 def new_id() -> str:
     """A new ULID: 48 bits of milliseconds then 80 random bits."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
-    out = []
-    for _ in range(26):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    global _last_ms, _ms_text
+    ms = time.time_ns() // 1_000_000
+    if ms != _last_ms:
+        # 48 bits as 10 characters: the top character carries 3 bits, then 9 more.
+        _ms_text = _ALPHABET[(ms >> 45) & 31] + _encode(ms & ((1 << 45) - 1), 10)[1:]
+        _last_ms = ms
+    return _ms_text + _encode(_random80(), 16)

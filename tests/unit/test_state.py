@@ -270,3 +270,13 @@ def test_round_trip_is_exact() -> None:
     back = decode(data)
     assert back == doc
     assert encode(back) == data
+
+
+def test_ids_are_ulids_sorted_by_time_and_unique() -> None:
+    from osqueue.ids import new_id
+    from osqueue.state.validate import ID_RE
+
+    made = [new_id() for _ in range(2000)]
+    assert len(set(made)) == 2000
+    assert all(len(i) == 26 and ID_RE.match(i) for i in made)
+    assert [i[:10] for i in made] == sorted(i[:10] for i in made)
