@@ -6,8 +6,11 @@ no real sleeps) and asserts the invariant that broke.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from osqueue.sim import CrashTrigger, Fault, Phase, run_virtual
 from osqueue.sim.bench import Bench
+from osqueue.state import decode
 
 
 def test_archive_409_is_not_proof_the_object_exists_seed_0() -> None:
@@ -61,3 +64,39 @@ def test_storage_error_on_inherited_archive_write_does_not_kill_takeover_seed_40
             bench.close()
 
     assert run_virtual(scenario()) == ["j1"]
+
+
+def test_a_late_landing_earlier_attempt_is_the_one_committed_seed_331() -> None:
+    """Seed 331: a commit's write timed out while still in flight; the broker re-read
+    (not landed yet), re-applied the batch at a later time (so its claim now got a job
+    that had become due), and that second write failed.  Meanwhile the first write
+    landed.  The broker saw its own version and took the *second* attempt as committed:
+    it answered the claim with a job and token the stored document never gave out, then
+    overwrote that version (I4: token 15 belonged to two jobs in the document chain)."""
+
+    async def scenario() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        bench = Bench("regression-late-attempt")
+        bench.config = replace(bench.config, retry_base_s=0.05)
+        try:
+            broker = await bench.start("b1")
+            q = broker.client()
+            await q.push(b"later", id="j1", delay_s=1.0)
+            storage = bench.storage("b1")
+            storage.rates = replace(storage.rates, timeout_s=1.0)
+            storage.inject("queue.json", Fault.DELAYED, lands_after_s=1.08)  # attempt A
+            storage.inject("queue.json", Fault.ERROR_BEFORE)  # attempt B, after j1 is due
+            base = (await bench.document()).version
+            jobs = await q.claim("w1", ["default"])
+            answered = [(j.id, j.token) for j in jobs]
+            landed = next(
+                decode(x.data)
+                for x in bench.store.landed
+                if b'"version":%d,' % (base + 1) in x.data
+            )
+            stored = [(j.id, j.claim.token) for j in landed.jobs.values() if j.claim]
+            return answered, stored
+        finally:
+            bench.close()
+
+    answered, stored = run_virtual(scenario())
+    assert answered == stored

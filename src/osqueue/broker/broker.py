@@ -443,12 +443,14 @@ class Broker:
         ops = [p.op for p in batch] + internal
         maybe = False
         attempt = 0
+        sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
         while True:
             assert self._doc is not None
             base_version = self._doc.version
             now = self.clock.now()
             t = commit(self._doc, ops, now, self.policy, owner=self._owner(now), in_place=True)
             data = encode(t.doc)
+            sent.append((data, t))
             try:
                 etag = await self.storage.write(DOCUMENT_KEY, data, if_match=self._etag)
             except Conflict:
@@ -465,15 +467,20 @@ class Broker:
             if verdict is None:  # stepped down or failed; the batch was answered
                 self._answer_error(batch, self._stop_error(maybe))
                 return
-            if isinstance(verdict, str):  # our write landed after all
-                self._committed(t, verdict, batch, len(data))
+            if isinstance(verdict, Blob):  # one of our attempts landed after all: which?
+                landed = next((tx for sent_data, tx in sent if sent_data == verdict.data), None)
+                if landed is None:
+                    self._fail(DocumentGone("our version was replaced from outside; stopping"))
+                    self._answer_error(batch, self._stop_error(maybe))
+                    return
+                self._committed(landed, verdict.etag, batch, len(verdict.data))
                 return
             self._doc, self._etag = verdict  # re-apply the batch on what is stored
 
     async def _resolve(
         self, new_version: int, base_version: int, maybe: bool
-    ) -> str | tuple[Document, str] | None:
-        """After a failed write: our landed write (its etag), the doc to re-apply on, or None."""
+    ) -> Blob | tuple[Document, str] | None:
+        """After a failed write: our landed write, the doc to re-apply on, or None."""
         attempt = 0
         while True:
             try:
@@ -493,7 +500,7 @@ class Broker:
         owner = stored.broker
         mine = owner is not None and owner.id == self.id and owner.epoch == self._epoch
         if mine and stored.version == new_version:
-            return blob.etag  # our own write landed (retry echo or lost answer)
+            return blob  # our own write landed (retry echo, lost answer, late attempt)
         if not mine:
             self._step_down(stored, maybe)
             return None

@@ -227,6 +227,8 @@ class Client:
             seq = [0]
             inner.add_done_callback(lambda _: seq.__setitem__(0, sim.history.stamp()))
             inner.add_done_callback(_retrieve)  # the caller may be gone (crashed) by then
+            sim.requests.add(inner)  # a request in flight outlives a crashed caller
+            inner.add_done_callback(sim.requests.discard)
             assert node.death is not None
             timer = asyncio.ensure_future(asyncio.sleep(timeout_s))
             racers: set[asyncio.Future[Any]] = {inner, node.death, timer}

@@ -106,6 +106,7 @@ class Sim:
         self.producers: list[Producer] = []
         self.workers: dict[int, Worker] = {}
         self.problems: list[Violation] = []
+        self.requests: set[asyncio.Future[Any]] = set()
         self._worker_tasks: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._nemesis_tasks: set[asyncio.Task[None]] = set()

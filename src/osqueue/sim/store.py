@@ -207,7 +207,7 @@ class NodeStorage:
         self.gate = gate
         self.on_crash = on_crash
         self.triggers: list[CrashTrigger] = []
-        self.scripted: list[tuple[str, Fault]] = []
+        self.scripted: list[tuple[str, Fault, float | None]] = []
         self.dead = False
         self._writes: Counter[str] = Counter()
         self._capabilities = Capabilities(
@@ -275,15 +275,21 @@ class NodeStorage:
 
     # -- faults ------------------------------------------------------------------------
 
-    def inject(self, prefix: str, fault: Fault) -> None:
-        """Script one fault: the next write of a key starting with ``prefix`` gets it."""
-        self.scripted.append((prefix, fault))
+    def inject(self, prefix: str, fault: Fault, *, lands_after_s: float | None = None) -> None:
+        """Script one fault: the next write of a key starting with ``prefix`` gets it.
 
-    def _pick(self, key: str) -> Fault | None:
-        for i, (prefix, fault) in enumerate(self.scripted):
+        For ``DELAYED``, ``lands_after_s`` fixes when the held request reaches the server.
+        """
+        self.scripted.append((prefix, fault, lands_after_s))
+
+    def _pick(self, key: str) -> tuple[Fault | None, float | None]:
+        for i, (prefix, fault, lands_after_s) in enumerate(self.scripted):
             if key.startswith(prefix):
                 del self.scripted[i]
-                return fault
+                return fault, lands_after_s
+        return self._draw_fault(), None
+
+    def _draw_fault(self) -> Fault | None:
         r = self.rates
         draw = self.rng.random()
         for fault, rate in (
@@ -299,7 +305,7 @@ class NodeStorage:
         return None
 
     async def _faulty_write(self, key: str, data: bytes, if_match: str | None) -> str:
-        fault = self._pick(key)
+        fault, lands_after_s = self._pick(key)
         if fault is not None:
             self._count(fault.value)
         if fault is Fault.ERROR_BEFORE:
@@ -308,7 +314,9 @@ class NodeStorage:
             raise Conflict(f"injected: 409 ConditionalRequestConflict on {key!r}")
         if fault is Fault.DELAYED:
             r = self.rates
-            delay = r.timeout_s + self.rng.uniform(0.0, r.delay_max_s)
+            delay = lands_after_s
+            if delay is None:
+                delay = r.timeout_s + self.rng.uniform(0.0, r.delay_max_s)
             self.shared.send_later(delay, key, data, if_match, self.node)
             await asyncio.sleep(r.timeout_s)
             await self._gate()
