@@ -1,15 +1,26 @@
-"""The benchmark core: a few jobs on memory://, checked through its JSON fields."""
+"""The benchmark core: a few jobs on memory:// (file:// with --remote), checked by its JSON."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
-from osqueue.bench import RESULT_KEYS, BenchConfig, bench_command, run_bench
-from osqueue.errors import InvalidInput
+from osqueue.bench import (
+    RESULT_KEYS,
+    BenchConfig,
+    BrokerProcess,
+    bench_command,
+    run_bench,
+    run_remote_bench,
+)
+from osqueue.errors import BrokerUnavailable, InvalidInput
+from osqueue.state import DOCUMENT_KEY, Document, decode
+from osqueue.storage import from_url
 
 
 def _url() -> str:
@@ -98,3 +109,79 @@ def test_bench_command_rejects_a_bad_storage_url_with_exit_code_2(
 
     assert code == 2
     assert "url" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ --remote
+
+
+async def _read_document(url: str) -> Document:
+    storage = from_url(url)
+    try:
+        return decode((await storage.read(DOCUMENT_KEY)).data)
+    finally:
+        await storage.close()
+
+
+async def test_remote_bench_runs_the_broker_in_another_process(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    out = io.StringIO()
+
+    # bench_command runs its own event loop; run it off this one.
+    code = await asyncio.to_thread(
+        bench_command, url, clients=3, jobs=9, preload=2, remote=True, as_json=True, out=out
+    )
+
+    assert code == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    d = json.loads(lines[0])
+    assert tuple(d) == (*RESULT_KEYS, "remote")
+    assert d["remote"] is True
+    assert d["storage"] == url
+    assert d["clients"] == 3
+    assert d["commits"] > 0
+    assert 0 < d["p50_ms"] <= d["p99_ms"]
+    doc = await _read_document(url)
+    # Every pushed job was completed; the two preloaded ones were claimed first,
+    # so two of the benchmark's own pushes are still queued.
+    assert doc.stats.completed == 9
+    assert doc.stats.pushed == 11
+    assert sorted(job.status for job in doc.jobs.values() if job.status != "done") == [
+        "queued",
+        "queued",
+    ]
+    # The broker process was stopped with SIGTERM: it drained and cleared its address.
+    assert doc.broker is not None
+    assert doc.broker.address is None
+
+
+@pytest.mark.parametrize("storage", ["memory://shared", "latency+memory://shared?write_ms=5"])
+async def test_remote_bench_refuses_in_process_memory(storage: str) -> None:
+    with pytest.raises(InvalidInput, match="memory") as info:
+        await run_remote_bench(BenchConfig(storage=storage, jobs=1))
+    assert info.value.field == "storage"
+
+
+def test_bench_command_remote_on_memory_exits_2_naming_storage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+
+    code = bench_command(_url(), clients=1, jobs=1, preload=0, remote=True, out=out)
+
+    assert code == 2
+    assert out.getvalue() == ""
+    assert "storage" in capsys.readouterr().err
+
+
+async def test_a_broker_process_that_exits_early_is_reported_with_its_words(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(f"file://{tmp_path}", extra_args=["--lease-s", "0"])
+
+    with pytest.raises(BrokerUnavailable, match="exited with code 2") as info:
+        async with broker:
+            await broker.start()
+
+    assert "lease-s" in str(info.value)
+    assert broker.returncode == 2

@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", type=int, default=0, help="jobs queued before timing")
     parser.add_argument("--batch", type=int, default=1, help="jobs per push and claim call")
     parser.add_argument("--duration-s", type=float, default=60.0, help="time limit")
+    parser.add_argument(
+        "--remote", action="store_true", help="broker in a child process, clients over gRPC"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     return bench_command(
@@ -26,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch,
         as_json=args.json,
         duration_s=args.duration_s,
+        remote=args.remote,
     )
 
 

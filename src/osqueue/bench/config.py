@@ -75,10 +75,12 @@ class BenchResult:
     jobs: int
     ops: int
     elapsed_s: float
+    #: Broker and clients ran in separate processes (``osqueue bench --remote``).
+    remote: bool = False
 
-    def to_dict(self) -> dict[str, float | int | str]:
-        """The JSON line's fields: exactly :data:`RESULT_KEYS`."""
-        return {
+    def to_dict(self) -> dict[str, float | int | str | bool]:
+        """The JSON line's fields: :data:`RESULT_KEYS`, then ``"remote": true`` if remote."""
+        d: dict[str, float | int | str | bool] = {
             "ops_per_s": round(self.ops_per_s, 1),
             "jobs_per_s": round(self.jobs_per_s, 1),
             "p50_ms": round(self.p50_ms, 3),
@@ -88,3 +90,6 @@ class BenchResult:
             "storage": self.storage,
             "clients": self.clients,
         }
+        if self.remote:
+            d["remote"] = True
+        return d

@@ -1,4 +1,4 @@
-"""Run the benchmark against an in-process broker on a storage URL."""
+"""Run the benchmark against a broker on a storage URL: in this process, or (remote) in another."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from typing import TextIO
 
 from osqueue.bench.config import BenchConfig, BenchResult
+from osqueue.bench.remote import check_shareable, run_remote_bench
 from osqueue.bench.workload import percentile_ms, preload, run_workload
 from osqueue.broker import Broker
 from osqueue.errors import InvalidInput, OsqueueError
@@ -56,10 +57,24 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     )
 
 
+def _osqueue_error(caught: BaseException) -> OsqueueError | None:
+    """The error to report: ``caught``, or the first one of a group made only of ours.
+
+    The clients run in a task group, so a failing call arrives wrapped in one.
+    """
+    while isinstance(caught, BaseExceptionGroup):
+        ours, rest = caught.split(OsqueueError)
+        if ours is None or rest is not None:
+            return None
+        caught = ours.exceptions[0]
+    return caught if isinstance(caught, OsqueueError) else None
+
+
 def format_result(result: BenchResult) -> str:
     """A short human-readable summary of one run."""
+    where = "  (broker in another process, over gRPC)" if result.remote else ""
     return (
-        f"storage   {result.storage}\n"
+        f"storage   {result.storage}{where}\n"
         f"clients   {result.clients}\n"
         f"jobs      {result.jobs} in {result.elapsed_s:.2f} s\n"
         f"jobs/s    {result.jobs_per_s:,.1f}\n"
@@ -78,13 +93,16 @@ def bench_command(
     as_json: bool = False,
     duration_s: float = 60.0,
     out: TextIO | None = None,
+    remote: bool = False,
 ) -> int:
     """What ``osqueue bench`` does: run once, print the figures, return the exit code.
 
     Prints one JSON line with ``as_json`` (the keys of
     :data:`~osqueue.bench.config.RESULT_KEYS`), a short summary otherwise.  Bad
     flags (a storage URL that does not parse included) exit with code 2, storage
-    and broker errors with 1; the message goes to stderr.
+    and broker errors with 1; the message goes to stderr.  With ``remote`` the
+    broker runs in a child process and the clients talk to it over gRPC (the
+    JSON line gains ``"remote": true``); memory:// storage is refused then.
     """
     stream = out if out is not None else sys.stdout
     try:
@@ -96,16 +114,21 @@ def bench_command(
             batch=batch,
             duration_s=duration_s,
         )
+        if remote:
+            check_shareable(storage)
     except OsqueueError as exc:
         print(f"osqueue bench: {exc}", file=sys.stderr)
         return 2
     try:
-        result = asyncio.run(run_bench(config))
-    except InvalidInput as exc:  # a storage URL that does not parse
-        print(f"osqueue bench: {exc}", file=sys.stderr)
-        return 2
-    except OsqueueError as exc:
-        print(f"osqueue bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+        result = asyncio.run(run_remote_bench(config) if remote else run_bench(config))
+    except (OsqueueError, BaseExceptionGroup) as caught:
+        error = _osqueue_error(caught)
+        if error is None:  # not (only) our errors: a bug, let it show
+            raise
+        if isinstance(error, InvalidInput):  # a storage URL that does not parse
+            print(f"osqueue bench: {error}", file=sys.stderr)
+            return 2
+        print(f"osqueue bench: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     if as_json:
         print(json.dumps(result.to_dict()), file=stream, flush=True)

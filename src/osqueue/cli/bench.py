@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from osqueue.cli.options import AsJson
-from osqueue.errors import InvalidInput
 
 
 def bench(
@@ -53,7 +51,8 @@ def bench(
         typer.Option(
             "--remote",
             envvar="OSQUEUE_BENCH_REMOTE",
-            help="Broker and clients in separate processes, over gRPC.",
+            help="Broker in a child process (osqueue broker), clients here over gRPC; "
+            "not with memory:// storage.",
         ),
     ] = False,
     as_json: AsJson = False,
@@ -61,19 +60,15 @@ def bench(
     """Measure push -> claim -> complete throughput; prints one line (JSON with --json)."""
     from osqueue.bench import bench_command
 
-    kwargs: dict[str, Any] = {
-        "storage": storage,
-        "clients": clients,
-        "jobs": jobs,
-        "preload": preload,
-        "batch": batch,
-        "as_json": as_json,
-        "duration_s": duration_s,
-    }
-    if remote:
-        if "remote" not in inspect.signature(bench_command).parameters:
-            raise InvalidInput("this build's benchmark cannot run --remote yet", field="remote")
-        kwargs["remote"] = True
-    code = bench_command(**kwargs)
+    code = bench_command(
+        storage=storage,
+        clients=clients,
+        jobs=jobs,
+        preload=preload,
+        batch=batch,
+        as_json=as_json,
+        duration_s=duration_s,
+        remote=remote,
+    )
     if code:
         raise typer.Exit(code)
