@@ -8,6 +8,7 @@ over gRPC.  So brokers here run on their own event loop thread
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -24,8 +25,9 @@ from osqueue.broker import BrokerConfig
 from osqueue.client.local import LocalClient
 from osqueue.client.loop_thread import LoopThread
 from osqueue.server.runner import BrokerServer
-from osqueue.spark import register
-from osqueue.storage import MemoryStorage
+from osqueue.spark import blocking, register
+from osqueue.spark.archive import ARCHIVE_PREFIX
+from osqueue.storage import MemoryStorage, Storage
 
 T = TypeVar("T")
 
@@ -107,3 +109,23 @@ def wait_until(predicate: Callable[[], bool], *, timeout_s: float, what: str) ->
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.05)
+
+
+def archive_records(url: str) -> list[dict[str, Any]]:
+    """Every line of the queue's archive objects, read with plain storage calls."""
+
+    async def read(store: Storage) -> list[dict[str, Any]]:
+        out = []
+        for key in await store.list(ARCHIVE_PREFIX):
+            out.extend(json.loads(line) for line in (await store.get(key)).splitlines())
+        return out
+
+    return blocking.with_storage(url, read)
+
+
+def archived_ids(url: str) -> list[str]:
+    return [str(record["id"]) for record in archive_records(url)]
+
+
+def wait_archived(url: str, count: int) -> None:
+    wait_until(lambda: len(archived_ids(url)) >= count, timeout_s=30, what=f"{count} archived")

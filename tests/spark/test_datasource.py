@@ -7,37 +7,16 @@ import json
 import os
 
 import pytest
-from conftest import ServedBroker, served_broker, wait_until
+from conftest import ServedBroker, served_broker, wait_archived
 from pyspark.sql import SparkSession
 
 from osqueue.client.api import Job, NewJob
 from osqueue.errors import BrokerUnavailable, InvalidInput, OsqueueError
 from osqueue.spark import blocking
-from osqueue.spark.archive import ARCHIVE_PREFIX
 from osqueue.spark.errors import osqueue_error
 from osqueue.state import DOCUMENT_KEY, decode
 
 pytestmark = pytest.mark.spark
-
-
-def archived_ids(url: str) -> list[str]:
-    """Ids in the archive objects, read with plain storage calls (no Spark)."""
-
-    async def read(store: object) -> list[str]:
-        from osqueue.storage.port import Storage
-
-        assert isinstance(store, Storage)
-        ids = []
-        for key in await store.list(ARCHIVE_PREFIX):
-            for line in (await store.get(key)).splitlines():
-                ids.append(json.loads(line)["id"])
-        return ids
-
-    return blocking.with_storage(url, read)
-
-
-def wait_archived(url: str, count: int) -> None:
-    wait_until(lambda: len(archived_ids(url)) >= count, timeout_s=30, what=f"{count} archived")
 
 
 def pushed_count(url: str) -> int:

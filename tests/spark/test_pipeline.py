@@ -5,7 +5,6 @@ two workers race on one namespace, and when a worker process is SIGKILLed mid-jo
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import served_broker, wait_until
+from conftest import archive_records, served_broker, wait_until
 from pyspark.sql import SparkSession
 
 import osqueue
@@ -29,8 +28,6 @@ from osqueue.pipeline.task import INDEX_QUEUE, task_for
 from osqueue.pipeline.verify import read_index, reference, verify
 from osqueue.pipeline.wal import GenerateConfig, decode_segment, list_segments, write_wal
 from osqueue.pipeline.worker import index_worker
-from osqueue.spark import blocking
-from osqueue.spark.archive import ARCHIVE_PREFIX
 from osqueue.storage import MemoryStorage
 
 pytestmark = pytest.mark.spark
@@ -167,19 +164,6 @@ async def test_a_job_re_run_after_it_published_changes_nothing(
         rest = await q.claim("survivor", [INDEX_QUEUE], max_jobs=100)
         await asyncio.to_thread(index_jobs, rest, spark)
     assert verify(root).ok
-
-
-def archive_records(url: str) -> list[dict[str, object]]:
-    async def read(store: object) -> list[dict[str, object]]:
-        from osqueue.storage.port import Storage
-
-        assert isinstance(store, Storage)
-        out = []
-        for key in await store.list(ARCHIVE_PREFIX):
-            out.extend(json.loads(line) for line in (await store.get(key)).splitlines())
-        return out
-
-    return blocking.with_storage(url, read)
 
 
 @pytest.mark.chaos

@@ -23,6 +23,8 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -92,7 +94,7 @@ def demo(
     ] = Path("demo-data"),
     namespaces: Annotated[
         int, typer.Option(min=1, envvar="OSQUEUE_DEMO_NAMESPACES", rich_help_panel=_DATA)
-    ] = 12,
+    ] = 8,
     segments: Annotated[
         int,
         typer.Option(
@@ -101,7 +103,7 @@ def demo(
             help="Segments per namespace (one indexing job each).",
             rich_help_panel=_DATA,
         ),
-    ] = 10,
+    ] = 8,
     rows: Annotated[
         int,
         typer.Option(
@@ -178,6 +180,7 @@ def demo(
         heartbeat_timeout_s=heartbeat_timeout_s,
         kill=kill,
     )
+    quiet_third_parties()
     ok = asyncio.run(Demo(config, stdout()).run())
     if not ok:
         raise typer.Exit(1)
@@ -238,15 +241,14 @@ class Demo:
     def spark(self) -> SparkSession:
         from osqueue.spark.worker import spark_session
 
-        spark = spark_session(
-            "local[2]",
-            "osqueue-demo",
-            {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "2",
-            },
-        )
+        settings = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+        }
+        # The JVM inherits stderr when it starts: give it the log file, not the terminal.
+        with _stderr_to(self.logs / "demo-spark.log"):
+            spark = spark_session("local[2]", "osqueue-demo", settings)
         spark.sparkContext.setLogLevel("ERROR")
         return spark
 
@@ -501,6 +503,31 @@ class Demo:
             f"{conflicts} manifest race(s) redone, {skipped} segment(s) found already "
             f"published and skipped; retried jobs in the archive: {report.retried}"
         )
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` for the duration (child processes keep it)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def quiet_third_parties() -> None:
+    """Keep the demo's terminal for the demo: gRPC's fork notices and a pandas
+    version warning PySpark prints on start are noise here."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
 
 
 def _segment_of(payload: bytes | None) -> str:

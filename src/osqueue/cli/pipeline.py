@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,6 +94,9 @@ def spark_session(
 ) -> Iterator[SparkSession]:
     from osqueue.spark.worker import spark_session as make
 
+    warnings.filterwarnings(  # printed by PySpark on start with pandas 3; not ours to fix
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
     spark = make(master, app_name, {"spark.ui.showConsoleProgress": "false", **conf})
     spark.sparkContext.setLogLevel("ERROR")
     try:

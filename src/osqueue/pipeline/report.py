@@ -95,9 +95,11 @@ def build_report(spark: SparkSession, url: str, *, queue: str | None = None) -> 
             report.bucket_s = max(1, math.ceil(report.span_s / TIMELINE_POINTS))
             bucket = F.floor(F.unix_micros("completed_at") / 1e6 / report.bucket_s)
             rows = archive.groupBy(bucket.alias("b")).count().orderBy("b").collect()
-            first = rows[0]["b"] if rows else 0
-            report.timeline = [
-                ((r["b"] - first) * report.bucket_s, r["count"] / report.bucket_s) for r in rows
+            counts = {int(r["b"]): int(r["count"]) for r in rows}
+            first, last = min(counts), max(counts)
+            report.timeline = [  # every bucket, empty ones too
+                ((b - first) * report.bucket_s, counts.get(b, 0) / report.bucket_s)
+                for b in range(first, last + 1)
             ]
             report.attempts = {
                 int(r["attempts"]): int(r["count"])
@@ -153,6 +155,7 @@ def save_chart(report: QueueReport, path: Path) -> Path:
             ax1.plot(xs, ys, marker="o", markersize=3)
         ax1.set_title(f"completions per second ({report.bucket_s} s buckets)")
         ax1.set_xlabel("seconds")
+        ax1.set_ylim(bottom=0)
         ax1.set_ylabel("jobs/s")
         labels = ["p50", "p95", "p99"]
         width = 0.38
