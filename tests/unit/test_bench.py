@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from osqueue.bench import (
     RESULT_KEYS,
@@ -18,6 +19,7 @@ from osqueue.bench import (
     run_bench,
     run_remote_bench,
 )
+from osqueue.cli.app import app
 from osqueue.errors import BrokerUnavailable, InvalidInput
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage import from_url
@@ -185,3 +187,22 @@ async def test_a_broker_process_that_exits_early_is_reported_with_its_words(
 
     assert "lease-s" in str(info.value)
     assert broker.returncode == 2
+
+
+def test_the_cli_flag_runs_the_remote_benchmark(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["bench", "--remote", "--storage", f"file://{tmp_path}", "--jobs", "4", "--json"]
+    )
+
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["remote"] is True
+    assert figures["jobs_per_s"] > 0
+
+
+def test_the_cli_flag_refuses_memory_storage() -> None:
+    result = CliRunner().invoke(app, ["bench", "--remote", "--storage", _url(), "--jobs", "4"])
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "storage" in result.stderr
