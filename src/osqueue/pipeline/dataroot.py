@@ -62,16 +62,6 @@ class DataRoot:
         """The Hadoop URI of ``key`` (a path relative to the root)."""
         return f"{self.uri}/{key.lstrip('/')}"
 
-    def key_of(self, hadoop_uri: str) -> str:
-        """The key of a Hadoop URI under this root (inverse of :meth:`hadoop`)."""
-        uri = hadoop_uri
-        if uri.startswith("file:/") and not uri.startswith("file:///"):
-            uri = "file:///" + uri[len("file:/") :]  # Hadoop prints file:/x for file:///x
-        prefix = self.uri + "/"
-        if not uri.startswith(prefix):
-            raise InvalidInput(f"{hadoop_uri!r} is not under {self.uri!r}", field="path")
-        return uri[len(prefix) :]
-
     def _with_store(self, use: Callable[[Storage], Awaitable[T]]) -> T:
         return with_storage(self.storage_url, use)
 
