@@ -128,6 +128,7 @@ class Broker:
         self._doc: Document | None = None
         self._etag: str | None = None
         self._epoch = 0
+        self._seen_version = 0  # the highest version read: a document never goes back
         self._pending: list[_Pending] = []
         self._internal: list[Op] = []
         self._waiters: list[_Waiter] = []
@@ -301,13 +302,22 @@ class Broker:
             try:
                 blob: Blob = await self.storage.read(DOCUMENT_KEY)
             except NotFound:
+                if self._seen_version:  # it existed a moment ago: never re-create it
+                    raise DocumentGone("the queue document was deleted from outside") from None
                 return None
             except StorageError as exc:
                 self.counters.storage_errors += 1
                 await self._backoff(attempt, exc)
                 attempt += 1
                 continue
-            return decode(blob.data), blob.etag
+            doc = decode(blob.data)
+            if doc.version < self._seen_version:
+                raise DocumentGone(
+                    f"the queue document was replaced from outside (version {doc.version} "
+                    f"after {self._seen_version}); not taking it over"
+                )
+            self._seen_version = doc.version
+            return doc, blob.etag
 
     async def _await_vacancy(self) -> None:
         """Standby: watch the document (reads only) until its lease runs out."""
@@ -501,6 +511,14 @@ class Broker:
         mine = owner is not None and owner.id == self.id and owner.epoch == self._epoch
         if mine and stored.version == new_version:
             return blob  # our own write landed (retry echo, lost answer, late attempt)
+        if not mine and stored.version <= base_version:  # no takeover goes back in time
+            self._fail(
+                DocumentGone(
+                    f"the queue document was replaced from outside (version {stored.version} "
+                    f"after {base_version}); stopping without overwriting it"
+                )
+            )
+            return None
         if not mine:
             self._step_down(stored, maybe)
             return None
