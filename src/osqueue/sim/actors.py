@@ -23,6 +23,8 @@ from osqueue.client.api import Job, NewJob
 from osqueue.client.local import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
+    DuplicateKey,
+    JobNotFound,
     LeaseLost,
     MaybeCommitted,
     NotBroker,
@@ -267,6 +269,7 @@ class Producer(Client):
     def __init__(self, sim: Sim, name: str, jobs: list[NewJob]) -> None:
         super().__init__(sim, name)
         self.jobs = jobs
+        self.to_cancel: list[str] = []
         self.done = asyncio.Event()
 
     async def run(self) -> None:
@@ -293,11 +296,33 @@ class Producer(Client):
                 if isinstance(result, str):
                     sim.history.add(sim.now(), Kind.PUSH_ACK, self.name, job.id, seq=seq)
                     pending.remove(job)
+                    if sim.rng.random() < sim.cfg.cancel_rate:
+                        self.to_cancel.append(job.id)
+                elif isinstance(result, DuplicateKey):  # another live job holds the key
+                    sim.history.add(sim.now(), Kind.PUSH_REFUSED, self.name, job.id)
+                    pending.remove(job)
                 elif not isinstance(result, (*TRANSIENT, QueueFull)):
                     sim.unexpected(f"push of {job.id} refused: {result!r}", result)
                     pending.remove(job)
             await self.clock.sleep(sim.rng.uniform(0.0, 1.0))
+        await self._cancel_some()
         self.done.set()
+
+    async def _cancel_some(self) -> None:
+        """Cancel a few acknowledged jobs (each may be running, done or gone by now)."""
+        sim = self.sim
+        for job_id in self.to_cancel:
+            sim.history.add(sim.now(), Kind.CANCEL_SENT, self.name, job_id)
+            for attempt in range(8):
+                try:
+                    _, seq = await self.call(partial(LocalClient.cancel, job_id=job_id))
+                except JobNotFound:
+                    break  # done (or gone) already
+                except TRANSIENT:
+                    await self.backoff(attempt)
+                    continue
+                sim.history.add(sim.now(), Kind.CANCEL_OK, self.name, job_id, seq=seq)
+                break
 
 
 # --------------------------------------------------------------------------- workers
@@ -322,6 +347,12 @@ class Worker(Client):
                     ),
                     timeout_s=wait_s + 8.0,
                 )
+            except NotFound:
+                # A claimed job's payload object was deleted before it could be read (the
+                # job was cancelled, or reclaimed and finished elsewhere, meanwhile); the
+                # whole claim is lost and its other jobs come back after the timeout.
+                sim.faults["claim_payload_gone"] += 1
+                continue
             except TRANSIENT:
                 await self.backoff(attempt)
                 attempt += 1
@@ -345,8 +376,13 @@ class Worker(Client):
                 )
                 if verdict is False:
                     return
-        if job.payload.startswith(b"poison"):
+        kind, _, rest = job.payload.partition(b":")
+        if not rest.startswith(job.id.encode() + b":"):
+            sim.unexpected(f"job {job.id} was delivered with the payload {job.payload[:40]!r}")
+        if kind == b"poison":
             await self._holder_call(job, Kind.FAIL_OK, lambda c: c.fail(job, error="poison"))
+        elif sim.rng.random() < sim.cfg.release_rate:
+            await self._holder_call(job, Kind.RELEASE_OK, lambda c: c.release(job))
         elif sim.rng.random() < sim.cfg.fail_rate:
             retry = sim.rng.choice((None, 0.0, 1.0))
             await self._holder_call(

@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from osqueue.broker import Broker, BrokerConfig
+from osqueue.client.local import LocalClient
+from osqueue.errors import BrokerUnavailable, MaybeCommitted, NotBroker, ShuttingDown
 from osqueue.sim.node import Gate, NodeClock
 from osqueue.sim.store import FaultRates, NodeStorage, SharedStore
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage.memory import EtagMode
+
+T = TypeVar("T")
 
 #: no latency and no faults: the bench decides every fault itself
 QUIET = FaultRates(latency_min_s=0.0, latency_max_s=0.0)
@@ -49,6 +55,16 @@ class Bench:
         self.store = SharedStore(f"bench-{self.name}", etag_mode=self.etag_mode)
         self.rng = random.Random(self.seed)
         self.nodes: dict[str, Node] = {}
+        self.crashed: set[str] = set()
+
+    async def __aenter__(self) -> Bench:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for name in list(self.nodes):
+            if name not in self.crashed:
+                self.crash(name)  # nothing keeps running into the next test
+        self.close()
 
     def node(self, name: str, *, skew_s: float = 0.0, standby: bool = False) -> Node:
         """A broker process (not started) with its own storage connection, clock and gate."""
@@ -73,11 +89,41 @@ class Bench:
     def crash(self, name: str) -> None:
         """SIGKILL the broker: its tasks stop where they are, nothing is flushed."""
         node = self.nodes[name]
+        self.crashed.add(name)
         node.storage.dead = True
         broker = node.broker
         for task in [broker._loop_task, *broker._side]:
             if task is not None and not task.done():
                 task.cancel()
+
+    async def owner(self) -> Broker:
+        """The broker the document names (what a client's discovery would find)."""
+        doc = await self.document()
+        if doc.broker is None or doc.broker.id in self.crashed:
+            raise BrokerUnavailable("the broker the document names does not answer")
+        return self.nodes[doc.broker.id].broker
+
+    async def call(
+        self,
+        fn: Callable[[LocalClient], Awaitable[T]],
+        *,
+        attempts: int = 40,
+        timeout_s: float = 3.0,
+    ) -> T:
+        """Call whoever owns the queue, following takeovers like a real client.
+
+        A call that gets no answer within ``timeout_s`` (its broker crashed or is
+        paused) is retried, like a client deadline; so is ``NotBroker`` and friends.
+        """
+        for attempt in range(attempts):
+            try:
+                owner = await self.owner()
+                return await asyncio.wait_for(fn(owner.client()), timeout_s)
+            except (NotBroker, ShuttingDown, MaybeCommitted, BrokerUnavailable, TimeoutError):
+                if attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
 
     async def document(self) -> Document:
         return decode((await self.store.inner.read(DOCUMENT_KEY)).data)

@@ -57,6 +57,12 @@ class SimConfig:
     max_attempts: int = 12
     poison_rate: float = 0.05
     fail_rate: float = 0.05
+    release_rate: float = 0.02
+    #: share of acknowledged jobs their producer cancels once it has pushed everything
+    cancel_rate: float = 0.0
+    #: share of jobs pushed with an idempotency key, drawn from a pool of this many
+    key_rate: float = 0.2
+    key_pool: int = 6
     delay_rate: float = 0.1
     work_max_s: float = 3.0
     #: the client and broker exchange: one-way latency and the chance an answer is lost
@@ -95,6 +101,10 @@ def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
         skew_max_s=rng.uniform(0.0, 0.4),
         poison_rate=rng.choice((0.0, 0.05, 0.1)),
         fail_rate=rng.choice((0.0, 0.05, 0.15)),
+        release_rate=rng.choice((0.0, 0.03)),
+        cancel_rate=rng.choice((0.0, 0.0, 0.1)),
+        key_rate=rng.choice((0.0, 0.2, 0.5)),
+        key_pool=rng.randint(2, 30),
         delay_rate=rng.choice((0.0, 0.1, 0.3)),
         work_max_s=rng.uniform(0.2, 4.0),
         net_max_s=rng.uniform(0.0005, 0.02),

@@ -38,6 +38,10 @@ from osqueue.state import Document, decode
 class Kind(Enum):
     PUSH_SENT = "push-sent"
     PUSH_ACK = "push-ack"
+    PUSH_REFUSED = "push-refused"
+    CANCEL_SENT = "cancel-sent"
+    CANCEL_OK = "cancel-ok"
+    RELEASE_OK = "release-ok"
     CLAIMED = "claimed"
     HEARTBEAT_OK = "heartbeat-ok"
     COMPLETE_OK = "complete-ok"
@@ -258,7 +262,7 @@ def _check_tokens(history: History, docs: list[Document], out: list[Violation]) 
             )
         delivered[e.job].append(e)
     for e in history.events:
-        if e.kind not in (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK):
+        if e.kind not in (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK, Kind.RELEASE_OK):
             continue
         newer = [c for c in delivered.get(e.job, ()) if c.token > e.token]
         if e.kind is Kind.COMPLETE_OK and newer:
@@ -317,12 +321,15 @@ def _check_token_chain(docs: Iterable[Document], out: list[Violation]) -> None:
 def _check_no_loss(
     history: History, docs: list[Document], outcome: Outcome, out: list[Violation]
 ) -> None:
-    """I1: every acknowledged push ends archived or dead."""
+    """I1: every acknowledged push ends archived or dead (or cancelled, if it was)."""
     archived = {rec.id for rec in outcome.archive}
     final = outcome.final
     dead = {j.id for j in final.jobs.values() if j.status == "dead"} if final else set()
+    cancelled = history.ids(Kind.CANCEL_SENT)
+    for job_id in sorted(history.ids(Kind.CANCEL_OK) & archived):
+        out.append(Violation("I3", f"job {job_id} was cancelled and is archived as completed"))
     for job_id in sorted(history.ids(Kind.PUSH_ACK)):
-        if job_id in archived or job_id in dead:
+        if job_id in archived or job_id in dead or job_id in cancelled:
             continue
         state = "absent from the last version"
         if final is not None and job_id in final.jobs:

@@ -138,16 +138,22 @@ class Sim:
         jobs = []
         for i in range(cfg.jobs_per_producer):
             poison = rng.random() < cfg.poison_rate
-            body = (b"poison" if poison else b"job") + b"." * rng.randint(0, 120)
+            job_id = f"p{producer}-{i}"
+            body = f"{'poison' if poison else 'job'}:{job_id}:".encode() + b"." * rng.randint(
+                0, 120
+            )
+            key = None
+            if rng.random() < cfg.key_rate:
+                key = f"k-{rng.randrange(cfg.key_pool)}"
             jobs.append(
                 NewJob(
                     body,
                     queue=rng.choice(cfg.queues),
                     priority=rng.choice((0, 0, 0, 1, -1)),
                     delay_s=rng.uniform(0.0, 5.0) if rng.random() < cfg.delay_rate else 0.0,
-                    key=f"k-{producer}-{i}" if rng.random() < 0.2 else None,
+                    key=key,
                     max_attempts=4 if poison else cfg.max_attempts,
-                    id=f"p{producer}-{i}",
+                    id=job_id,
                 )
             )
         return jobs
@@ -392,9 +398,9 @@ def quiet_logs(enabled: bool = True) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def run_config(cfg: SimConfig, rng: random.Random) -> Report:
-    """Run one configured simulation to the end and check it."""
-    sim = Sim(cfg, rng)
+def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) -> Report:
+    """Run one configured simulation to the end and check it (``sim``: built already)."""
+    sim = sim or Sim(cfg, rng)
     started: list[float] = []
 
     async def main() -> None:

@@ -263,6 +263,7 @@ class NodeStorage:
         self._writes[kind] += 1
         trigger = self._trigger(kind)
         if trigger is not None:
+            self._count(f"crash_{kind}_{trigger.phase.value}")
             await self._crash_write(trigger.phase, key, data, if_match)
         return await self._faulty_write(key, data, if_match)
 
@@ -336,7 +337,6 @@ class NodeStorage:
         return None
 
     async def _crash_write(self, phase: Phase, key: str, data: bytes, if_match: str | None) -> None:
-        self._count(f"crash_{phase.value}")
         if phase is Phase.DURING:
             self.shared.send_later(self.rng.uniform(0.0, 0.05), key, data, if_match, self.node)
         elif phase is Phase.AFTER:
