@@ -48,10 +48,12 @@ class Limits:
     max_wait_s: float = 300.0
     max_delay_s: float = 366 * 24 * 3600.0
     max_attempts: int = 1000
-    #: Calls in flight on one connection (long polls included).
-    max_in_flight_per_connection: int = 256
+    #: Calls in flight on one connection (long polls included).  One client
+    #: process multiplexes all its tasks over one connection, so this is high;
+    #: the byte limits below are what bound memory.
+    max_in_flight_per_connection: int = 4096
     #: Calls in flight on the whole server.
-    max_in_flight: int = 4096
+    max_in_flight: int = 16_384
     #: Request bytes held by calls in flight on one connection, and in total.
     max_in_flight_bytes_per_connection: int = 64 * MIB
     max_in_flight_bytes: int = 512 * MIB
