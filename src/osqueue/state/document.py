@@ -14,6 +14,9 @@ from datetime import datetime
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, BrokerInfo, Counters, StoredJob
 
+#: an upper estimate of one dedupe tombstone's encoded size (a 64-character id and a time)
+TOMBSTONE_BYTES = 96
+
 
 def job_size(job: StoredJob) -> int:
     """A cheap upper estimate of a job's encoded size (for the document size cap)."""

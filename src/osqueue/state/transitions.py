@@ -25,7 +25,7 @@ from osqueue.errors import (
     QueueFull,
 )
 from osqueue.state import validate
-from osqueue.state.document import Document, job_size
+from osqueue.state.document import TOMBSTONE_BYTES, Document, job_size
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -169,7 +169,8 @@ class _Tx:
             max_attempts=op.max_attempts,
             key=op.key,
         )
-        if doc.approx_bytes + job_size(job) > self.policy.max_document_bytes:
+        tombstones = len(doc.recent) * TOMBSTONE_BYTES  # they live for dedupe_window_s
+        if doc.approx_bytes + tombstones + job_size(job) > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
                 f"{self.policy.max_document_bytes}; retry when workers have caught up"
