@@ -27,6 +27,7 @@ from osqueue.client.loop_thread import LoopThread
 from osqueue.server.runner import BrokerServer
 from osqueue.spark import blocking, register
 from osqueue.spark.archive import ARCHIVE_PREFIX
+from osqueue.state import StoredJob
 from osqueue.storage import MemoryStorage, Storage
 
 T = TypeVar("T")
@@ -71,6 +72,14 @@ class ServedBroker:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run(coro)
+
+    def jobs(self) -> list[StoredJob]:
+        """The document's jobs, copied on the broker's loop (it updates them in place)."""
+
+        async def copy() -> list[StoredJob]:
+            return list(self.broker.document.jobs.values())
+
+        return self.run(copy())
 
     def close(self) -> None:
         try:

@@ -205,7 +205,7 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_index_stays_exact(
             def held() -> list[str]:
                 return [
                     job.id
-                    for job in served.broker.document.jobs.values()
+                    for job in served.jobs()
                     if job.status == "claimed" and job.claim and job.claim.worker == "victim"
                 ]
 
