@@ -343,9 +343,10 @@ class Demo:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         for worker in self.workers:
-            if worker.alive:
+            # The whole process group: a worker's JVM too, even if the worker died first.
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
-                worker.process.wait()
+            worker.process.wait()
 
     def kill(self, worker: WorkerProcess, broker: Broker) -> None:
         held = {
