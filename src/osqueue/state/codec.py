@@ -68,15 +68,45 @@ def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:
     where = f" at byte {offset} of {len(data)}" if offset is not None else ""
     return CorruptDocument(
         f"queue document does not decode{where}: {text}",
-        path=path.group(1) if path else None,
+        path=path.group(1) if path else ("$" if offset is None else None),
         offset=offset,
     )
+
+
+def _not_utf8(data: bytes) -> CorruptDocument:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return CorruptDocument(
+            f"queue document is not valid UTF-8 at byte {exc.start} of {len(data)}",
+            offset=exc.start,
+        )
+    return CorruptDocument("queue document has a string that is not valid UTF-8", path="$")
+
+
+def _too_deep(data: bytes, limit: int = 64) -> CorruptDocument:
+    """Where nesting first passes ``limit`` (a document needs about 5 levels)."""
+    depth, in_string, escaped = 0, False, False
+    for i, byte in enumerate(data):
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return CorruptDocument(
+                    f"queue document is nested more than {limit} deep at byte {i}", offset=i
+                )
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return CorruptDocument("queue document is nested too deeply to decode", path="$")
 
 
 def _check_format(data: bytes) -> None:
     try:
         probe = msgspec.json.decode(data, type=_FormatOnly)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return  # the full decode reports the real problem
     if probe.format != FORMAT:
         raise CorruptDocument(
@@ -95,6 +125,10 @@ def decode(data: bytes) -> Document:
     except msgspec.MsgspecError as exc:
         _check_format(data)
         raise _corrupt(exc, data) from exc
+    except UnicodeDecodeError as exc:  # msgspec's own message has no document offset
+        raise _not_utf8(data) from exc
+    except RecursionError as exc:
+        raise _too_deep(data) from exc
     if wire.format != FORMAT:
         _check_format(data)
     _validate(wire)
