@@ -22,8 +22,8 @@ from typing import Any
 
 import pyspark
 import pytest
-from conftest import served_broker, wait_until
 from pyspark.sql import SparkSession
+from spark_helpers import served_broker, wait_until
 
 from osqueue.pipeline.dataroot import DataRoot
 from osqueue.pipeline.generate import enqueue

@@ -7,8 +7,8 @@ import json
 import os
 
 import pytest
-from conftest import ServedBroker, served_broker, wait_archived
 from pyspark.sql import SparkSession
+from spark_helpers import ServedBroker, served_broker, wait_archived
 
 from osqueue.client.api import Job, NewJob
 from osqueue.errors import BrokerUnavailable, InvalidInput, OsqueueError

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import archive_records, served_broker, wait_until
 from pyspark.sql import SparkSession
+from spark_helpers import archive_records, served_broker, wait_until
 
 import osqueue
 from osqueue.client.worker import WorkerConfig

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import archived_ids, served_broker, wait_until
 from pyspark.sql import SparkSession
+from spark_helpers import archived_ids, served_broker, wait_until
 from typer.testing import CliRunner
 
 from osqueue.cli.pipeline import pipeline_app
