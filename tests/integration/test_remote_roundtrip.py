@@ -25,6 +25,16 @@ async def test_connect_finds_the_broker_from_the_document(
     assert stats.broker_id == broker_server.broker.id  # type: ignore[union-attr]
 
 
+async def test_remote_workers_learn_the_broker_heartbeat_timeout(
+    remote: RemoteClient, broker_server: BrokerServer
+) -> None:
+    broker = broker_server.broker
+    assert broker is not None
+    assert remote.heartbeat_timeout_s == broker.config.heartbeat_timeout_s
+    worker = osqueue.Worker(remote, lambda job: None)
+    assert worker.heartbeat_interval_s == broker.config.heartbeat_timeout_s / 3
+
+
 async def test_push_claim_complete_round_trip(remote: RemoteClient, queue_url: str) -> None:
     job_id = await remote.push(b"hello", queue="mail", priority=3, key="k-1", max_attempts=7)
     [job] = await remote.claim("w1", ["mail"], max_jobs=5)

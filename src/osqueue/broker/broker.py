@@ -382,6 +382,7 @@ class Broker:
             address=None if self._closing else self.config.address,
             epoch=self._epoch if epoch is None else epoch,
             lease_until=to_datetime(now if self._closing else now + self.config.lease_s),
+            heartbeat_timeout_s=self.config.heartbeat_timeout_s,
         )
 
     # ------------------------------------------------------------------ the commit loop

@@ -23,6 +23,8 @@ class BrokerLocation:
     epoch: int
     lease_until: float
     version: int
+    #: The broker's heartbeat timeout (None from a document written before it was recorded).
+    heartbeat_timeout_s: float | None = None
 
     def live(self, now: float, margin_s: float = 0.0) -> bool:
         """True while the lease (plus a clock-skew margin) has not run out at ``now``."""
@@ -34,6 +36,8 @@ class Discovery:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        #: What the last successful read found (None before one).
+        self.last: BrokerLocation | None = None
 
     async def locate(self) -> BrokerLocation | None:
         """The current owner, or None when there is no document or no owner yet.
@@ -49,10 +53,12 @@ class Discovery:
         owner = doc.broker
         if owner is None:
             return None
-        return BrokerLocation(
+        self.last = BrokerLocation(
             broker_id=owner.id,
             address=owner.address,
             epoch=owner.epoch,
             lease_until=owner.lease_until.timestamp(),
             version=doc.version,
+            heartbeat_timeout_s=owner.heartbeat_timeout_s,
         )
+        return self.last

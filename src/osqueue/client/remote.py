@@ -389,6 +389,12 @@ class RemoteClient:
         if not self._accepting:
             raise ShuttingDown("the client is closed")
 
+    @property
+    def heartbeat_timeout_s(self) -> float | None:
+        """The broker's heartbeat timeout, as the queue document last said (workers pace by it)."""
+        last = self.discovery.last
+        return last.heartbeat_timeout_s if last is not None else None
+
     async def locate(self) -> BrokerLocation | None:
         """Where the document says the broker is (reads the document once)."""
         return await self.discovery.locate()

@@ -740,9 +740,11 @@ class Worker:
             future = loop.run_in_executor(self._executor, self._threads.run, ctx, unit.handler, arg)
         unit.future = future
         await asyncio.wait({future})
-        if unit.context.lost or future.cancelled():
+        if future.cancelled():
             return None
-        error = future.exception()
+        error = future.exception()  # always retrieved, even when the result is dropped
+        if unit.context.lost:
+            return None
         return _Outcome(None if error is not None else future.result(), error)
 
     async def _settle(self, unit: _Unit, outcome: _Outcome) -> None:

@@ -72,6 +72,8 @@ class BrokerInfo(msgspec.Struct, frozen=True):
     address: str | None
     epoch: int
     lease_until: datetime
+    #: The broker's heartbeat timeout, so remote workers can pace their heartbeats.
+    heartbeat_timeout_s: float | None = None
 
 
 class Counters(msgspec.Struct, frozen=True):
