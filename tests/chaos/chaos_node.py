@@ -1,0 +1,145 @@
+"""A producer or a worker process for the chaos tests (run as a script).
+
+    python tests/chaos/chaos_node.py producer URL NAME COUNT LOG
+    python tests/chaos/chaos_node.py worker URL NAME LOG
+
+Both talk to the broker over gRPC through ``osqueue.connect(URL)`` (which finds
+the broker in the queue document and follows it across failovers) and append
+one JSON line per event to LOG, unbuffered, so a SIGKILL loses nothing that
+was recorded:
+
+* producer: ``sent`` before the first attempt of a job, ``ack`` once the broker
+  acknowledged it; every job is retried under its own id until acknowledged;
+* worker: ``claim`` (job and token), ``complete``/``fail`` accepted,
+  ``lost`` (LeaseLost: the job was no longer ours).
+
+Jobs whose payload starts with ``poison`` always fail (they end dead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from typing import IO, Any
+
+import osqueue
+from osqueue.client.api import Job, NewJob
+from osqueue.errors import LeaseLost, OsqueueError
+
+HEARTBEAT_S = 0.5
+WORK_MAX_S = 0.6
+
+
+class Log:
+    def __init__(self, path: str, who: str) -> None:
+        self.who = who
+        self.file: IO[str] = open(path, "a", buffering=1)  # noqa: SIM115 (process lifetime)
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"ev": event, "who": self.who, "t": time.time(), **fields})
+        self.file.write(line + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+async def producer(url: str, name: str, count: int, log: Log) -> None:
+    rng = random.Random(name)
+    jobs = [
+        NewJob(
+            (b"poison:" if i % 20 == 7 else b"job:") + f"{name}-{i}".encode(),
+            id=f"{name}-{i}",
+            max_attempts=3 if i % 20 == 7 else 20,
+        )
+        for i in range(count)
+    ]
+    pending = list(jobs)
+    sent: set[str] = set()
+    async with osqueue.connect(url, timeout_s=5.0) as q:
+        while pending:
+            batch = pending[: rng.randint(1, 5)]
+            for job in batch:
+                if job.id not in sent:
+                    sent.add(str(job.id))
+                    log.write("sent", id=job.id)
+            try:
+                results = await q.push_results(batch)
+            except OsqueueError as exc:
+                log.write("retry", error=type(exc).__name__)
+                await asyncio.sleep(0.2)
+                continue
+            for job, result in zip(batch, results, strict=True):
+                if isinstance(result, str):
+                    log.write("ack", id=job.id)
+                    pending.remove(job)
+            await asyncio.sleep(rng.uniform(0.0, 0.15))
+    log.write("done")
+
+
+async def _holder(q: Any, job: Job, log: Log, call: str) -> None:
+    """complete/fail ``job``, retrying transient errors under the same token."""
+    for _ in range(40):
+        try:
+            if call == "complete":
+                await q.complete(job)
+            else:
+                await q.fail(job, error="poison")
+        except LeaseLost:
+            log.write("lost", id=job.id, token=job.token, call=call)
+            return
+        except OsqueueError as exc:
+            log.write("retry", error=type(exc).__name__, id=job.id)
+            await asyncio.sleep(0.2)
+            continue
+        log.write(call, id=job.id, token=job.token)
+        return
+
+
+async def _work(q: Any, job: Job, log: Log, rng: random.Random) -> None:
+    if job.payload.split(b":", 1)[1].decode() != job.id:
+        log.write("bad-payload", id=job.id, payload=job.payload[:60].decode(errors="replace"))
+    end = time.monotonic() + rng.uniform(0.0, WORK_MAX_S)
+    while (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, HEARTBEAT_S))
+        try:
+            await q.heartbeat(job)
+        except LeaseLost:
+            log.write("lost", id=job.id, token=job.token, call="heartbeat")
+            return
+        except OsqueueError:
+            pass
+    await _holder(q, job, log, "fail" if job.payload.startswith(b"poison") else "complete")
+
+
+async def worker(url: str, name: str, log: Log) -> None:
+    rng = random.Random(name)
+    async with osqueue.connect(url, timeout_s=5.0) as q:
+        while True:
+            try:
+                jobs = await q.claim(name, ["default"], max_jobs=2, wait_s=1.0)
+            except OsqueueError as exc:
+                log.write("retry", error=type(exc).__name__)
+                await asyncio.sleep(0.2)
+                continue
+            for job in jobs:
+                log.write("claim", id=job.id, token=job.token)
+            await asyncio.gather(*(_work(q, job, log, rng) for job in jobs))
+
+
+def main(argv: list[str]) -> None:
+    role = argv[0]
+    if role == "producer":
+        url, name, count, path = argv[1], argv[2], int(argv[3]), argv[4]
+        asyncio.run(producer(url, name, count, Log(path, name)))
+    elif role == "worker":
+        url, name, path = argv[1], argv[2], argv[3]
+        asyncio.run(worker(url, name, Log(path, name)))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
