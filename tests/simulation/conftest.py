@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-DEFAULT_SEEDS = 520
+DEFAULT_SEEDS = 600
 CHUNK = 40
 
 

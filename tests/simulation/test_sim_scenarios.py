@@ -644,6 +644,7 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "poison": lambda f: True,
     "bootstrap": lambda f: True,
     "throttled": lambda f: f["throttled"] > 0,
+    "wild-clocks": lambda f: f["clock_jump"] > 0,
 }
 
 

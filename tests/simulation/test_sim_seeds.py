@@ -1,4 +1,4 @@
-"""The seed sweep: ``--seeds N`` seeds (default 520), each a whole simulated run
+"""The seed sweep: ``--seeds N`` seeds (default 600), each a whole simulated run
 checked against I1 to I5, and ``test_replay`` that replays ``--seed S`` loudly.
 
 Seeds run in subprocesses with fixed string hashing (``python -m osqueue.sim``),

@@ -126,7 +126,7 @@ def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
             broker_crash_in_commit=rng.choice((0.0, 0.01, 0.03)),
             archive_crash=rng.choice((0.0, 0.01)),
             broker_pause=rng.choice((0.0, 0.01, 0.03)),
-            broker_stop=rng.choice((0.0, 0.005)),
+            broker_stop=rng.choice((0.0, 0.005, 0.02)),
             worker_crash=rng.choice((0.0, 0.01, 0.03)),
             worker_pause=rng.choice((0.0, 0.01, 0.03)),
             clock_jump=rng.choice((0.0, 0.01)),
@@ -225,6 +225,16 @@ def bootstrap(c: SimConfig, rng: random.Random) -> SimConfig:
     return _mix(c, brokers=3, all_start_active=True)
 
 
+def wild_clocks(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Clocks far outside the skew margin: only safety is promised (CAS protects it)."""
+    return _mix(
+        c,
+        brokers=3,
+        skew_max_s=rng.uniform(2.0, 8.0),
+        nemesis=_nemesis(c, clock_jump=0.2, jump_max_s=rng.choice((10.0, 60.0, 400.0))),
+    )
+
+
 def throttled(c: SimConfig, rng: random.Random) -> SimConfig:
     return _mix(c, min_write_interval_s=1.0, lease_s=max(5.0, c.lease_s))
 
@@ -248,6 +258,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "poison": poison,
     "bootstrap": bootstrap,
     "throttled": throttled,
+    "wild-clocks": wild_clocks,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

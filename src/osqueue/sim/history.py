@@ -128,8 +128,48 @@ def check(history: History, landed: list[Landed], outcome: Outcome) -> list[Viol
     _check_origin(history, docs, outcome, out)
     _check_completions(history, docs, outcome, out)
     _check_tokens(history, docs, out)
+    _check_durable_answers(history, docs, out)
+    _check_counters(history, outcome, out)
     _check_no_loss(history, docs, outcome, out)
     return out
+
+
+def _check_durable_answers(history: History, docs: list[Document], out: list[Violation]) -> None:
+    """No answer before its write is durable: every delivered claim is in a landed version
+    (or was cancelled later in the same batch: the token was still allocated by it)."""
+    claims = {
+        (job_id, job.claim.token)
+        for doc in docs
+        for job_id, job in doc.jobs.items()
+        if job.claim is not None
+    }
+    allocated = max((doc.next_token for doc in docs), default=0)
+    cancelled = history.ids(Kind.CANCEL_SENT)
+    for e in history.of(Kind.CLAIMED):
+        if (e.job, e.token) in claims or (e.job in cancelled and e.token < allocated):
+            continue
+        out.append(
+            Violation(
+                "I4",
+                f"{e.actor} was handed {e.job} under token {e.token}, which no version "
+                "that landed ever held (answered from a write that did not land)",
+            )
+        )
+
+
+def _check_counters(history: History, outcome: Outcome, out: list[Violation]) -> None:
+    """The document's counters agree with the archive (nothing is purged in a run)."""
+    final = outcome.final
+    if final is None or history.ids(Kind.CANCEL_SENT):
+        return
+    if final.stats.completed != len(outcome.archive):
+        out.append(
+            Violation(
+                "I3",
+                f"stats.completed is {final.stats.completed} but the archive holds "
+                f"{len(outcome.archive)} completions",
+            )
+        )
 
 
 def _check_versions(landed: list[Landed], out: list[Violation]) -> list[Document]:
