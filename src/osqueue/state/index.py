@@ -124,6 +124,11 @@ class Index:
     def pop(self, queue: str) -> None:
         heapq.heappop(self.ready[queue])
 
+    def defer(self, job: StoredJob) -> None:
+        """A queued job that is not due yet waits among the delayed (a duplicate is harmless)."""
+        assert job.run_at is not None
+        heapq.heappush(self.delayed, (job.run_at.timestamp(), job.seq, job.id))
+
     def next_due(self, jobs: dict[str, StoredJob]) -> float | None:
         """When the earliest delayed job becomes claimable (broker clock seconds)."""
         delayed = self.delayed

@@ -204,7 +204,10 @@ class _Tx:
             index.pop(best_queue)
             job = jobs[best[2]]
             if job.run_at is not None and job.run_at.timestamp() > self.now:
-                continue  # a stale entry; its delayed entry will bring it back
+                # Not due on this clock (an old entry, or the clock stepped back after
+                # the job was promoted): back among the delayed, never dropped.
+                index.defer(job)
+                continue
             token = doc.next_token
             doc.next_token += 1
             claimed = _replace(
