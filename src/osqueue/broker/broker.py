@@ -399,7 +399,12 @@ class Broker:
                         continue
                 batch = self._pending[: self.config.max_batch_ops]
                 del self._pending[: len(batch)]
-                await self._commit(batch)
+                try:
+                    await self._commit(batch)
+                except (asyncio.CancelledError, OsqueueError):  # a hard stop mid-write
+                    unknown = MaybeCommitted("the broker stopped before confirming this op")
+                    self._answer_error(batch, unknown)
+                    raise
                 if self.state in (State.STEPPED_DOWN, State.FAILED):
                     return
         except asyncio.CancelledError:
