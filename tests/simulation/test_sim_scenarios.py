@@ -646,6 +646,7 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "bootstrap": lambda f: True,
     "throttled": lambda f: f["throttled"] > 0,
     "wild-clocks": lambda f: f["clock_jump"] > 0,
+    "long-haul": lambda f: f["answer_lost"] > 0,
 }
 
 

@@ -99,6 +99,7 @@ class BrokerNode:
             drain_timeout_s=c.lease_s,
             inline_payload_max_bytes=self.sim.inline_max,
             max_document_bytes=c.max_document_bytes,
+            dedupe_window_s=c.dedupe_window_s,
             backoff_base_s=0.5,
             backoff_cap_s=8.0,
             clock_skew_margin_s=c.clock_skew_margin_s,
@@ -304,7 +305,7 @@ class Producer(Client):
                 elif not isinstance(result, (*TRANSIENT, QueueFull)):
                     sim.unexpected(f"push of {job.id} refused: {result!r}", result)
                     pending.remove(job)
-            await self.clock.sleep(sim.rng.uniform(0.0, 1.0))
+            await self.clock.sleep(sim.rng.uniform(0.0, sim.cfg.push_interval_max_s))
         await self._cancel_some()
         self.done.set()
 

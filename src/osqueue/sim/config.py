@@ -73,6 +73,9 @@ class SimConfig:
     #: document writes are throttled to one per this many seconds (0: off)
     min_write_interval_s: float = 0.0
     max_document_bytes: int = 256 * 1024 * 1024
+    dedupe_window_s: float = 300.0
+    #: a producer waits up to this long between two pushes
+    push_interval_max_s: float = 1.0
     fault_phase_s: float = 40.0
     #: after the faults stop, every acknowledged job must be settled within this
     drain_limit_s: float = 900.0
@@ -235,6 +238,20 @@ def wild_clocks(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def long_haul(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Minutes of faults with a short dedupe window: tombstones expire and are pruned
+    while pushes are still being retried (each retry well within the window)."""
+    return _mix(
+        c,
+        fault_phase_s=rng.uniform(300.0, 450.0),
+        dedupe_window_s=120.0,
+        jobs_per_producer=rng.randint(20, 40),
+        push_interval_max_s=15.0,
+        answer_lost=0.05,
+        rates=_rates(c, lost_after=max(0.05, c.rates.lost_after)),
+    )
+
+
 def throttled(c: SimConfig, rng: random.Random) -> SimConfig:
     return _mix(c, min_write_interval_s=1.0, lease_s=max(5.0, c.lease_s))
 
@@ -259,6 +276,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "bootstrap": bootstrap,
     "throttled": throttled,
     "wild-clocks": wild_clocks,
+    "long-haul": long_haul,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 
