@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 DEFAULT_SEEDS = 600
-CHUNK = 40
+#: seeds per test: small chunks for the default run, bigger ones for a long soak
+CHUNK_MIN, CHUNK_MAX = 40, 400
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,9 +37,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "seed_chunk" in metafunc.fixturenames:
         start = metafunc.config.getoption("--seed-start")
         total = metafunc.config.getoption("--seeds")
-        chunks = [
-            range(a, min(a + CHUNK, start + total)) for a in range(start, start + total, CHUNK)
-        ]
+        end = start + total
+        chunk = min(CHUNK_MAX, max(CHUNK_MIN, total // 100))
+        chunks = [range(a, min(a + chunk, end)) for a in range(start, end, chunk)]
         metafunc.parametrize(
             "seed_chunk", chunks, ids=[f"seeds-{c.start}-{c.stop - 1}" for c in chunks]
         )

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
 from osqueue.sim import FAMILY_NAMES, quiet_logs, run_seed
 from osqueue.sim.run import REPLAY
 
@@ -42,6 +44,7 @@ def _sweep(seeds: range) -> list[dict[str, object]]:
     return reports
 
 
+@pytest.mark.timeout(900)
 def test_seeds(seed_chunk: range) -> None:
     reports = _sweep(seed_chunk)
     assert sorted(r["seed"] for r in reports) == list(seed_chunk)  # type: ignore[type-var]
