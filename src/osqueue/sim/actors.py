@@ -100,6 +100,8 @@ class BrokerNode:
             inline_payload_max_bytes=self.sim.inline_max,
             max_document_bytes=c.max_document_bytes,
             dedupe_window_s=c.dedupe_window_s,
+            max_batch_ops=c.max_batch_ops,
+            max_pending_ops=c.max_pending_ops,
             backoff_base_s=0.5,
             backoff_cap_s=8.0,
             clock_skew_margin_s=c.clock_skew_margin_s,

@@ -74,6 +74,9 @@ class SimConfig:
     min_write_interval_s: float = 0.0
     max_document_bytes: int = 256 * 1024 * 1024
     dedupe_window_s: float = 300.0
+    #: the broker's batch limit and pending-op limit (small values: split batches, backpressure)
+    max_batch_ops: int = 20_000
+    max_pending_ops: int = 200_000
     #: a producer waits up to this long between two pushes
     push_interval_max_s: float = 1.0
     fault_phase_s: float = 40.0
@@ -135,6 +138,8 @@ def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
             clock_jump=rng.choice((0.0, 0.01)),
         ),
         fault_phase_s=rng.uniform(20.0, 60.0),
+        max_batch_ops=rng.choice((20_000, 20_000, 20_000, 3)),
+        max_pending_ops=rng.choice((200_000, 200_000, 200_000, 10)),
     )
 
 
