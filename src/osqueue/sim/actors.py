@@ -121,7 +121,7 @@ class BrokerNode:
                 self.sim.rng,
                 rates=self.sim.rates,
                 gate=self.gate,
-                on_crash=self.crash,
+                on_crash=partial(self.crash, fault=False),  # counted as crash_<kind>_<phase>
             )
             broker = Broker(storage, self.config(), clock=self.clock, standby=standby)
             self.storage, self.broker = storage, broker
@@ -151,12 +151,13 @@ class BrokerNode:
         if self.death is not None and not self.death.done():
             self.death.set_result(None)
 
-    def crash(self) -> None:
+    def crash(self, *, fault: bool = True) -> None:
         """SIGKILL: every task of this incarnation stops where it is."""
         if not self.alive:
             return
         self._crashed = True
-        self.sim.faults["broker_crash"] += 1
+        if fault:
+            self.sim.faults["broker_crash"] += 1
         if self.storage is not None:
             self.storage.dead = True
         broker = self.broker

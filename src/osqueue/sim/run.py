@@ -348,7 +348,7 @@ class Sim:
         for task in [*self._tasks, *self._worker_tasks.values(), *self._nemesis_tasks]:
             task.cancel()
         for node in self.brokers:
-            node.crash()
+            node.crash(fault=False)  # the end of the run, not a fault
 
     async def _collect(self) -> None:
         inner = self.store.inner
