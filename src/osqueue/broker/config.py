@@ -27,7 +27,7 @@ class BrokerConfig:
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 300.0
     #: A retried push is recognised for this long after its job has left the document.
-    dedupe_window_s: float = 300.0
+    dedupe_window_s: float = 120.0
     #: A standby waits this long past the lease's end before taking over (clock skew).
     clock_skew_margin_s: float = 1.0
     #: A standby re-reads the document this often (default: a quarter of the lease).

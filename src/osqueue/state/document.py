@@ -160,11 +160,14 @@ class Document:
         self.recent = recent
         self._recent_blob = None
 
-    def recent_section(self, encode: Callable[[object], bytes]) -> bytes:
-        """The encoded ``recent`` map (cached; appended to as tombstones are added)."""
+    def recent_section(self, encode: Callable[[object], bytes]) -> bytearray:
+        """The encoded ``recent`` map (cached; appended to as tombstones are added).
+
+        The cache itself is returned (not a copy): use it before the next change.
+        """
         if self._recent_blob is None:
             self._recent_blob = bytearray(encode(self.recent)[1:-1])
-        return bytes(self._recent_blob)
+        return self._recent_blob
 
     # -- reading ------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ class Policy:
     max_inline_payload_bytes: int = 256 * 1024
     max_document_bytes: int = 256 * 1024 * 1024
     max_error_chars: int = 4096
-    dedupe_window_s: float = 300.0
+    dedupe_window_s: float = 120.0
 
 
 # --------------------------------------------------------------------------- ops
