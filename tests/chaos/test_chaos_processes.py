@@ -297,7 +297,10 @@ async def _run(url: str, checker: Storage, workdir: Path, proxy: FaultyProxy | N
         deadline = asyncio.get_running_loop().time() + DRAIN_LIMIT_S
         doc = None
         while doc is None:
-            assert asyncio.get_running_loop().time() < deadline, "the queue did not drain"
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"the queue did not drain; brokers: {[b.last_words() for b in cluster.brokers]};"
+                f" nodes: {(workdir / 'nodes.err').read_text()[-2000:]}"
+            )
             await asyncio.sleep(0.5)
             doc = await _drained(checker, acked)
     finally:
