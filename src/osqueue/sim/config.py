@@ -73,7 +73,7 @@ class SimConfig:
     #: document writes are throttled to one per this many seconds (0: off)
     min_write_interval_s: float = 0.0
     max_document_bytes: int = 256 * 1024 * 1024
-    dedupe_window_s: float = 300.0
+    dedupe_window_s: float = 120.0
     #: the broker's batch limit and pending-op limit (small values: split batches, backpressure)
     max_batch_ops: int = 20_000
     max_pending_ops: int = 200_000
