@@ -386,3 +386,28 @@ async def test_idle_broker_only_writes_to_renew_its_lease() -> None:
         for _ in range(50):
             await asyncio.sleep(0)
         assert broker.commits == start + 1
+
+
+async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
+    store = MemoryStorage()
+    broker = osqueue.Broker(store, config())
+    await broker.start()
+
+    def boom(*args: object, **kwargs: object) -> bytes:
+        raise RuntimeError("encoder bug")
+
+    import osqueue.broker.broker as module
+
+    original = module.encode
+    module.encode = boom  # type: ignore[assignment]
+    try:
+        results = await asyncio.gather(
+            broker.client().push(b"a"), broker.client().push(b"b"), return_exceptions=True
+        )
+    finally:
+        module.encode = original
+    assert all(isinstance(r, osqueue.MaybeCommitted) for r in results)
+    assert broker.state is State.FAILED
+    with pytest.raises(osqueue.BrokerUnavailable):
+        await broker.client().push(b"c")
+    await broker.stop()

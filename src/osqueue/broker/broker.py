@@ -29,6 +29,7 @@ from osqueue.broker.archive import by_version, write_archive
 from osqueue.broker.config import BrokerConfig
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import (
+    BrokerUnavailable,
     Conflict,
     CorruptDocument,
     DocumentGone,
@@ -401,7 +402,7 @@ class Broker:
                 del self._pending[: len(batch)]
                 try:
                     await self._commit(batch)
-                except (asyncio.CancelledError, OsqueueError):  # a hard stop mid-write
+                except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
                     unknown = MaybeCommitted("the broker stopped before confirming this op")
                     self._answer_error(batch, unknown)
                     raise
@@ -411,6 +412,9 @@ class Broker:
             raise
         except OsqueueError as exc:
             self._fail(exc)
+        except Exception as exc:  # a bug: stop loudly, and leave no op waiting forever
+            log.exception("broker commit loop crashed", extra={"action": "fail"})
+            self._fail(BrokerUnavailable(f"the broker stopped on an internal error: {exc!r}"))
         finally:
             if self.state is State.SERVING:
                 self.state = State.STOPPED
