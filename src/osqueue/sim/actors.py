@@ -274,19 +274,22 @@ class Producer(Client):
         super().__init__(sim, name)
         self.jobs = jobs
         self.to_cancel: list[str] = []
+        self.first_sent: dict[str, float] = {}
         self.done = asyncio.Event()
 
     async def run(self) -> None:
         sim = self.sim
         pending = list(self.jobs)
-        sent: set[str] = set()
         attempt = 0
         while pending:
+            self._abandon_stale(pending)
             batch = pending[: sim.rng.randint(1, sim.cfg.push_batch_max)]
+            if not batch:
+                break
             for job in batch:
-                if job.id not in sent:
-                    assert job.id is not None
-                    sent.add(job.id)
+                assert job.id is not None
+                if job.id not in self.first_sent:
+                    self.first_sent[job.id] = sim.now()
                     sim.history.add(sim.now(), Kind.PUSH_SENT, self.name, job.id)
             try:
                 results, seq = await self.call(partial(LocalClient.push_results, jobs=batch))
@@ -296,21 +299,41 @@ class Producer(Client):
                 continue
             attempt = 0
             for job, result in zip(batch, results, strict=True):
-                assert job.id is not None
-                if isinstance(result, str):
-                    sim.history.add(sim.now(), Kind.PUSH_ACK, self.name, job.id, seq=seq)
-                    pending.remove(job)
-                    if sim.rng.random() < sim.cfg.cancel_rate:
-                        self.to_cancel.append(job.id)
-                elif isinstance(result, DuplicateKey):  # another live job holds the key
-                    sim.history.add(sim.now(), Kind.PUSH_REFUSED, self.name, job.id)
-                    pending.remove(job)
-                elif not isinstance(result, (*TRANSIENT, QueueFull)):
-                    sim.unexpected(f"push of {job.id} refused: {result!r}", result)
+                if self._settled(job, result, seq):
                     pending.remove(job)
             await self.clock.sleep(sim.rng.uniform(0.0, sim.cfg.push_interval_max_s))
         await self._cancel_some()
         self.done.set()
+
+    def _abandon_stale(self, pending: list[NewJob]) -> None:
+        """The promise: a push retried within the dedupe window is applied once.  A job
+        still unacknowledged this long after its first send is given up (never acked).
+        The window is measured on broker clocks, which may differ by half a window
+        (see ``Sim._jump_clock``): retries stop well inside it."""
+        sim = self.sim
+        give_up_s = 0.4 * sim.cfg.dedupe_window_s
+        for job in list(pending):
+            assert job.id is not None
+            if sim.now() - self.first_sent.get(job.id, sim.now()) > give_up_s:
+                sim.faults["push_abandoned"] += 1
+                pending.remove(job)
+
+    def _settled(self, job: NewJob, result: str | OsqueueError, seq: int) -> bool:
+        """Record one push's answer; True when the job needs no more sending."""
+        sim = self.sim
+        assert job.id is not None
+        if isinstance(result, str):
+            sim.history.add(sim.now(), Kind.PUSH_ACK, self.name, job.id, seq=seq)
+            if sim.rng.random() < sim.cfg.cancel_rate:
+                self.to_cancel.append(job.id)
+            return True
+        if isinstance(result, DuplicateKey):  # another live job holds the key
+            sim.history.add(sim.now(), Kind.PUSH_REFUSED, self.name, job.id)
+            return True
+        if isinstance(result, (*TRANSIENT, QueueFull)):
+            return False
+        sim.unexpected(f"push of {job.id} refused: {result!r}", result)
+        return True
 
     async def _cancel_some(self) -> None:
         """Cancel a few acknowledged jobs (each may be running, done or gone by now)."""

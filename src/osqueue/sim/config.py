@@ -239,7 +239,7 @@ def wild_clocks(c: SimConfig, rng: random.Random) -> SimConfig:
         c,
         brokers=3,
         skew_max_s=rng.uniform(2.0, 8.0),
-        nemesis=_nemesis(c, clock_jump=0.2, jump_max_s=rng.choice((10.0, 60.0, 400.0))),
+        nemesis=_nemesis(c, clock_jump=0.2, jump_max_s=rng.choice((5.0, 15.0, 30.0))),
     )
 
 

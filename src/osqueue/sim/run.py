@@ -293,10 +293,14 @@ class Sim:
         self._background(pause())
 
     def _jump_clock(self) -> None:
+        """Step one broker's clock; no two brokers drift apart by half a dedupe window
+        (the window is measured on broker clocks: beyond it, tombstones are forgotten)."""
         node = self.rng.choice(self.brokers)
         jump = self.cfg.nemesis.jump_max_s
+        bound = self.cfg.dedupe_window_s / 4
         self.faults["clock_jump"] += 1
-        node.clock.jump(self.rng.uniform(-jump, jump))
+        skew = node.clock.skew_s + self.rng.uniform(-jump, jump)
+        node.clock.jump(max(-bound, min(bound, skew)) - node.clock.skew_s)
 
     # -- heal, drain, stop ------------------------------------------------------------
 
