@@ -159,7 +159,7 @@ class LocalClient:
         id: str | None = None,
     ) -> str:
         op = await self._push_op(NewJob(payload, queue, priority, delay_s, key, max_attempts, id))
-        result = await self.broker.submit(op)
+        result = await self.broker.enqueue(op)
         if isinstance(result, Pushed):
             return result.id
         raise _as_error(result)
@@ -206,16 +206,16 @@ class LocalClient:
     # -- the holder's calls -------------------------------------------------------
 
     async def heartbeat(self, job: Job) -> None:
-        _raise_if_error(await self.broker.submit(Heartbeat(job.id, job.token)))
+        _raise_if_error(await self.broker.enqueue(Heartbeat(job.id, job.token)))
 
     async def complete(self, job: Job) -> None:
-        _raise_if_error(await self.broker.submit(Complete(job.id, job.token)))
+        _raise_if_error(await self.broker.enqueue(Complete(job.id, job.token)))
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
-        _raise_if_error(await self.broker.submit(Fail(job.id, job.token, error, retry_after_s)))
+        _raise_if_error(await self.broker.enqueue(Fail(job.id, job.token, error, retry_after_s)))
 
     async def release(self, job: Job) -> None:
-        _raise_if_error(await self.broker.submit(Release(job.id, job.token)))
+        _raise_if_error(await self.broker.enqueue(Release(job.id, job.token)))
 
     async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
         results = await self.broker.submit_many([Heartbeat(j.id, j.token) for j in jobs])
@@ -228,18 +228,18 @@ class LocalClient:
     # -- administration -----------------------------------------------------------
 
     async def cancel(self, job_id: str) -> None:
-        _raise_if_error(await self.broker.submit(Cancel(job_id)))
+        _raise_if_error(await self.broker.enqueue(Cancel(job_id)))
 
     async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         result = _raise_if_error(
-            await self.broker.submit(RetryDead(None if ids is None else tuple(ids)))
+            await self.broker.enqueue(RetryDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Counted)
         return result.n
 
     async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
         result = _raise_if_error(
-            await self.broker.submit(PurgeDead(None if ids is None else tuple(ids)))
+            await self.broker.enqueue(PurgeDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Removed)
         return len(result.jobs)
