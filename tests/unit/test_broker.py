@@ -411,3 +411,35 @@ async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
     with pytest.raises(osqueue.BrokerUnavailable):
         await broker.client().push(b"c")
     await broker.stop()
+
+
+async def test_a_claim_survives_one_job_whose_payload_object_vanished() -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(inline_payload_max_bytes=16)) as broker:
+        q = broker.client()
+        gone = await q.push(b"x" * 100)
+        kept = await q.push(b"y" * 100)
+        await store.delete(f"payloads/{gone}")
+        jobs = await q.claim("w", max_jobs=2)
+        assert [j.id for j in jobs] == [kept]
+        assert jobs[0].payload == b"y" * 100
+
+
+async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:
+    store = MemoryStorage()
+    broker = osqueue.Broker(store, config())
+    await broker.start()
+    await store.delete(DOCUMENT_KEY)
+    with pytest.raises(DocumentGone):
+        await broker.client().push(b"x")
+    depths = []
+    for _ in range(3):
+        try:
+            await broker.client().push(b"y")
+        except DocumentGone as exc:
+            tb, n = exc.__traceback__, 0
+            while tb is not None:
+                n, tb = n + 1, tb.tb_next
+            depths.append(n)
+    assert len(set(depths)) == 1
+    await broker.stop()

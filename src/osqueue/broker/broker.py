@@ -281,7 +281,7 @@ class Broker:
         if self.state is State.SERVING and not self._closing:
             return
         if self.failure is not None:
-            raise self.failure
+            raise self.failure.with_traceback(None)  # shared by many callers
         if self.state is State.STEPPED_DOWN:
             address = self._doc.broker.address if self._doc and self._doc.broker else None
             raise NotBroker("this broker stepped down", address=address)
@@ -348,7 +348,7 @@ class Broker:
                 base, etag = Document.empty(), None
             else:
                 base, etag = got
-            inherited = by_version(base.jobs[i] for i in base.index.done)
+            inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
                 for jobs in inherited.values():
                     await write_archive(self.storage, jobs)

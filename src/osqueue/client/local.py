@@ -9,11 +9,12 @@ claim), so the document stays small.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.client.api import Job, NewJob, QueueStats, Stats
-from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.errors import InvalidInput, NotFound, OsqueueError
 from osqueue.ids import new_id
 from osqueue.state import (
     Cancel,
@@ -38,12 +39,15 @@ from osqueue.state import (
 if TYPE_CHECKING:
     from osqueue.broker.broker import Broker
 
+log = logging.getLogger(__name__)
+
 PAYLOAD_PREFIX = "payloads/"
 
 
 def _raise_if_error(result: Result) -> Result:
     if isinstance(result, OsqueueError):
-        raise result
+        # One error instance can answer many ops: drop the traceback of earlier raises.
+        raise result.with_traceback(None)
     return result
 
 
@@ -143,7 +147,7 @@ class LocalClient:
         out: list[str] = []
         for result in await self.push_results(jobs):
             if isinstance(result, OsqueueError):
-                raise result
+                raise result.with_traceback(None)
             out.append(result)
         return out
 
@@ -181,12 +185,20 @@ class LocalClient:
         assert isinstance(result, Claimed)
         if all(j.payload_ref is None for j in result.jobs):
             return [self._job(j, j.payload or b"") for j in result.jobs]
-        return list(await asyncio.gather(*(self._to_job(j) for j in result.jobs)))
+        jobs = await asyncio.gather(*(self._to_job(j) for j in result.jobs))
+        return [j for j in jobs if j is not None]
 
-    async def _to_job(self, job: StoredJob) -> Job:
-        if job.payload_ref is not None:
-            return self._job(job, await self.broker.storage.get(job.payload_ref))
-        return self._job(job, job.payload or b"")
+    async def _to_job(self, job: StoredJob) -> Job | None:
+        if job.payload_ref is None:
+            return self._job(job, job.payload or b"")
+        try:
+            payload = await self.broker.storage.get(job.payload_ref)
+        except NotFound:
+            # Cancelled (and its payload deleted) between the claim and this read:
+            # leave it out; the other jobs of the claim are still returned.
+            log.warning("claimed job's payload object is gone", extra={"job": job.id})
+            return None
+        return self._job(job, payload)
 
     @staticmethod
     def _job(job: StoredJob, payload: bytes) -> Job:

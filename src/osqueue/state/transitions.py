@@ -300,7 +300,7 @@ class _Tx:
     def mark_archived(self, op: MarkArchived) -> OpResult:
         versions = set(op.versions)
         jobs = self.doc.jobs
-        gone = [jobs[i] for i in list(self.doc.index.done) if jobs[i].done_version in versions]
+        gone = [jobs[i] for i in sorted(self.doc.index.done) if jobs[i].done_version in versions]
         for job in gone:
             self._leave(job)
         pruned = [j.done_version for j in gone if j.done_version is not None]
@@ -309,7 +309,7 @@ class _Tx:
         return Removed(tuple(gone))
 
     def restart_heartbeats(self, op: RestartHeartbeats) -> OpResult:
-        for job_id in list(self.doc.index.claimed):
+        for job_id in sorted(self.doc.index.claimed):
             job = self.doc.jobs[job_id]
             assert job.claim is not None
             self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
