@@ -14,7 +14,6 @@ stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,6 +21,8 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
+
+from _cases import parse_cases
 
 WRITE_MS = 200.0
 
@@ -103,17 +104,8 @@ def run_case(case: Case, runs: int, quick: bool) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
-    p.add_argument("--runs", type=int, default=3, help="runs per case; the median is reported")
-    p.add_argument("--quick", action="store_true", help="smaller job counts (smoke run)")
-    args = p.parse_args(argv)
-    names = [name.strip() for name in args.cases.split(",") if name.strip()]
-    unknown = [name for name in names if name not in CASES]
-    if unknown or not names:
-        p.error(f"--cases: unknown case(s) {unknown}; choose from {', '.join(CASES)}")
-    if args.runs < 1:
-        p.error("--runs must be at least 1")
+    args = parse_cases(__doc__, CASES, argv)
+    names = args.names
     done: dict[str, dict[str, object]] = {}
     for name in names:
         case = CASES[name]

@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from _cases import parse_cases
+
 ROOT = Path(__file__).resolve().parent.parent
 JQUEUE_VENV = ROOT / ".venv" / "jqueue-py312"
 JQUEUE_PYTHON = JQUEUE_VENV / "bin" / "python"
@@ -202,17 +204,8 @@ def run_case(case: Case, runs: int, quick: bool, s3: S3Target | None) -> dict[st
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
-    p.add_argument("--runs", type=int, default=3, help="runs per case; the median is reported")
-    p.add_argument("--quick", action="store_true", help="smaller job counts (smoke run)")
-    args = p.parse_args(argv)
-    names = [name.strip() for name in args.cases.split(",") if name.strip()]
-    unknown = [name for name in names if name not in CASES]
-    if unknown or not names:
-        p.error(f"--cases: unknown case(s) {unknown}; choose from {', '.join(CASES)}")
-    if args.runs < 1:
-        p.error("--runs must be at least 1")
+    args = parse_cases(__doc__, CASES, argv)
+    names = args.names
     args.case_list = [CASES[name] for name in names]
     return args
 

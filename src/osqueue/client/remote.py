@@ -854,22 +854,20 @@ class RemoteClient:
 
     async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
-        request = self._dead_request(ids)
-
-        async def attempt(conn: _Conn, deadline: float) -> int:
-            response = await conn.stub.RetryDead(
-                request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
-            )
-            return int(response.count)
-
-        return await self._unary(attempt)
+        return await self._dead_rpc(lambda stub: stub.RetryDead, ids)
 
     async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all of them when ``ids`` is None)."""
+        return await self._dead_rpc(lambda stub: stub.PurgeDead, ids)
+
+    async def _dead_rpc(
+        self, pick: Callable[[pb_grpc.QueueAsyncStub], Any], ids: Sequence[str] | None
+    ) -> int:
+        """One dead-letter RPC (``pick`` chooses the stub method), retried like every call."""
         request = self._dead_request(ids)
 
         async def attempt(conn: _Conn, deadline: float) -> int:
-            response = await conn.stub.PurgeDead(
+            response = await pick(conn.stub)(
                 request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
             )
             return int(response.count)
