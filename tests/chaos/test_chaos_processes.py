@@ -153,7 +153,8 @@ class Cluster:
                     ):
                         return proc
             if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError("no broker took over the queue")
+                words = [(b.address, b.returncode, b.last_words()) for b in self.brokers]
+                raise AssertionError(f"no broker took over the queue; brokers: {words}")
             await asyncio.sleep(0.2)
 
     def _signal(self, pid: int | None, sig: signal.Signals, what: str) -> None:

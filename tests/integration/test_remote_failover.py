@@ -15,8 +15,9 @@ from remote_helpers import fast_config, quiet_broker_config, read_document
 from osqueue.broker import BrokerConfig
 from osqueue.client.api import Job, NewJob
 from osqueue.client.remote import RemoteClient, connect
-from osqueue.errors import NotBroker, OsqueueError
+from osqueue.errors import NotBroker, OsqueueError, StorageError
 from osqueue.server.runner import BrokerServer, run_broker
+from osqueue.storage import from_url
 
 
 async def test_client_follows_a_changed_address_in_the_document(queue_url: str) -> None:
@@ -227,3 +228,36 @@ async def test_a_paused_broker_is_left_for_the_standby(tmp_path: Any) -> None:
         if standby is not None:
             standby.terminate()
             await standby.wait()
+
+
+class _FlakyReads:
+    """A storage view whose first ``failures`` reads fail like a dropped connection."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def read(self, key: str) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StorageError("injected: response body cut off")
+        return await self.inner.read(key)
+
+
+async def test_a_storage_error_while_discovering_is_retried_not_fatal(queue_url: str) -> None:
+    async with BrokerServer(
+        queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+    ) as server:
+        flaky = _FlakyReads(from_url(queue_url), failures=2)
+        client = RemoteClient(flaky, fast_config())  # type: ignore[arg-type]
+        try:
+            await client.connect_now()  # the first read fails: not fatal
+            assert client.address is None
+            job_id = await client.push(b"x")  # the call rediscovers, with backoff
+            assert client.address == server.address
+            assert job_id in (await read_document(queue_url)).jobs
+        finally:
+            await client.close()

@@ -400,10 +400,23 @@ class RemoteClient:
         return await self.discovery.locate()
 
     async def connect_now(self) -> None:
-        """Open the connection now if the document names a broker (never waits)."""
+        """Open the connection now if the document names a broker (never waits).
+
+        A storage error reading the document is not fatal here: the first call
+        looks again, with backoff, until its deadline (a passing network fault
+        must not kill a producer that is just starting).
+        """
         async with self._conn_lock:
             if self._conn is None:
-                address = await self._find_address()
+                try:
+                    address = await self._find_address()
+                except StorageError as exc:
+                    log.warning(
+                        "could not read the queue document yet; will retry: %s",
+                        exc,
+                        extra={"action": "discover"},
+                    )
+                    return
                 if address is not None:
                     self._open(address)
 
