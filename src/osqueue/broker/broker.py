@@ -341,21 +341,21 @@ class Broker:
 
     async def _acquire(self) -> None:
         """Create or take over the document: epoch + 1, archive inherited done jobs."""
+        archived: set[int] = set()  # versions whose archive object is known written
         while True:
             got = await self._read()
-            now = self.clock.now()
             if got is None:
                 base, etag = Document.empty(), None
             else:
                 base, etag = got
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
-                for jobs in inherited.values():
-                    await write_archive(self.storage, jobs)
+                await self._archive_inherited(inherited, archived)
             except StorageError as exc:  # a 503 or a lost answer: back off, read again
                 self.counters.storage_errors += 1
                 await self._backoff(0, exc)
                 continue
+            now = self.clock.now()
             epoch = (base.broker.epoch if base.broker else 0) + 1
             owner = self._owner(now, epoch)
             ops: list[Op] = [RestartHeartbeats()]
@@ -376,6 +376,21 @@ class Broker:
             self.counters.commits += 1
             self._delete_payloads(t)
             return
+
+    async def _archive_inherited(
+        self, inherited: dict[int, list[StoredJob]], archived: set[int]
+    ) -> None:
+        """Write the archive objects of inherited done jobs, several at once."""
+
+        async def one(version: int, jobs: list[StoredJob]) -> None:
+            async with self._archive_slots:
+                await write_archive(self.storage, jobs)
+            archived.add(version)
+
+        todo = [one(v, jobs) for v, jobs in inherited.items() if v not in archived]
+        for outcome in await asyncio.gather(*todo, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _owner(self, now: float, epoch: int | None = None) -> BrokerInfo:
         return BrokerInfo(
