@@ -177,9 +177,6 @@ class Document:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def by_status(self, status: str) -> list[StoredJob]:
-        return [j for j in self.jobs.values() if j.status == status]
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Document):
             return NotImplemented

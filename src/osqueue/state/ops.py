@@ -7,7 +7,7 @@ success value below or the :class:`~osqueue.errors.OsqueueError` that op got.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from osqueue.errors import OsqueueError
 from osqueue.state.model import BrokerInfo, StoredJob
@@ -159,17 +159,6 @@ OpResult = Pushed | Claimed | Ok | Removed | Counted
 Result = OpResult | OsqueueError
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a commit did besides answering ops (for the broker's follow-up I/O)."""
-
-    completed_version: int | None = None
-    reclaimed: tuple[str, ...] = ()
-    dead: tuple[str, ...] = ()
-    woke: bool = False
-    removed: tuple[StoredJob, ...] = field(default_factory=tuple)
-
-
 __all__ = [
     "BrokerInfo",
     "Cancel",
@@ -183,7 +172,6 @@ __all__ = [
     "Ok",
     "Op",
     "OpResult",
-    "Outcome",
     "Policy",
     "PurgeDead",
     "Push",
