@@ -2,7 +2,8 @@
 
 Ids are chosen before the first send, so a push retried after a lost answer or
 a broker failover carries the same id and is applied once.  The 80 random bits
-come from ``os.urandom`` in blocks (one system call per 256 ids).
+come from ``os.urandom`` in blocks (one system call per 256 ids); a forked
+child drops the block it inherited, so parent and child never share bits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,16 @@ _lock = threading.Lock()
 _pool: list[int] = []
 _last_ms = -1
 _ms_text = ""
+
+
+def _forget_pool() -> None:
+    """After fork: the child must not hand out the random bits its parent will use."""
+    global _lock
+    _lock = threading.Lock()
+    _pool.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _random80() -> int:
