@@ -7,6 +7,7 @@ is harmless: every completed job is archived exactly once.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
@@ -45,6 +46,12 @@ _encoder = msgspec.json.Encoder()
 def iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
+    return _iso(dt)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso(dt: datetime) -> str:
+    # The jobs of one version share their broker-stamped times: most calls are hits.
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -79,10 +79,8 @@ class State(Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True)
-class _Pending:
-    op: Op
-    future: asyncio.Future[Result] | None
+#: Ops waiting for a commit and their callers' futures, index for index.
+_Futures = list["asyncio.Future[Result]"]
 
 
 @dataclass(slots=True)
@@ -130,7 +128,10 @@ class Broker:
         self._etag: str | None = None
         self._epoch = 0
         self._seen_version = 0  # the highest version read: a document never goes back
-        self._pending: list[_Pending] = []
+        self._pending: list[Op] = []
+        self._futures: _Futures = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._max_pending = self.config.max_pending_ops
         self._internal: list[Op] = []
         self._waiters: list[_Waiter] = []
         self._wake = asyncio.Event()
@@ -239,13 +240,19 @@ class Broker:
 
     def enqueue(self, op: Op) -> asyncio.Future[Result]:
         """Add an op to the next commit; the future resolves once it is durable."""
-        self._check_open()
-        if len(self._pending) >= self.config.max_pending_ops:
+        if self.state is not State.SERVING or self._closing:
+            self._check_open()
+        pending = self._pending
+        if len(pending) >= self._max_pending:
             raise ResourceExhausted(
-                f"{len(self._pending)} ops are waiting for the broker; back off and retry"
+                f"{len(pending)} ops are waiting for the broker; back off and retry"
             )
-        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(op, fut))
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Result] = loop.create_future()
+        pending.append(op)
+        self._futures.append(fut)
         self._wake.set()
         return fut
 
@@ -259,6 +266,8 @@ class Broker:
 
     async def claim(self, op: ClaimOp, wait_s: float) -> Result:
         """A claim that, if empty, parks until a commit makes a job claimable."""
+        if wait_s <= 0:
+            return await self.enqueue(op)
         deadline = self.clock.monotonic() + max(0.0, wait_s)
         while True:
             result = await self.submit(op)
@@ -413,13 +422,14 @@ class Broker:
                     await self._idle_wait()
                     if not self._pending and not self._due_for_commit():
                         continue
-                batch = self._pending[: self.config.max_batch_ops]
-                del self._pending[: len(batch)]
+                n = self.config.max_batch_ops
+                batch, futures = self._pending[:n], self._futures[:n]
+                del self._pending[:n], self._futures[:n]
                 try:
-                    await self._commit(batch)
+                    await self._commit(batch, futures)
                 except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
                     unknown = MaybeCommitted("the broker stopped before confirming this op")
-                    self._answer_error(batch, unknown)
+                    self._answer_error(futures, unknown)
                     raise
                 if self.state in (State.STEPPED_DOWN, State.FAILED):
                     return
@@ -473,9 +483,9 @@ class Broker:
                 sleeper.cancel()
         self._wake_waiters()
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _commit(self, batch: list[Op], futures: _Futures) -> None:
         internal, self._internal = self._internal, []
-        ops = [p.op for p in batch] + internal
+        ops = batch + internal if internal else batch
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
@@ -496,19 +506,19 @@ class Broker:
                 await self._backoff(attempt, exc)
                 attempt += 1
             else:
-                self._committed(t, etag, batch, len(data))
+                self._committed(t, etag, futures, len(data))
                 return
             verdict = await self._resolve(t.doc.version, base_version, maybe)
             if verdict is None:  # stepped down or failed; the batch was answered
-                self._answer_error(batch, self._stop_error(maybe))
+                self._answer_error(futures, self._stop_error(maybe))
                 return
             if isinstance(verdict, Blob):  # one of our attempts landed after all: which?
                 landed = next((tx for sent_data, tx in sent if sent_data == verdict.data), None)
                 if landed is None:
                     self._fail(DocumentGone("our version was replaced from outside; stopping"))
-                    self._answer_error(batch, self._stop_error(maybe))
+                    self._answer_error(futures, self._stop_error(maybe))
                     return
-                self._committed(landed, verdict.etag, batch, len(verdict.data))
+                self._committed(landed, verdict.etag, futures, len(verdict.data))
                 return
             self._doc, self._etag = verdict  # re-apply the batch on what is stored
 
@@ -557,18 +567,17 @@ class Broker:
         )
         return None
 
-    def _committed(self, t: Transition, etag: str, batch: list[_Pending], size: int) -> None:
+    def _committed(self, t: Transition, etag: str, futures: _Futures, size: int) -> None:
         self._doc, self._etag = t.doc, etag
         self._last_write = self.clock.monotonic()
         c = self.counters
         c.commits += 1
-        c.ops += len(batch)
+        c.ops += len(futures)
         c.write_bytes += size
         if len(c.batch_sizes) < 100_000:
-            c.batch_sizes.append(len(batch))
-        for pending, result in zip(batch, t.results, strict=False):
-            fut = pending.future
-            if fut is not None and not fut.done():
+            c.batch_sizes.append(len(futures))
+        for fut, result in zip(futures, t.results, strict=False):
+            if not fut.done():
                 fut.set_result(result)
         if t.completed:
             self._spawn(self._archive(t.completed), "osqueue-archive")
@@ -588,6 +597,9 @@ class Broker:
                 log.warning("could not delete payload object", extra={"key": ref})
 
     async def _archive(self, jobs: list[StoredJob]) -> None:
+        # Yield once: the next commit (already woken by its ops) starts its write
+        # first, and this object is rendered while that write is in flight.
+        await asyncio.sleep(0)
         async with self._archive_slots:
             attempt = 0
             while True:
@@ -609,7 +621,7 @@ class Broker:
             v for op in self._internal if isinstance(op, MarkArchived) for v in op.versions
         )
         self._internal = [MarkArchived(merged)] if merged else []
-        await asyncio.shield(self._commit([]))
+        await asyncio.shield(self._commit([], []))
 
     # ------------------------------------------------------------------ endings
 
@@ -641,14 +653,15 @@ class Broker:
         self._release_waiters()
 
     def _fail_pending(self, exc: OsqueueError) -> None:
-        pending, self._pending = self._pending, []
-        self._answer_error(pending, exc)
+        futures, self._futures = self._futures, []
+        self._pending = []
+        self._answer_error(futures, exc)
 
     @staticmethod
-    def _answer_error(batch: list[_Pending], exc: OsqueueError) -> None:
-        for p in batch:
-            if p.future is not None and not p.future.done():
-                p.future.set_result(exc)
+    def _answer_error(futures: _Futures, exc: OsqueueError) -> None:
+        for fut in futures:
+            if not fut.done():
+                fut.set_result(exc)
 
     # ------------------------------------------------------------------ waiters
 

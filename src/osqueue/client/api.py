@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+import msgspec
+
 JobStatus = Literal["queued", "claimed", "done", "dead"]
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+class NewJob(msgspec.Struct, frozen=True):
     """A job to push.  ``id`` is chosen by the client (a ULID) if not given,
     before the first send, so a retried push is applied once."""
 
@@ -28,8 +29,7 @@ class NewJob:
     id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """A claimed job, as a worker sees it.  ``token`` fences every later call."""
 
     id: str

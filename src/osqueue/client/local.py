@@ -90,6 +90,9 @@ class LocalClient:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        config = broker.config
+        #: payloads up to this size go inline (and within max_payload_bytes)
+        self._inline_max = min(config.inline_payload_max_bytes, config.max_payload_bytes)
 
     @property
     def heartbeat_timeout_s(self) -> float:
@@ -162,9 +165,13 @@ class LocalClient:
         max_attempts: int = 5,
         id: str | None = None,
     ) -> str:
-        op = await self._push_op(NewJob(payload, queue, priority, delay_s, key, max_attempts, id))
+        if type(payload) is bytes and len(payload) <= self._inline_max:  # the common case
+            op = Push(id or new_id(), payload, queue, priority, delay_s, key, max_attempts)
+        else:
+            new = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
+            op = await self._push_op(new)
         result = await self.broker.enqueue(op)
-        if isinstance(result, Pushed):
+        if type(result) is Pushed:
             return result.id
         raise _as_error(result)
 
@@ -178,15 +185,20 @@ class LocalClient:
         max_jobs: int = 1,
         wait_s: float = 0.0,
     ) -> list[Job]:
-        if isinstance(queues, str):
-            queues = (queues,)
-        op = ClaimOp(worker=worker, queues=tuple(queues), max_jobs=max_jobs)
-        result = _raise_if_error(await self.broker.claim(op, wait_s))
-        assert isinstance(result, Claimed)
-        if all(j.payload_ref is None for j in result.jobs):
-            return [self._job(j, j.payload or b"") for j in result.jobs]
-        jobs = await asyncio.gather(*(self._to_job(j) for j in result.jobs))
-        return [j for j in jobs if j is not None]
+        if type(queues) is not tuple:
+            queues = (queues,) if isinstance(queues, str) else tuple(queues)
+        op = ClaimOp(worker, queues, max_jobs)
+        result = await self.broker.claim(op, wait_s)
+        if type(result) is not Claimed:
+            _raise_if_error(result)
+            raise InvalidInput(f"unexpected result {type(result).__name__} for a claim", field="op")
+        out: list[Job] = []
+        for stored in result.jobs:
+            if stored.payload_ref is not None:  # an object under payloads/: read them all
+                jobs = await asyncio.gather(*(self._to_job(j) for j in result.jobs))
+                return [j for j in jobs if j is not None]
+            out.append(self._job(stored, stored.payload or b""))
+        return out
 
     async def _to_job(self, job: StoredJob) -> Job | None:
         if job.payload_ref is None:

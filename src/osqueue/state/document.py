@@ -20,7 +20,8 @@ TOMBSTONE_BYTES = 96
 
 def job_size(job: StoredJob) -> int:
     """A cheap upper estimate of a job's encoded size (for the document size cap)."""
-    return 360 + job.payload_size * 4 // 3 + (len(job.key) if job.key else 0)
+    payload, key = job.payload, job.key
+    return 360 + (len(payload) * 4 // 3 if payload is not None else 0) + (len(key) if key else 0)
 
 
 class Document:
@@ -111,15 +112,18 @@ class Document:
     # -- job updates keep the index and the encoding cache in step ------------
 
     def put_job(self, job: StoredJob, now_s: float) -> None:
-        old = self.jobs.get(job.id)
-        if old is not None:
-            self.index.remove(old)
-            self.approx_bytes -= job_size(old)
-        self.jobs[job.id] = job
-        self.approx_bytes += job_size(job)
+        job_id = job.id
+        jobs = self.jobs
+        old = jobs.get(job_id)
+        jobs[job_id] = job
         if old is None:
-            self._frags[job.id] = b""
-        self._dirty.add(job.id)
+            self._frags[job_id] = b""
+            self.approx_bytes += job_size(job)
+        else:
+            if old.payload is not job.payload or old.key is not job.key:  # what sizes depend on
+                self.approx_bytes += job_size(job) - job_size(old)
+            self.index.remove(old)
+        self._dirty.add(job_id)
         self.index.add(job, now_s)
 
     def drop_job(self, job_id: str) -> StoredJob | None:

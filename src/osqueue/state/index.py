@@ -77,29 +77,44 @@ class Index:
 
     def remove(self, job: StoredJob) -> None:
         """Forget ``job`` (heap entries go stale and are dropped lazily)."""
-        self._count(job, -1)
-        if job.status == "claimed":
+        status = job.status
+        counts = self.counts
+        k = (job.queue, status)
+        n = counts.get(k, 0) - 1
+        if n:
+            counts[k] = n
+        else:
+            del counts[k]
+        if status == "claimed":
             self.claimed.discard(job.id)
-        elif job.status == "done":
+        elif status == "done":
             self.done.discard(job.id)
-        if job.key is not None and self.keys.get(job.key) == job.id:
-            del self.keys[job.key]
+        key = job.key
+        if key is not None and self.keys.get(key) == job.id:
+            del self.keys[key]
 
     def add(self, job: StoredJob, now_s: float) -> None:
-        self._count(job, 1)
-        if job.status in ("queued", "claimed") and job.key is not None:
-            self.keys[job.key] = job.id
-        if job.status == "claimed":
-            self.claimed.add(job.id)
-        elif job.status == "done":
-            self.done.add(job.id)
-        elif job.status == "queued":
-            if job.run_at is None or job.run_at.timestamp() <= now_s:
-                heapq.heappush(
-                    self.ready.setdefault(job.queue, []), (job.priority, job.seq, job.id)
-                )
+        status = job.status
+        counts = self.counts
+        k = (job.queue, status)
+        counts[k] = counts.get(k, 0) + 1
+        if status == "queued":
+            run_at = job.run_at
+            if run_at is None or run_at.timestamp() <= now_s:
+                ready = self.ready.get(job.queue)
+                if ready is None:
+                    ready = self.ready[job.queue] = []
+                heapq.heappush(ready, (job.priority, job.seq, job.id))
             else:
-                heapq.heappush(self.delayed, (job.run_at.timestamp(), job.seq, job.id))
+                heapq.heappush(self.delayed, (run_at.timestamp(), job.seq, job.id))
+            if job.key is not None:
+                self.keys[job.key] = job.id
+        elif status == "claimed":
+            self.claimed.add(job.id)
+            if job.key is not None:
+                self.keys[job.key] = job.id
+        elif status == "done":
+            self.done.add(job.id)
 
     def promote_due(self, jobs: dict[str, StoredJob], now_s: float) -> None:
         """Move delayed jobs whose time has come into their ready heaps."""

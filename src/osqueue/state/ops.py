@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from osqueue.errors import OsqueueError
 from osqueue.state.model import BrokerInfo, StoredJob
 
@@ -30,8 +32,7 @@ class Policy:
 # --------------------------------------------------------------------------- ops
 
 
-@dataclass(frozen=True, slots=True)
-class Push:
+class Push(msgspec.Struct, frozen=True):
     id: str
     payload: bytes | None
     queue: str = "default"
@@ -43,69 +44,59 @@ class Push:
     payload_size: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     worker: str
     queues: tuple[str, ...] = ("default",)
     max_jobs: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(msgspec.Struct, frozen=True):
     job_id: str
     token: int
 
 
-@dataclass(frozen=True, slots=True)
-class Complete:
+class Complete(msgspec.Struct, frozen=True):
     job_id: str
     token: int
 
 
-@dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(msgspec.Struct, frozen=True):
     job_id: str
     token: int
     error: str = ""
     retry_after_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """Give a claimed job back untouched: no attempt is counted."""
 
     job_id: str
     token: int
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(msgspec.Struct, frozen=True):
     job_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class RetryDead:
+class RetryDead(msgspec.Struct, frozen=True):
     """Re-queue dead jobs (all of them when ``ids`` is None)."""
 
     ids: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PurgeDead:
+class PurgeDead(msgspec.Struct, frozen=True):
     """Delete dead jobs (all of them when ``ids`` is None)."""
 
     ids: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MarkArchived:
+class MarkArchived(msgspec.Struct, frozen=True):
     """The archive objects of these versions are written: prune their done jobs."""
 
     versions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RestartHeartbeats:
+class RestartHeartbeats(msgspec.Struct, frozen=True):
     """After a takeover: every claimed job's heartbeat clock restarts now."""
 
 
@@ -127,31 +118,26 @@ Op = (
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True, slots=True)
-class Pushed:
+class Pushed(msgspec.Struct, frozen=True):
     id: str
     created: bool  # False: the same id was already applied (a retried push)
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
+class Claimed(msgspec.Struct, frozen=True):
     jobs: tuple[StoredJob, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Ok:
+class Ok(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Removed:
+class Removed(msgspec.Struct, frozen=True):
     """Jobs that left the document (their payload objects may be deleted)."""
 
     jobs: tuple[StoredJob, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Counted:
+class Counted(msgspec.Struct, frozen=True):
     n: int
 
 

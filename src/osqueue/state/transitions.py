@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -51,6 +52,7 @@ from osqueue.state.ops import (
 from osqueue.state.ops import Claim as ClaimOp
 
 _replace = msgspec.structs.replace
+_OK = Ok()
 _encode = msgspec.json.Encoder().encode
 
 
@@ -92,6 +94,12 @@ class _Tx:
     # -- helpers ------------------------------------------------------------------
 
     def _held(self, job_id: str, token: int) -> StoredJob:
+        if type(job_id) is str and type(token) is int:  # the fast path: held as claimed
+            job = self.doc.jobs.get(job_id)
+            if job is not None and job.status == "claimed":
+                claim = job.claim
+                if claim is not None and claim.token == token:
+                    return job
         validate.job_id(job_id, "job_id")
         validate.token(token)
         job = self.doc.jobs.get(job_id)
@@ -127,10 +135,17 @@ class _Tx:
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
         validate.queue_name(op.queue)
-        validate.priority(op.priority)
-        delay = validate.seconds(op.delay_s, "delay_s") or 0.0
-        validate.count(op.max_attempts, "max_attempts", maximum=validate.MAX_ATTEMPTS)
-        validate.key(op.key)
+        # Fast paths for the defaults; anything else gets the full check.
+        if type(op.priority) is not int or op.priority != 0:
+            validate.priority(op.priority)
+        delay = op.delay_s
+        if type(delay) is not float or delay != 0.0:
+            delay = validate.seconds(delay, "delay_s") or 0.0
+        attempts = op.max_attempts
+        if type(attempts) is not int or not 0 < attempts <= validate.MAX_ATTEMPTS:
+            validate.count(attempts, "max_attempts", maximum=validate.MAX_ATTEMPTS)
+        if op.key is not None:
+            validate.key(op.key)
         size = len(op.payload) if op.payload is not None else op.payload_size
         if size > self.policy.max_payload_bytes:
             raise InvalidInput(
@@ -149,7 +164,7 @@ class _Tx:
             )
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
-            return Pushed(op.id, created=False)
+            return Pushed(op.id, False)
         if op.key is not None:
             holder = doc.index.keys.get(op.key)
             if holder is not None:
@@ -178,27 +193,31 @@ class _Tx:
         doc.next_seq += 1
         self._put(job)
         self.stats["pushed"] += 1
-        return Pushed(op.id, created=True)
+        return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
         validate.worker_name(op.worker)
-        if not op.queues:
-            raise InvalidInput("name at least one queue", field="queues")
-        validate.count(len(op.queues), "queues", maximum=64)
-        for i, q in enumerate(op.queues):
-            validate.queue_name(q, f"queues[{i}]")
-        validate.count(op.max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        queues = validate.queue_names(op.queues)
+        max_jobs = op.max_jobs
+        if type(max_jobs) is not int or not 0 < max_jobs <= validate.MAX_CLAIM:
+            validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
         doc, index, jobs = self.doc, self.doc.index, self.doc.jobs
-        index.promote_due(jobs, self.now)
-        queues = tuple(dict.fromkeys(op.queues))
+        if index.delayed:
+            index.promote_due(jobs, self.now)
+        if len(queues) > 1:
+            queues = tuple(dict.fromkeys(queues))
+        single = queues[0] if len(queues) == 1 else None
         out: list[StoredJob] = []
-        while len(out) < op.max_jobs:
+        while len(out) < max_jobs:
             best: tuple[int, int, str] | None = None
             best_queue = ""
-            for q in queues:
-                entry = index.head(q, jobs)
-                if entry is not None and (best is None or entry < best):
-                    best, best_queue = entry, q
+            if single is not None:
+                best, best_queue = index.head(single, jobs), single
+            else:
+                for q in queues:
+                    entry = index.head(q, jobs)
+                    if entry is not None and (best is None or entry < best):
+                        best, best_queue = entry, q
             if best is None:
                 break
             index.pop(best_queue)
@@ -226,7 +245,7 @@ class _Tx:
         job = self._held(op.job_id, op.token)
         assert job.claim is not None
         self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
-        return Ok()
+        return _OK
 
     def complete(self, op: Complete) -> OpResult:
         job = self.doc.jobs.get(op.job_id)
@@ -236,7 +255,7 @@ class _Tx:
             and job.claim is not None
             and job.claim.token == op.token
         ):
-            return Ok()  # the same holder retrying a completion that landed
+            return _OK  # the same holder retrying a completion that landed
         job = self._held(op.job_id, op.token)
         done = _replace(
             job, status="done", payload=None, done_version=self.version, done_at=self.now_dt
@@ -244,7 +263,7 @@ class _Tx:
         self._put(done)
         self.completed.append(done)
         self.stats["completed"] += 1
-        return Ok()
+        return _OK
 
     def fail(self, op: Fail) -> OpResult:
         retry_after = validate.seconds(op.retry_after_s, "retry_after_s")
@@ -252,7 +271,7 @@ class _Tx:
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
         self._put(self._requeue(job, error, retry_after))
-        return Ok()
+        return _OK
 
     def release(self, op: Release) -> OpResult:
         job = self._held(op.job_id, op.token)
@@ -261,7 +280,7 @@ class _Tx:
                 job, status="queued", claim=None, run_at=None, attempts=max(0, job.attempts - 1)
             )
         )
-        return Ok()
+        return _OK
 
     def cancel(self, op: Cancel) -> OpResult:
         validate.job_id(op.job_id, "job_id")
@@ -313,14 +332,22 @@ class _Tx:
             job = self.doc.jobs[job_id]
             assert job.claim is not None
             self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
-        return Ok()
+        return _OK
 
     # -- the sweep that rides along with every commit ------------------------------
 
     def sweep(self) -> None:
         timeout = self.policy.heartbeat_timeout_s
         jobs = self.doc.jobs
-        for job_id in sorted(self.doc.index.claimed):
+        # Compare datetimes (no float conversion per claimed job) to find candidates
+        # (1 ms of slack over the exact test below), and sort only those.
+        cutoff = datetime.fromtimestamp(self.now - timeout + 0.001, UTC)
+        expired = [
+            job_id
+            for job_id in self.doc.index.claimed
+            if jobs[job_id].claim.heartbeat_at < cutoff  # type: ignore[union-attr]
+        ]
+        for job_id in sorted(expired):
             job = jobs[job_id]
             assert job.claim is not None
             if job.claim.heartbeat_at.timestamp() + timeout < self.now:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from osqueue.errors import InvalidInput
 
@@ -45,11 +46,41 @@ def queue_name(value: str, field: str = "queue") -> str:
     return value
 
 
+_KNOWN_QUEUE_LISTS: set[tuple[str, ...]] = set()
+MAX_CLAIM_QUEUES = 64
+
+
+def queue_names(value: Sequence[str], field: str = "queues") -> tuple[str, ...]:
+    """A claim's queue list: 1-64 valid names (each list is checked once)."""
+    if type(value) is tuple and value in _KNOWN_QUEUE_LISTS:
+        return value
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise InvalidInput(
+            f"must be a list of queue names, not {type(value).__name__}", field=field
+        )
+    value = tuple(value)
+    if not value:
+        raise InvalidInput("name at least one queue", field=field)
+    count(len(value), field, maximum=MAX_CLAIM_QUEUES)
+    for i, q in enumerate(value):
+        queue_name(q, f"{field}[{i}]")
+    if len(_KNOWN_QUEUE_LISTS) < 10_000:
+        _KNOWN_QUEUE_LISTS.add(value)
+    return value
+
+
+_KNOWN_WORKERS: set[str] = set()
+
+
 def worker_name(value: str, field: str = "worker") -> str:
+    if type(value) is str and value in _KNOWN_WORKERS:  # checked once per name
+        return value
     if not isinstance(value, str) or not 0 < len(value) <= MAX_WORKER_CHARS:
         raise InvalidInput(f"must be 1-{MAX_WORKER_CHARS} characters", field=field)
     if not value.isprintable():
         raise InvalidInput("must be printable text", field=field)
+    if len(_KNOWN_WORKERS) < 100_000:
+        _KNOWN_WORKERS.add(value)
     return value
 
 
