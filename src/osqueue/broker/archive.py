@@ -56,7 +56,13 @@ def _iso(dt: datetime) -> str:
 
 
 def archive_key(version: int, completed_at: datetime) -> str:
-    return f"{PREFIX}date={completed_at:%Y-%m-%d}/hour={completed_at:%H}/{version:020d}.jsonl"
+    hour = _hour_prefix(completed_at.year, completed_at.month, completed_at.day, completed_at.hour)
+    return f"{hour}{version:020d}.jsonl"
+
+
+@functools.lru_cache(maxsize=64)
+def _hour_prefix(year: int, month: int, day: int, hour: int) -> str:
+    return f"{PREFIX}date={year:04d}-{month:02d}-{day:02d}/hour={hour:02d}/"
 
 
 def record(job: StoredJob) -> ArchiveRecord:

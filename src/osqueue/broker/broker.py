@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from osqueue.broker.archive import by_version, write_archive
 from osqueue.broker.config import BrokerConfig
-from osqueue.clock import Clock, SystemClock
+from osqueue.clock import Clock, SystemClock, Timer
 from osqueue.errors import (
     BrokerUnavailable,
     Conflict,
@@ -134,7 +134,11 @@ class Broker:
         self._max_pending = self.config.max_pending_ops
         self._internal: list[Op] = []
         self._waiters: list[_Waiter] = []
-        self._wake = asyncio.Event()
+        #: the commit loop's wake-up while it idles (set by the first op to arrive)
+        self._waker: asyncio.Future[None] | None = None
+        #: one renewal/wake-up timer, kept while it would fire no later than needed
+        self._timer: Timer | None = None
+        self._timer_at = 0.0
         self._idle = asyncio.Event()
         self._done = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -211,7 +215,7 @@ class Broker:
         self.state = State.STOPPING
         self._closing = True
         self._release_waiters()
-        self._wake.set()
+        self._poke()
         task = self._loop_task
         try:
             if task is not None:
@@ -253,7 +257,8 @@ class Broker:
         fut: asyncio.Future[Result] = loop.create_future()
         pending.append(op)
         self._futures.append(fut)
-        self._wake.set()
+        if self._waker is not None:
+            self._poke()
         return fut
 
     async def submit(self, op: Op) -> Result:
@@ -278,7 +283,7 @@ class Broker:
                 return result
             waiter = _Waiter(op.queues, asyncio.get_running_loop().create_future())
             self._waiters.append(waiter)
-            self._wake.set()  # let the loop arm a timer for delayed jobs
+            self._poke()  # let the loop arm a timer for delayed jobs
             try:
                 await self._race(waiter.future, remaining)
             finally:
@@ -441,6 +446,9 @@ class Broker:
             log.exception("broker commit loop crashed", extra={"action": "fail"})
             self._fail(BrokerUnavailable(f"the broker stopped on an internal error: {exc!r}"))
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if self.state is State.SERVING:
                 self.state = State.STOPPED
             self._done.set()
@@ -454,8 +462,35 @@ class Broker:
             return wake is not None and wake <= self.clock.now()
         return False
 
+    def _poke(self) -> None:
+        """Wake the commit loop if it idles."""
+        waker, self._waker = self._waker, None
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._poke()
+
+    def _arm_timer(self, timeout: float) -> None:
+        """Make sure the loop wakes within ``timeout`` (an earlier timer is kept: it
+        wakes the loop early once, and the loop arms again)."""
+        at = self.clock.monotonic() + timeout
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer = None
+        call_later = getattr(self.clock, "call_later", None)
+        if call_later is not None:
+            self._timer = call_later(timeout, self._timer_fired)
+        else:  # a clock with sleep only
+            sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
+            sleeper.add_done_callback(lambda f: None if f.cancelled() else self._timer_fired())
+            self._timer = sleeper
+        self._timer_at = at
+
     async def _idle_wait(self) -> None:
-        self._wake.clear()
         self._wake_waiters()
         if self._pending or self._closing:
             return
@@ -466,21 +501,13 @@ class Broker:
                 timeout = min(timeout, wake - self.clock.now())
         if timeout <= 0:
             return
-        call_later = getattr(self.clock, "call_later", None)
-        if call_later is not None:  # one timer and one await: the cheap path
-            timer = call_later(timeout, self._wake.set)
-            try:
-                await self._wake.wait()
-            finally:
-                timer.cancel()
-        else:
-            waker = asyncio.ensure_future(self._wake.wait())
-            sleeper = asyncio.ensure_future(self.clock.sleep(timeout))
-            try:
-                await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waker.cancel()
-                sleeper.cancel()
+        self._arm_timer(timeout)
+        loop = self._loop or asyncio.get_running_loop()
+        waker = self._waker = loop.create_future()
+        try:
+            await waker
+        finally:
+            self._waker = None
         self._wake_waiters()
 
     async def _commit(self, batch: list[Op], futures: _Futures) -> None:

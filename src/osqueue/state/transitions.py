@@ -337,6 +337,9 @@ class _Tx:
     # -- the sweep that rides along with every commit ------------------------------
 
     def sweep(self) -> None:
+        if not self.doc.index.claimed:
+            self._prune_recent()
+            return
         timeout = self.policy.heartbeat_timeout_s
         jobs = self.doc.jobs
         # Compare datetimes (no float conversion per claimed job) to find candidates

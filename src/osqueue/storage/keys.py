@@ -10,6 +10,8 @@ Segments starting with ``.osqueue-`` are reserved for the backends' own files
 
 from __future__ import annotations
 
+import re
+
 from osqueue.errors import InvalidInput
 
 #: Segment prefix of files a backend keeps for itself; never a user key.
@@ -18,8 +20,14 @@ MAX_KEY_BYTES = 1024
 MAX_SEGMENT_BYTES = 255
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+#: Keys already found valid (the document's key is checked on every commit).
+_VALID: set[str] = set()
+_VALID_MAX = 4096
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    return _CONTROL.search(text) is not None
 
 
 def _check_segment(segment: str, key: str, field: str) -> None:
@@ -38,6 +46,8 @@ def _check_segment(segment: str, key: str, field: str) -> None:
 
 def check_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid object key, else raise ``InvalidInput`` naming ``field``."""
+    if type(key) is str and key in _VALID:
+        return key
     if not isinstance(key, str):
         raise InvalidInput(f"must be a str, not {type(key).__name__}", field=field)
     if not key:
@@ -50,6 +60,8 @@ def check_key(key: object, field: str = "key") -> str:
         raise InvalidInput(f"longer than {MAX_KEY_BYTES} bytes", field=field)
     for segment in key.split("/"):
         _check_segment(segment, key, field)
+    if len(_VALID) < _VALID_MAX and type(key) is str:
+        _VALID.add(key)
     return key
 
 
