@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -175,8 +177,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def run_on_loop(main: Any) -> dict[str, Any]:
+    """The same runtime as osqueue's benchmark process (``osqueue.runtime``): the same
+    GC thresholds, and uvloop when installed unless ``OSQUEUE_EVENT_LOOP=asyncio``."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+    if os.environ.get("OSQUEUE_EVENT_LOOP", "auto") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(main)  # type: ignore[no-any-return]
+    return asyncio.run(main)  # type: ignore[no-any-return]
+
+
 def main(argv: list[str]) -> int:
-    result = asyncio.run(run(parse(argv)))
+    result = run_on_loop(run(parse(argv)))
     print(json.dumps(result), flush=True)
     return 0
 

@@ -40,6 +40,8 @@ JQUEUE_VENV = ROOT / ".venv" / "jqueue-py312"
 JQUEUE_PYTHON = JQUEUE_VENV / "bin" / "python"
 JQUEUE_RUNNER = Path(__file__).resolve().parent / "_jqueue_runner.py"
 JQUEUE_REQUIREMENT = "jqueue[s3]==1.0.0"
+#: Both sides run on the same event loop and GC settings (osqueue.runtime's).
+JQUEUE_EXTRAS = ("uvloop>=0.19",)
 PYENV_VERSION = "3.12.1"
 S3_BUCKET = "osqueue-bench"
 
@@ -77,7 +79,9 @@ def log(message: str) -> None:
 
 def ensure_jqueue_venv() -> None:
     """Create the 3.12 venv with jqueue 1.0.0 (and aioboto3 for S3) unless it is there."""
-    probe = "import jqueue, aioboto3; assert jqueue.__version__ == '1.0.0', jqueue.__version__"
+    probe = (
+        "import jqueue, aioboto3, uvloop; assert jqueue.__version__ == '1.0.0', jqueue.__version__"
+    )
     if JQUEUE_PYTHON.exists():
         ok = subprocess.run([str(JQUEUE_PYTHON), "-c", probe], capture_output=True, check=False)
         if ok.returncode == 0:
@@ -86,7 +90,9 @@ def ensure_jqueue_venv() -> None:
     env = {**os.environ, "PYENV_VERSION": PYENV_VERSION}
     subprocess.run(["python3.12", "-m", "venv", str(JQUEUE_VENV)], env=env, check=True)
     subprocess.run(
-        [str(JQUEUE_PYTHON), "-m", "pip", "install", "-q", JQUEUE_REQUIREMENT], env=env, check=True
+        [str(JQUEUE_PYTHON), "-m", "pip", "install", "-q", JQUEUE_REQUIREMENT, *JQUEUE_EXTRAS],
+        env=env,
+        check=True,
     )
     subprocess.run([str(JQUEUE_PYTHON), "-c", probe], check=True)
 

@@ -287,6 +287,45 @@ async def test_archive_holds_every_completed_job_exactly_once() -> None:
     assert not [j for j in doc.jobs.values() if j.status == "done"]
 
 
+async def _run_to_pruned(broker: osqueue.Broker, ids: list[str]) -> osqueue.state.Document:
+    """Claim and complete every job, then wait until every one left the document."""
+    q = broker.client()
+    left = set(ids)
+    while left:
+        for job in await q.claim("w", max_jobs=len(left)):
+            await q.complete(job)
+            left.discard(job.id)
+    while any(i in broker.document.jobs for i in ids):  # pruned once archived
+        await q.push(b"tick")
+        for job in await q.claim("w", max_jobs=10):
+            await q.complete(job)
+    return broker.document
+
+
+async def test_a_caller_chosen_id_keeps_a_tombstone_and_its_retried_push_is_applied_once() -> None:
+    async with osqueue.Broker(MemoryStorage(), config()) as broker:
+        q = broker.client()
+        job_id = await q.push(b"a", id="chosen-1")
+        doc = await _run_to_pruned(broker, [job_id])
+        assert "chosen-1" in doc.recent
+        # The same push again (its answer was lost, say): recognised, not re-created.
+        assert await q.push(b"a", id="chosen-1") == "chosen-1"
+        assert "chosen-1" not in broker.document.jobs
+        assert await q.claim("w", max_jobs=10) == []
+
+
+async def test_a_made_up_id_leaves_no_tombstone() -> None:
+    # Nobody else knows an id the in-process client made up: that push is never sent
+    # again, so its job leaves no dedupe tombstone (the document stays small).
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config()) as broker:
+        q = broker.client()
+        ids = [await q.push(b"a"), *await q.push_many([osqueue.NewJob(b"b")])]
+        assert [j.dedupe for j in (await stored(store)).jobs.values()] == [False, False]
+        doc = await _run_to_pruned(broker, ids)
+        assert not set(ids) & set(doc.recent)
+
+
 async def test_takeover_archives_inherited_done_jobs_once() -> None:
     store = MemoryStorage()
     a = osqueue.Broker(store, config())

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from typing import TextIO
 
+from osqueue import runtime
 from osqueue.bench.config import BenchConfig, BenchResult
 from osqueue.bench.remote import check_shareable, run_remote_bench
 from osqueue.bench.workload import percentile_ms, preload, run_workload
@@ -120,7 +120,8 @@ def bench_command(
         print(f"osqueue bench: {exc}", file=sys.stderr)
         return 2
     try:
-        result = asyncio.run(run_remote_bench(config) if remote else run_bench(config))
+        runtime.tune_gc()
+        result = runtime.run(run_remote_bench(config) if remote else run_bench(config))
     except (OsqueueError, BaseExceptionGroup) as caught:
         error = _osqueue_error(caught)
         if error is None:  # not (only) our errors: a bug, let it show

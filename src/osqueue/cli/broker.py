@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.options import Token, TokenFile, Url
 from osqueue.cli.snapshot import read_document
@@ -132,7 +133,8 @@ def broker(
             announcer.cancel()
         exits.info(f"broker stopped: {url}")
 
-    asyncio.run(main())
+    runtime.tune_gc()
+    runtime.run(main())
 
 
 async def _announce(url: str, serving: asyncio.Event, standby: bool) -> None:

@@ -19,6 +19,7 @@ import typer
 from rich.live import Live
 from rich.text import Text
 
+from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
@@ -146,7 +147,8 @@ def work(
     if spark:
         handlers = _spark_handlers(handlers, spark_master)
     options = ClientOptions(url, token, token_file, tls_ca, embedded)
-    worker = asyncio.run(_run(options, handlers, config))
+    runtime.tune_gc()
+    worker = runtime.run(_run(options, handlers, config))
     counters = worker.counters
     exits.info(
         f"worker {worker.worker_id} stopped: processed {counters.processed}, "

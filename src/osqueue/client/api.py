@@ -29,7 +29,7 @@ class NewJob(msgspec.Struct, frozen=True):
     id: str | None = None
 
 
-class Job(msgspec.Struct, frozen=True):
+class Job(msgspec.Struct, frozen=True, gc=False):
     """A claimed job, as a worker sees it.  ``token`` fences every later call."""
 
     id: str

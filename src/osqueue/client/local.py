@@ -106,6 +106,7 @@ class LocalClient:
             raise InvalidInput(f"must be bytes, not {type(job.payload).__name__}", field="payload")
         payload = bytes(job.payload)
         job_id = job.id or new_id()
+        dedupe = bool(job.id)  # a caller-chosen id may be sent again: keep a tombstone
         config = self.broker.config
         if len(payload) > config.max_payload_bytes:
             raise InvalidInput(
@@ -119,6 +120,7 @@ class LocalClient:
             "delay_s": job.delay_s,
             "key": job.key,
             "max_attempts": job.max_attempts,
+            "dedupe": dedupe,
         }
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
@@ -166,7 +168,12 @@ class LocalClient:
         id: str | None = None,
     ) -> str:
         if type(payload) is bytes and len(payload) <= self._inline_max:  # the common case
-            op = Push(id or new_id(), payload, queue, priority, delay_s, key, max_attempts)
+            if id is None:  # an id nobody else knows: this push is never re-sent
+                op = Push(
+                    new_id(), payload, queue, priority, delay_s, key, max_attempts, dedupe=False
+                )
+            else:
+                op = Push(id, payload, queue, priority, delay_s, key, max_attempts)
         else:
             new = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
             op = await self._push_op(new)

@@ -30,7 +30,7 @@ def to_seconds(dt: datetime) -> float:
     return dt.timestamp()
 
 
-class Claim(msgspec.Struct, frozen=True, omit_defaults=True):
+class Claim(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """Who holds a claimed job, under which fencing token, and since when."""
 
     worker: str
@@ -39,7 +39,7 @@ class Claim(msgspec.Struct, frozen=True, omit_defaults=True):
     heartbeat_at: datetime
 
 
-class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True):
+class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A job as the document stores it."""
 
     id: str
@@ -59,6 +59,8 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True):
     last_error: str | None = None
     done_version: int | None = None
     done_at: datetime | None = None
+    #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
+    dedupe: bool = True
 
     @property
     def payload_size(self) -> int:

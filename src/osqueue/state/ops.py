@@ -32,7 +32,7 @@ class Policy:
 # --------------------------------------------------------------------------- ops
 
 
-class Push(msgspec.Struct, frozen=True):
+class Push(msgspec.Struct, frozen=True, gc=False):
     id: str
     payload: bytes | None
     queue: str = "default"
@@ -42,61 +42,65 @@ class Push(msgspec.Struct, frozen=True):
     max_attempts: int = 5
     payload_ref: str | None = None
     payload_size: int = 0
+    #: Keep a dedupe tombstone when the job leaves the document: True when the
+    #: caller chose the id (it may send this push again); an id the in-process
+    #: client made up is never re-sent, so its job needs none.
+    dedupe: bool = True
 
 
-class Claim(msgspec.Struct, frozen=True):
+class Claim(msgspec.Struct, frozen=True, gc=False):
     worker: str
     queues: tuple[str, ...] = ("default",)
     max_jobs: int = 1
 
 
-class Heartbeat(msgspec.Struct, frozen=True):
+class Heartbeat(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     token: int
 
 
-class Complete(msgspec.Struct, frozen=True):
+class Complete(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     token: int
 
 
-class Fail(msgspec.Struct, frozen=True):
+class Fail(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     token: int
     error: str = ""
     retry_after_s: float | None = None
 
 
-class Release(msgspec.Struct, frozen=True):
+class Release(msgspec.Struct, frozen=True, gc=False):
     """Give a claimed job back untouched: no attempt is counted."""
 
     job_id: str
     token: int
 
 
-class Cancel(msgspec.Struct, frozen=True):
+class Cancel(msgspec.Struct, frozen=True, gc=False):
     job_id: str
 
 
-class RetryDead(msgspec.Struct, frozen=True):
+class RetryDead(msgspec.Struct, frozen=True, gc=False):
     """Re-queue dead jobs (all of them when ``ids`` is None)."""
 
     ids: tuple[str, ...] | None = None
 
 
-class PurgeDead(msgspec.Struct, frozen=True):
+class PurgeDead(msgspec.Struct, frozen=True, gc=False):
     """Delete dead jobs (all of them when ``ids`` is None)."""
 
     ids: tuple[str, ...] | None = None
 
 
-class MarkArchived(msgspec.Struct, frozen=True):
+class MarkArchived(msgspec.Struct, frozen=True, gc=False):
     """The archive objects of these versions are written: prune their done jobs."""
 
     versions: tuple[int, ...]
 
 
-class RestartHeartbeats(msgspec.Struct, frozen=True):
+class RestartHeartbeats(msgspec.Struct, frozen=True, gc=False):
     """After a takeover: every claimed job's heartbeat clock restarts now."""
 
 
@@ -118,7 +122,7 @@ Op = (
 # --------------------------------------------------------------------------- results
 
 
-class Pushed(msgspec.Struct, frozen=True):
+class Pushed(msgspec.Struct, frozen=True, gc=False):
     id: str
     created: bool  # False: the same id was already applied (a retried push)
 
@@ -127,7 +131,7 @@ class Claimed(msgspec.Struct, frozen=True):
     jobs: tuple[StoredJob, ...]
 
 
-class Ok(msgspec.Struct, frozen=True):
+class Ok(msgspec.Struct, frozen=True, gc=False):
     pass
 
 
@@ -137,7 +141,7 @@ class Removed(msgspec.Struct, frozen=True):
     jobs: tuple[StoredJob, ...] = ()
 
 
-class Counted(msgspec.Struct, frozen=True):
+class Counted(msgspec.Struct, frozen=True, gc=False):
     n: int
 
 

@@ -116,7 +116,7 @@ class _Tx:
         """Remove a job from the document, keeping a dedupe tombstone for its id."""
         self.doc.drop_job(job.id)
         self.removed.append(job)
-        if job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
+        if job.dedupe and job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
             self.doc.add_tombstone(job.id, job.created_at, _encode)
 
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
@@ -183,6 +183,7 @@ class _Tx:
             run_at=to_datetime(self.now + delay) if delay > 0 else None,
             max_attempts=op.max_attempts,
             key=op.key,
+            dedupe=op.dedupe is not False,
         )
         tombstones = len(doc.recent) * TOMBSTONE_BYTES  # they live for dedupe_window_s
         if doc.approx_bytes + tombstones + job_size(job) > self.policy.max_document_bytes:
