@@ -288,9 +288,10 @@ async def test_archive_holds_every_completed_job_exactly_once() -> None:
 
 
 async def _run_to_pruned(broker: osqueue.Broker, ids: list[str]) -> osqueue.state.Document:
-    """Claim and complete every job, then wait until every one left the document."""
+    """Claim and complete every job still queued, then wait until all left the document."""
     q = broker.client()
-    left = set(ids)
+    jobs = broker.document.jobs
+    left = {i for i in ids if i in jobs and jobs[i].status == "queued"}
     while left:
         for job in await q.claim("w", max_jobs=len(left)):
             await q.complete(job)
@@ -367,6 +368,55 @@ async def test_large_payloads_live_under_payloads_and_are_deleted_after_completi
         assert job.payload == big
         await q.complete(job)
     assert await store.list("payloads/") == []
+
+
+async def test_a_refused_push_leaves_no_payload_object_behind() -> None:
+    store = MemoryStorage()
+    cfg = config(inline_payload_max_bytes=1024, max_document_bytes=20_000)
+    async with osqueue.Broker(store, cfg) as broker:
+        q = broker.client()
+        big = b"x" * 5_000
+        kept = await q.push(big, key="k")
+        with pytest.raises(osqueue.DuplicateKey):
+            await q.push(big, key="k")
+        results = await q.push_results([osqueue.NewJob(big) for _ in range(60)])
+        refused = [r for r in results if isinstance(r, osqueue.QueueFull)]
+        accepted = [r for r in results if isinstance(r, str)]
+        assert refused  # the document cap was reached part way
+        assert sorted(await store.list("payloads/")) == sorted(
+            f"payloads/{i}" for i in [kept, *accepted]
+        )
+
+
+async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_ones() -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(inline_payload_max_bytes=1024)) as broker:
+        q = broker.client()
+        big = b"y" * 5_000
+        await q.push(big, id="again")
+        assert await q.push(big, id="again") == "again"  # live: its object stays
+        (job,) = await q.claim("w")
+        assert job.payload == big
+        await q.complete(job)
+        await _run_to_pruned(broker, ["again"])
+        assert await store.list("payloads/") == []
+        assert await q.push(big, id="again") == "again"  # finished: nothing is re-created
+        assert await store.list("payloads/") == []
+        assert "again" not in broker.document.jobs
+
+
+async def test_a_batch_is_queued_whole_or_not_at_all() -> None:
+    async with osqueue.Broker(MemoryStorage(), config(max_pending_ops=10)) as broker:
+        with pytest.raises(osqueue.InvalidInput) as caught:
+            await broker.submit_many([osqueue.state.Push(f"j{i}", b"") for i in range(11)])
+        assert caught.value.field == "ops"
+        # Six ops wait for the next commit; a batch of five does not fit beside them
+        # and is refused before any of it is queued.
+        first = [broker.enqueue(osqueue.state.Push(f"a{i}", b"")) for i in range(6)]
+        with pytest.raises(osqueue.ResourceExhausted):
+            await broker.submit_many([osqueue.state.Push(f"b{i}", b"") for i in range(5)])
+        assert len(await asyncio.gather(*first)) == 6
+        assert sorted(broker.document.jobs) == [f"a{i}" for i in range(6)]
 
 
 async def test_graceful_stop_drains_and_clears_the_address() -> None:

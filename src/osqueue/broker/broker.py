@@ -33,6 +33,7 @@ from osqueue.errors import (
     Conflict,
     CorruptDocument,
     DocumentGone,
+    InvalidInput,
     MaybeCommitted,
     NotBroker,
     NotFound,
@@ -265,7 +266,19 @@ class Broker:
         return await self.enqueue(op)
 
     async def submit_many(self, ops: Sequence[Op]) -> list[Result]:
+        """Submit a batch: all of it or (raising before anything is queued) none of it."""
         self._check_open()
+        if len(ops) > self._max_pending:
+            raise InvalidInput(
+                f"a batch of {len(ops)} ops is larger than max_pending_ops="
+                f"{self._max_pending}; split it",
+                field="ops",
+            )
+        if len(self._pending) + len(ops) > self._max_pending:
+            raise ResourceExhausted(
+                f"{len(self._pending)} ops are waiting for the broker and this batch has "
+                f"{len(ops)}; back off and retry"
+            )
         futures = [self.enqueue(op) for op in ops]
         return list(await asyncio.gather(*futures))
 

@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.client.api import Job, NewJob, QueueStats, Stats
-from osqueue.errors import InvalidInput, NotFound, OsqueueError
+from osqueue.errors import (
+    DuplicateKey,
+    InvalidInput,
+    NotFound,
+    OsqueueError,
+    QueueFull,
+    ResourceExhausted,
+    ShuttingDown,
+    StorageError,
+)
 from osqueue.ids import new_id
 from osqueue.state import (
     Cancel,
@@ -136,16 +145,46 @@ class LocalClient:
                 ops.append(await self._push_op(job))
             except OsqueueError as exc:
                 ops.append(exc)
+        return await self._submit_pushes(ops)
+
+    async def _submit_pushes(self, ops: Sequence[Push | OsqueueError]) -> list[str | OsqueueError]:
         real = [op for op in ops if isinstance(op, Push)]
-        results = iter(await self.broker.submit_many(real))
+        try:
+            answers = await self.broker.submit_many(real)
+        except OsqueueError as exc:  # refused before anything was queued: none applied
+            await self._discard_payloads([(op, exc) for op in real])
+            raise
+        results = iter(answers)
         out: list[str | OsqueueError] = []
+        settled: list[tuple[Push, Result]] = []
         for op in ops:
             if isinstance(op, OsqueueError):
                 out.append(op)
                 continue
             result = next(results)
+            settled.append((op, result))
             out.append(result.id if isinstance(result, Pushed) else _as_error(result))
+        await self._discard_payloads(settled)
         return out
+
+    async def _discard_payloads(self, settled: Sequence[tuple[Push, Result | Exception]]) -> None:
+        """Delete payload objects that no job will ever read: the push was refused, or
+        it was a repeat of a job that has already left the document.  An outcome that
+        is not known (the broker stopped mid-write) keeps its object."""
+        doc = self.broker.document
+        for op, result in settled:
+            ref = op.payload_ref
+            if ref is None:
+                continue
+            orphan = isinstance(result, _REFUSED) or (
+                type(result) is Pushed and not result.created and op.id not in doc.jobs
+            )
+            if not orphan:
+                continue
+            try:
+                await self.broker.storage.delete(ref)
+            except StorageError:
+                log.warning("could not delete an unused payload object", extra={"key": ref})
 
     async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
         """Push a batch; raises the first job's error (the others are committed)."""
@@ -177,6 +216,11 @@ class LocalClient:
         else:
             new = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
             op = await self._push_op(new)
+        if op.payload_ref is not None:  # the slow path: an object under payloads/
+            (answer,) = await self._submit_pushes([op])
+            if isinstance(answer, OsqueueError):
+                raise answer.with_traceback(None)
+            return answer
         result = await self.broker.enqueue(op)
         if type(result) is Pushed:
             return result.id
@@ -288,6 +332,10 @@ class LocalClient:
 
     async def close(self) -> None:
         return None
+
+
+#: Errors that mean the push was not applied (refused before or by its commit).
+_REFUSED = (InvalidInput, QueueFull, DuplicateKey, ResourceExhausted, ShuttingDown)
 
 
 def _as_error(result: Result) -> OsqueueError:
