@@ -113,6 +113,19 @@ def test_bench_command_rejects_a_bad_storage_url_with_exit_code_2(
     assert "url" in capsys.readouterr().err
 
 
+def test_bench_command_rejects_an_unknown_event_loop_with_exit_code_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSQUEUE_EVENT_LOOP", "trio")
+    out = io.StringIO()
+
+    code = bench_command(_url(), clients=1, jobs=1, preload=0, out=out)
+
+    assert code == 2
+    assert out.getvalue() == ""
+    assert "OSQUEUE_EVENT_LOOP" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ --remote
 
 

@@ -114,6 +114,7 @@ def bench_command(
             batch=batch,
             duration_s=duration_s,
         )
+        runtime.loop_name()  # a bad OSQUEUE_EVENT_LOOP is a bad flag too
         if remote:
             check_shareable(storage)
     except OsqueueError as exc:
