@@ -26,6 +26,13 @@ _VALID: set[str] = set()
 _VALID_MAX = 4096
 
 
+#: Keys made only of plain segments (no segment starting with ".", so no ".", ".." or
+#: reserved one; ASCII, at most 201 characters each) are valid without the full check.
+_PLAIN = re.compile(
+    r"(?:[A-Za-z0-9_=\-][A-Za-z0-9._=\-]{0,200}/){0,30}[A-Za-z0-9_=\-][A-Za-z0-9._=\-]{0,200}"
+)
+
+
 def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
@@ -46,7 +53,9 @@ def _check_segment(segment: str, key: str, field: str) -> None:
 
 def check_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid object key, else raise ``InvalidInput`` naming ``field``."""
-    if type(key) is str and key in _VALID:
+    if type(key) is str and (
+        key in _VALID or (len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key))
+    ):
         return key
     if not isinstance(key, str):
         raise InvalidInput(f"must be a str, not {type(key).__name__}", field=field)
