@@ -388,6 +388,23 @@ async def test_a_refused_push_leaves_no_payload_object_behind() -> None:
         )
 
 
+async def test_a_push_refused_before_it_is_queued_leaves_no_payload_object() -> None:
+    store = MemoryStorage()
+    broker = osqueue.Broker(store, config(inline_payload_max_bytes=1024))
+    await broker.start()
+    q = broker.client()
+    await store.delete(DOCUMENT_KEY)
+    with pytest.raises(DocumentGone):  # this push's commit finds the document gone
+        await q.push(b"small")
+    # The broker has failed: later pushes are refused before they are queued.
+    with pytest.raises(DocumentGone):
+        await q.push(b"z" * 5_000)
+    with pytest.raises(DocumentGone):
+        await q.push_many([osqueue.NewJob(b"z" * 5_000, id=f"m{i}") for i in range(3)])
+    assert await store.list("payloads/") == []
+    await broker.stop()
+
+
 async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_ones() -> None:
     store = MemoryStorage()
     async with osqueue.Broker(store, config(inline_payload_max_bytes=1024)) as broker:

@@ -151,35 +151,37 @@ class LocalClient:
         real = [op for op in ops if isinstance(op, Push)]
         try:
             answers = await self.broker.submit_many(real)
-        except OsqueueError as exc:  # refused before anything was queued: none applied
-            await self._discard_payloads([(op, exc) for op in real])
+        except OsqueueError:  # refused before anything was queued: none was applied
+            await self._discard_payloads(real)
             raise
         results = iter(answers)
         out: list[str | OsqueueError] = []
-        settled: list[tuple[Push, Result]] = []
+        unused: list[Push] = []
         for op in ops:
             if isinstance(op, OsqueueError):
                 out.append(op)
                 continue
             result = next(results)
-            settled.append((op, result))
             out.append(result.id if isinstance(result, Pushed) else _as_error(result))
-        await self._discard_payloads(settled)
+            if op.payload_ref is not None and self._payload_unused(op, result):
+                unused.append(op)
+        await self._discard_payloads(unused)
         return out
 
-    async def _discard_payloads(self, settled: Sequence[tuple[Push, Result | Exception]]) -> None:
-        """Delete payload objects that no job will ever read: the push was refused, or
-        it was a repeat of a job that has already left the document.  An outcome that
-        is not known (the broker stopped mid-write) keeps its object."""
-        doc = self.broker.document
-        for op, result in settled:
+    def _payload_unused(self, op: Push, result: Result) -> bool:
+        """No job will ever read this push's payload object: the push was refused, or
+        it repeated a job that has already left the document.  An outcome that is not
+        known (the broker stopped mid-write) keeps its object."""
+        if isinstance(result, _REFUSED):
+            return True
+        if type(result) is Pushed and not result.created:
+            return op.id not in self.broker.document.jobs
+        return False
+
+    async def _discard_payloads(self, ops: Sequence[Push]) -> None:
+        for op in ops:
             ref = op.payload_ref
             if ref is None:
-                continue
-            orphan = isinstance(result, _REFUSED) or (
-                type(result) is Pushed and not result.created and op.id not in doc.jobs
-            )
-            if not orphan:
                 continue
             try:
                 await self.broker.storage.delete(ref)
