@@ -40,7 +40,7 @@ from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 from osqueue.testing import MotoS3Server
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 NODE = str(Path(__file__).with_name("chaos_node.py"))
 LEASE_S = 2.0
@@ -49,7 +49,7 @@ ROUNDS = 4
 PRODUCERS = 2
 JOBS_PER_PRODUCER = 120
 WORKERS = 3
-DRAIN_LIMIT_S = 60.0
+DRAIN_LIMIT_S = 120.0
 
 
 @dataclass
@@ -139,7 +139,7 @@ class Cluster:
 
     # -- faults -----------------------------------------------------------------------
 
-    async def active(self, doc_store: Storage, timeout_s: float = 30.0) -> BrokerProcess:
+    async def active(self, doc_store: Storage, timeout_s: float = 60.0) -> BrokerProcess:
         """The broker process the document names, once one serves."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
