@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from osqueue.bench.broker_process import READY_TIMEOUT_S, BrokerProcess
 from osqueue.bench.config import BenchConfig, BenchResult
-from osqueue.bench.workload import percentile_ms, preload, run_workload
+from osqueue.bench.workload import preload, result_of, run_workload
 from osqueue.client.remote import RemoteConfig, connect
 from osqueue.errors import InvalidInput
 from osqueue.storage import from_url
@@ -63,19 +63,4 @@ async def run_remote_bench(
             )
             version_after = (await client.stats()).version
     commits = version_after - version_before
-    latencies = sorted(figures.latencies_s)
-    elapsed_s = figures.elapsed_s
-    return BenchResult(
-        ops_per_s=figures.ops / elapsed_s,
-        jobs_per_s=figures.jobs / elapsed_s,
-        p50_ms=percentile_ms(latencies, 0.50),
-        p99_ms=percentile_ms(latencies, 0.99),
-        commits=commits,
-        avg_batch=figures.ops / commits if commits else 0.0,
-        storage=url,
-        clients=config.clients,
-        jobs=figures.jobs,
-        ops=figures.ops,
-        elapsed_s=elapsed_s,
-        remote=True,
-    )
+    return result_of(figures, commits=commits, storage=url, clients=config.clients, remote=True)

@@ -9,7 +9,7 @@ from typing import TextIO
 from osqueue import runtime
 from osqueue.bench.config import BenchConfig, BenchResult
 from osqueue.bench.remote import check_shareable, run_remote_bench
-from osqueue.bench.workload import percentile_ms, preload, run_workload
+from osqueue.bench.workload import preload, result_of, run_workload
 from osqueue.broker import Broker
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.storage import from_url
@@ -40,21 +40,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             commits = broker.commits - commits_before
     finally:
         await storage.close()
-    latencies = sorted(figures.latencies_s)
-    elapsed_s = figures.elapsed_s
-    return BenchResult(
-        ops_per_s=figures.ops / elapsed_s,
-        jobs_per_s=figures.jobs / elapsed_s,
-        p50_ms=percentile_ms(latencies, 0.50),
-        p99_ms=percentile_ms(latencies, 0.99),
-        commits=commits,
-        avg_batch=figures.ops / commits if commits else 0.0,
-        storage=storage.url,
-        clients=config.clients,
-        jobs=figures.jobs,
-        ops=figures.ops,
-        elapsed_s=elapsed_s,
-    )
+    return result_of(figures, commits=commits, storage=storage.url, clients=config.clients)
 
 
 def _osqueue_error(caught: BaseException) -> OsqueueError | None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from osqueue.bench.config import BenchResult
 from osqueue.client.api import Job, NewJob, QueueClient
 
 #: Jobs per ``push_many`` call when preloading.
@@ -128,3 +129,25 @@ def percentile_ms(sorted_s: Sequence[float], fraction: float) -> float:
         return 0.0
     index = min(len(sorted_s) - 1, int(fraction * len(sorted_s)))
     return sorted_s[index] * 1000.0
+
+
+def result_of(
+    figures: WorkloadFigures, *, commits: int, storage: str, clients: int, remote: bool = False
+) -> BenchResult:
+    """The report of one run from its figures and the broker's writes during it."""
+    latencies = sorted(figures.latencies_s)
+    elapsed_s = figures.elapsed_s
+    return BenchResult(
+        ops_per_s=figures.ops / elapsed_s,
+        jobs_per_s=figures.jobs / elapsed_s,
+        p50_ms=percentile_ms(latencies, 0.50),
+        p99_ms=percentile_ms(latencies, 0.99),
+        commits=commits,
+        avg_batch=figures.ops / commits if commits else 0.0,
+        storage=storage,
+        clients=clients,
+        jobs=figures.jobs,
+        ops=figures.ops,
+        elapsed_s=elapsed_s,
+        remote=remote,
+    )
