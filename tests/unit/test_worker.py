@@ -193,6 +193,24 @@ class Env:
     def age_leases(self, seconds: float) -> None:
         self.broker_clock.advance(seconds)
 
+    async def hold_one(self) -> tuple[str, Worker, asyncio.Task[None], asyncio.Event]:
+        """Push one job and start a worker whose handler holds it until ``finish`` is set.
+
+        Returns ``(job_id, worker, task, finish)`` once the handler has started.
+        """
+        (job_id,) = await self.push(1)
+        started = asyncio.Event()
+        finish = asyncio.Event()
+
+        async def handler(job: Job) -> None:
+            started.set()
+            await finish.wait()
+
+        worker = self.worker(handler)
+        task = start(worker)
+        await started.wait()
+        return job_id, worker, task, finish
+
     async def beat(self) -> None:
         """Fire one heartbeat round and wait until its heartbeats have been answered."""
         await self.clock.wait_sleepers(1)
@@ -308,17 +326,7 @@ async def test_retry_after_is_honoured(env: Env) -> None:
 
 
 async def test_heartbeats_keep_a_long_job_alive_past_the_timeout(env: Env) -> None:
-    (job_id,) = await env.push(1)
-    started = asyncio.Event()
-    finish = asyncio.Event()
-
-    async def handler(job: Job) -> None:
-        started.set()
-        await finish.wait()
-
-    worker = env.worker(handler)
-    task = start(worker)
-    await started.wait()
+    job_id, worker, task, finish = await env.hold_one()
     for _ in range(12):  # four heartbeat timeouts
         await env.beat()
         env.age_leases(HEARTBEAT_TIMEOUT_S / 3)
@@ -435,17 +443,7 @@ async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env)
 
 
 async def test_outside_cancellation_is_a_graceful_stop(env: Env) -> None:
-    (job_id,) = await env.push(1)
-    started = asyncio.Event()
-    finish = asyncio.Event()
-
-    async def handler(job: Job) -> None:
-        started.set()
-        await finish.wait()
-
-    worker = env.worker(handler)
-    task = start(worker)
-    await started.wait()
+    job_id, worker, task, finish = await env.hold_one()
     task.cancel()
     await env.clock.wait_sleepers(2)  # stopping: grace period started
     assert worker.stopping
@@ -673,17 +671,7 @@ async def test_default_heartbeat_interval_follows_the_in_process_broker() -> Non
 
 
 async def test_a_transient_heartbeat_error_is_not_a_lost_lease(env: Env) -> None:
-    (job_id,) = await env.push(1)
-    started = asyncio.Event()
-    finish = asyncio.Event()
-
-    async def handler(job: Job) -> None:
-        started.set()
-        await finish.wait()
-
-    worker = env.worker(handler)
-    task = start(worker)
-    await started.wait()
+    job_id, worker, task, finish = await env.hold_one()
     env.client.fail_next["heartbeat"] = BrokerUnavailable("failing over")
     await env.beat()
     await env.beat()
