@@ -140,7 +140,6 @@ class Broker:
         #: one renewal/wake-up timer, kept while it would fire no later than needed
         self._timer: Timer | None = None
         self._timer_at = 0.0
-        self._idle = asyncio.Event()
         self._done = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._side: set[asyncio.Task[None]] = set()
@@ -245,8 +244,7 @@ class Broker:
 
     def enqueue(self, op: Op) -> asyncio.Future[Result]:
         """Add an op to the next commit; the future resolves once it is durable."""
-        if self.state is not State.SERVING or self._closing:
-            self._check_open()
+        self._check_open()
         pending = self._pending
         if len(pending) >= self._max_pending:
             raise ResourceExhausted(
