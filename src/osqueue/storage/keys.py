@@ -21,9 +21,6 @@ MAX_SEGMENT_BYTES = 255
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
-#: Keys already found valid (the document's key is checked on every commit).
-_VALID: set[str] = set()
-_VALID_MAX = 4096
 
 
 #: Keys made only of plain segments (no segment starting with ".", so no ".", ".." or
@@ -53,9 +50,7 @@ def _check_segment(segment: str, key: str, field: str) -> None:
 
 def check_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid object key, else raise ``InvalidInput`` naming ``field``."""
-    if type(key) is str and (
-        key in _VALID or (len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key))
-    ):
+    if type(key) is str and len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key):
         return key
     if not isinstance(key, str):
         raise InvalidInput(f"must be a str, not {type(key).__name__}", field=field)
@@ -69,8 +64,6 @@ def check_key(key: object, field: str = "key") -> str:
         raise InvalidInput(f"longer than {MAX_KEY_BYTES} bytes", field=field)
     for segment in key.split("/"):
         _check_segment(segment, key, field)
-    if len(_VALID) < _VALID_MAX and type(key) is str:
-        _VALID.add(key)
     return key
 
 
