@@ -8,15 +8,18 @@ child drops the block it inherited, so parent and child never share bits.
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> 2 characters
+#: RFC 4648 base32 -> Crockford's alphabet (same bit order: 5 bits per character)
+_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
 _BLOCK = 256
 _lock = threading.Lock()
-_pool: list[int] = []
+_pool: list[str] = []
 _last_ms = -1
 _ms_text = ""
 
@@ -31,11 +34,12 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _random80() -> int:
+def _random80() -> str:
+    """80 random bits as 16 characters (10 random bytes base32-encode to exactly 16)."""
     with _lock:
         if not _pool:
-            raw = os.urandom(10 * _BLOCK)
-            _pool.extend(int.from_bytes(raw[i : i + 10], "big") for i in range(0, len(raw), 10))
+            text = base64.b32encode(os.urandom(10 * _BLOCK)).translate(_CROCKFORD).decode()
+            _pool.extend(text[i : i + 16] for i in range(0, len(text), 16))
         return _pool.pop()
 
 
@@ -55,4 +59,4 @@ def new_id() -> str:
         # 48 bits as 10 characters: the top character carries 3 bits, then 9 more.
         _ms_text = _ALPHABET[(ms >> 45) & 31] + _encode(ms & ((1 << 45) - 1), 10)[1:]
         _last_ms = ms
-    return _ms_text + _encode(_random80(), 16)
+    return _ms_text + _random80()

@@ -359,6 +359,23 @@ def test_bench_runs_the_benchmark_and_prints_json() -> None:
     assert figures["clients"] == 2
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly(qdir: Path) -> None:
+    """``osqueue status ... | head -0``: stdout's reader is gone before the first write."""
+    seed(qdir)
+    proc = subprocess.Popen(
+        [*OSQUEUE, "status", url_of(qdir), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=TIMEOUT_S) == exits.BROKEN_PIPE, err
+    assert err == ""
+
+
 # --------------------------------------------------------------------------- real processes
 
 

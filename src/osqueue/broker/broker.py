@@ -17,6 +17,7 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import signal
@@ -82,6 +83,8 @@ class State(Enum):
 
 #: Ops waiting for a commit and their callers' futures, index for index.
 _Futures = list["asyncio.Future[Result]"]
+#: archive objects of more jobs than this are rendered after the next commit starts
+_RENDER_LATER = 16
 
 
 @dataclass(slots=True)
@@ -144,6 +147,14 @@ class Broker:
         self._loop_task: asyncio.Task[None] | None = None
         self._side: set[asyncio.Task[None]] = set()
         self._archive_slots = asyncio.Semaphore(self.config.archive_concurrency)
+        #: archive objects due (one list of done jobs per committed version), taken by
+        #: up to ``archive_concurrency`` archiver tasks that park when there is none
+        self._archive_todo: collections.deque[list[StoredJob]] = collections.deque()
+        self._archivers = 0
+        self._archivers_idle: list[asyncio.Future[None]] = []
+        self._archive_busy = 0
+        #: resolved when the archive is drained (nothing due, nothing being written)
+        self._archive_drained: asyncio.Future[None] | None = None
         self._last_write = 0.0
         self._closing = False
 
@@ -618,7 +629,8 @@ class Broker:
             if not fut.done():
                 fut.set_result(result)
         if t.completed:
-            self._spawn(self._archive(t.completed), "osqueue-archive")
+            self._archive_todo.append(t.completed)
+            self._wake_archiver()
         self._delete_payloads(t)
         self._wake_waiters()
 
@@ -634,27 +646,77 @@ class Broker:
             except StorageError:
                 log.warning("could not delete payload object", extra={"key": ref})
 
-    async def _archive(self, jobs: list[StoredJob]) -> None:
-        # Yield once: the next commit (already woken by its ops) starts its write
-        # first, and this object is rendered while that write is in flight.
-        await asyncio.sleep(0)
-        async with self._archive_slots:
-            attempt = 0
+    def _wake_archiver(self) -> None:
+        """Hand the archive object just queued to a parked archiver, or start one."""
+        while self._archivers_idle:
+            waker = self._archivers_idle.pop()
+            if not waker.done():
+                waker.set_result(None)
+                return
+        if self._archivers < self.config.archive_concurrency:
+            self._archivers += 1
+            self._spawn(self._archiver(), "osqueue-archive")
+        # else: every archiver is writing; one takes this object when it is done
+
+    async def _archiver(self) -> None:
+        """Write due archive objects one at a time; park while none is due.
+
+        Archivers live as long as the broker, so a commit that completes jobs
+        costs an append and a wake-up, not a new task.
+        """
+        todo = self._archive_todo
+        loop = self._loop or asyncio.get_running_loop()
+        try:
             while True:
+                if not todo:
+                    if self._archive_busy == 0:
+                        self._signal_archive_drained()
+                    waker = loop.create_future()
+                    self._archivers_idle.append(waker)
+                    await waker
+                    continue
+                jobs = todo.popleft()
+                self._archive_busy += 1
                 try:
-                    version = await write_archive(self.storage, jobs)
-                    break
-                except StorageError as exc:
-                    await self._backoff(attempt, exc)
-                    attempt += 1
+                    if len(jobs) > _RENDER_LATER:
+                        # Yield once: the next commit (already woken by its ops) starts
+                        # its write first, and this object is rendered while it is in flight.
+                        await asyncio.sleep(0)
+                    await self._archive(jobs)
+                finally:
+                    self._archive_busy -= 1
+        finally:
+            self._archivers -= 1
+
+    async def _archive(self, jobs: list[StoredJob]) -> None:
+        attempt = 0
+        while True:
+            try:
+                version = await write_archive(self.storage, jobs)
+                break
+            except StorageError as exc:
+                await self._backoff(attempt, exc)
+                attempt += 1
         self.counters.archives += 1
         self._internal.append(MarkArchived((version,)))
 
+    def _signal_archive_drained(self) -> None:
+        drained, self._archive_drained = self._archive_drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    async def _archive_drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until every due archive object is written."""
+        if not self._archive_todo and self._archive_busy == 0:
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        drained = self._archive_drained = loop.create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(drained), timeout)
+
     async def _final_commit(self) -> None:
         """Graceful stop: wait for archive writes, then release the lease in one write."""
-        archives = [t for t in self._side if t.get_name().startswith("osqueue-archive")]
-        if archives:
-            await asyncio.wait(archives, timeout=self.config.drain_timeout_s / 2)
+        await self._archive_drain(self.config.drain_timeout_s / 2)
         merged = tuple(
             v for op in self._internal if isinstance(op, MarkArchived) for v in op.versions
         )

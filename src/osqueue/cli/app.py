@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import importlib
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -55,6 +56,8 @@ class OsqueueGroup(TyperGroup):
         except KeyboardInterrupt:
             stderr().print("[yellow]interrupted[/]")
             raise typer.Exit(exits.INTERRUPTED) from None
+        except BrokenPipeError:
+            raise typer.Exit(exits.closed_stdout()) from None
         except Exception as exc:
             state = ctx.obj if isinstance(ctx.obj, CliState) else CliState(debug=False)
             raise typer.Exit(exits.report(exc, debug=state.debug)) from None
@@ -176,4 +179,7 @@ def _demo(ctx: typer.Context) -> None:
 
 def main() -> None:
     """Console-script entry point (``osqueue = "osqueue.cli.app:main"``)."""
-    app(prog_name="osqueue")
+    try:
+        app(prog_name="osqueue")
+    except BrokenPipeError:  # ``osqueue --help | head``: the reader left; not an error
+        sys.exit(exits.closed_stdout())

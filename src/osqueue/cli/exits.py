@@ -7,6 +7,9 @@ Scripts can tell failures apart by exit code (``osqueue push ... || case $?``);
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import traceback
 
 from rich.markup import escape
@@ -23,6 +26,9 @@ USAGE = 2
 INTERNAL = 70
 #: Stopped by Ctrl-C before finishing.
 INTERRUPTED = 130
+#: Standard output was closed by its reader (``osqueue ... | head``), as a shell
+#: reports a process killed by SIGPIPE.
+BROKEN_PIPE = 141
 
 #: Most specific class first is not needed: the lookup walks the exception's MRO.
 EXIT_CODES: dict[type[errors.OsqueueError], int] = {
@@ -77,6 +83,19 @@ def report(exc: BaseException, *, debug: bool) -> int:
     if not debug and not isinstance(exc, errors.OsqueueError):
         console.print("[dim]run with --debug for the traceback[/]")
     return exit_code(exc)
+
+
+def closed_stdout() -> int:
+    """Standard output's reader went away: print nothing more, and say so by exit code.
+
+    Standard output is pointed at ``/dev/null`` so the interpreter's final flush
+    does not fail a second time.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return BROKEN_PIPE
 
 
 def warn(message: str) -> None:
