@@ -549,3 +549,33 @@ async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:
             depths.append(n)
     assert len(set(depths)) == 1
     await broker.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"lease_s": 0}, "lease_s"),
+        ({"max_batch_ops": 0}, "max_batch_ops"),
+        ({"max_pending_ops": -1}, "max_pending_ops"),
+        ({"archive_concurrency": 0}, "archive_concurrency"),
+        ({"archive_concurrency": 2.5}, "archive_concurrency"),
+    ],
+)
+def test_bad_config_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        osqueue.BrokerConfig(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("wait_s", [-1.0, float("nan"), "5", 10**9])
+async def test_a_bad_claim_wait_names_the_field_and_changes_nothing(wait_s: object) -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config()) as broker:
+        q = broker.client()
+        await q.push(b"x")
+        version = broker.document.version
+        with pytest.raises(InvalidInput) as info:
+            await q.claim("w", wait_s=wait_s)  # type: ignore[arg-type]
+        assert info.value.field == "wait_s"
+        assert broker.document.version == version
+        assert [job.payload for job in await q.claim("w")] == [b"x"]

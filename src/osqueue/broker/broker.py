@@ -136,6 +136,8 @@ class Broker:
         self._futures: _Futures = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._max_pending = self.config.max_pending_ops
+        self._max_batch = self.config.max_batch_ops
+        self._renew_s = self.config.renew_interval_s
         self._internal: list[Op] = []
         self._waiters: list[_Waiter] = []
         #: the commit loop's wake-up while it idles (set by the first op to arrive)
@@ -449,9 +451,7 @@ class Broker:
                     await self._idle_wait()
                     if not self._pending and not self._due_for_commit():
                         continue
-                n = self.config.max_batch_ops
-                batch, futures = self._pending[:n], self._futures[:n]
-                del self._pending[:n], self._futures[:n]
+                batch, futures = self._take_batch()
                 try:
                     await self._commit(batch, futures)
                 except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
@@ -475,9 +475,20 @@ class Broker:
                 self.state = State.STOPPED
             self._done.set()
 
+    def _take_batch(self) -> tuple[list[Op], _Futures]:
+        """The next commit's ops and their futures: the oldest ``max_batch_ops``."""
+        n = self._max_batch
+        if len(self._pending) <= n:  # the whole backlog is one batch
+            batch, futures = self._pending, self._futures
+            self._pending, self._futures = [], []
+        else:
+            batch, futures = self._pending[:n], self._futures[:n]
+            del self._pending[:n], self._futures[:n]
+        return batch, futures
+
     def _due_for_commit(self) -> bool:
         """An idle commit is due: lease renewal, or a sweep someone is waiting on."""
-        if self.clock.monotonic() - self._last_write >= self.config.renew_interval_s:
+        if self.clock.monotonic() - self._last_write >= self._renew_s:
             return True
         if self._waiters and self._doc is not None:
             wake = next_wakeup(self._doc, self.policy)
@@ -494,10 +505,11 @@ class Broker:
         self._timer = None
         self._poke()
 
-    def _arm_timer(self, timeout: float) -> None:
-        """Make sure the loop wakes within ``timeout`` (an earlier timer is kept: it
-        wakes the loop early once, and the loop arms again)."""
-        at = self.clock.monotonic() + timeout
+    def _arm_timer(self, timeout: float, mono: float) -> None:
+        """Make sure the loop wakes within ``timeout`` of ``mono`` (the clock's
+        monotonic time now).  An earlier timer is kept: it wakes the loop early
+        once, and the loop arms again."""
+        at = mono + timeout
         if self._timer is not None:
             if self._timer_at <= at:
                 return
@@ -513,28 +525,35 @@ class Broker:
         self._timer_at = at
 
     async def _idle_wait(self) -> None:
-        self._wake_waiters()
+        if self._waiters:
+            self._wake_waiters()
         if self._pending or self._closing:
             return
-        timeout = self.config.renew_interval_s - (self.clock.monotonic() - self._last_write)
+        mono = self.clock.monotonic()
+        timeout = self._renew_s - (mono - self._last_write)
         if self._waiters and self._doc is not None:
             wake = next_wakeup(self._doc, self.policy)
             if wake is not None:
                 timeout = min(timeout, wake - self.clock.now())
         if timeout <= 0:
             return
-        self._arm_timer(timeout)
+        self._arm_timer(timeout, mono)
         loop = self._loop or asyncio.get_running_loop()
         waker = self._waker = loop.create_future()
         try:
             await waker
         finally:
             self._waker = None
-        self._wake_waiters()
+        if self._waiters:
+            self._wake_waiters()
 
     async def _commit(self, batch: list[Op], futures: _Futures) -> None:
-        internal, self._internal = self._internal, []
-        ops = batch + internal if internal else batch
+        internal = self._internal
+        if internal:
+            self._internal = []
+            ops = batch + internal
+        else:
+            ops = batch
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
@@ -632,9 +651,12 @@ class Broker:
             self._archive_todo.append(t.completed)
             self._wake_archiver()
         self._delete_payloads(t)
-        self._wake_waiters()
+        if self._waiters:
+            self._wake_waiters()
 
     def _delete_payloads(self, t: Transition) -> None:
+        if not t.removed:
+            return
         refs = [j.payload_ref for j in t.removed if j.payload_ref]
         if refs:
             self._spawn(self._delete_refs(refs))

@@ -47,6 +47,10 @@ class BrokerConfig:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
             if not getattr(self, name) > 0:
                 raise InvalidInput(f"must be > 0, got {getattr(self, name)}", field=name)
+        for name in ("max_batch_ops", "max_pending_ops", "archive_concurrency"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
         if self.inline_payload_max_bytes > self.max_payload_bytes:
             raise InvalidInput(
                 "must not exceed max_payload_bytes", field="inline_payload_max_bytes"

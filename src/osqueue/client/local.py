@@ -43,6 +43,7 @@ from osqueue.state import (
     Result,
     RetryDead,
     StoredJob,
+    validate,
 )
 
 if TYPE_CHECKING:
@@ -241,7 +242,12 @@ class LocalClient:
         if type(queues) is not tuple:
             queues = (queues,) if isinstance(queues, str) else tuple(queues)
         op = ClaimOp(worker, queues, max_jobs)
-        result = await self.broker.claim(op, wait_s)
+        if type(wait_s) is not float or wait_s != 0.0:  # the default needs no check
+            wait_s = validate.seconds(wait_s, "wait_s") or 0.0
+        if wait_s > 0:  # parks until a commit makes a job claimable
+            result = await self.broker.claim(op, wait_s)
+        else:
+            result = await self.broker.enqueue(op)
         if type(result) is not Claimed:
             _raise_if_error(result)
             raise InvalidInput(f"unexpected result {type(result).__name__} for a claim", field="op")

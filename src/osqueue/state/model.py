@@ -10,6 +10,7 @@ broker's clock only (invariant 6).
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -23,7 +24,13 @@ STATUSES: tuple[JobStatus, ...] = ("queued", "claimed", "done", "dead")
 
 def to_datetime(ts: float) -> datetime:
     """Broker clock seconds -> a millisecond-precision UTC datetime."""
-    return datetime.fromtimestamp(round(ts, 3), UTC)
+    return _ms_datetime(round(ts, 3))
+
+
+@functools.lru_cache(maxsize=256)
+def _ms_datetime(ts: float) -> datetime:
+    # A busy broker stamps many commits within one millisecond (datetimes are immutable).
+    return datetime.fromtimestamp(ts, UTC)
 
 
 def to_seconds(dt: datetime) -> float:
