@@ -129,10 +129,53 @@ def test_invalid_utf8_in_any_string_value_is_corrupt(at: int, bad: bytes) -> Non
 
 
 def test_invalid_utf8_in_a_dedupe_tombstone_id_names_its_byte() -> None:
-    assert b'"recent":{}' in VALID
-    data = VALID.replace(b'"recent":{}', b'"recent":{"\xc3\x28":"2027-01-15T08:00:00.000Z"}', 1)
+    assert b'"tombstones":{}' in VALID
+    data = VALID.replace(
+        b'"tombstones":{}', b'"tombstones":{"2027-01-15T08:00:00Z":["ok","\xc3\x28"]}', 1
+    )
     err = _corrupt(data)
     assert err.offset == data.index(b"\xc3\x28")
+
+
+@pytest.mark.parametrize(
+    ("section", "path"),
+    [
+        (b'{"2027-01-15 08:00:00":["a"]}', "$.tombstones['2027-01-15 08:00:00']"),
+        (b'{"2027-02-30T08:00:00Z":["a"]}', "$.tombstones['2027-02-30T08:00:00Z']"),
+        (b'{"2027-01-15T08:00:00Z":["a",""]}', "$.tombstones['2027-01-15T08:00:00Z'][1]"),
+    ],
+)
+def test_a_bad_tombstone_second_or_id_names_its_path(section: bytes, path: str) -> None:
+    data = VALID.replace(b'"tombstones":{}', b'"tombstones":' + section, 1)
+    assert _corrupt(data).path == path
+
+
+def test_tombstones_in_the_other_formats_section_are_corrupt() -> None:
+    format1 = VALID.replace(b'"format":2', b'"format":1', 1)
+    with_both = format1.replace(b'"tombstones":{}', b'"tombstones":{"2027-01-15T08:00:00Z":["a"]}')
+    assert _corrupt(with_both).path == "$.tombstones"
+    stray = VALID.replace(b'"tombstones":{}', b'"recent":{"a":"2027-01-15T08:00:00Z"}', 1)
+    assert _corrupt(stray).path == "$.recent"
+
+
+def test_a_format_1_document_is_read_and_its_tombstones_kept() -> None:
+    """Format 1 stored one creation time per id; it still decodes, and the next
+    encode writes format 2 with the same ids grouped by second."""
+    format1 = VALID.replace(b'"format":2', b'"format":1', 1).replace(
+        b'"tombstones":{}',
+        b'"recent":{"old-a":"2027-01-15T07:59:59.250Z","old-b":"2027-01-15T07:59:59.900Z",'
+        b'"old-c":"2027-01-15T08:00:00.100Z"}',
+        1,
+    )
+    doc = decode(format1)
+    assert doc.recent == {"old-a": T0 - 1, "old-b": T0 - 1, "old-c": T0}
+    again = encode(doc)
+    assert b'"format":2' in again
+    assert (
+        b'"tombstones":{"2027-01-15T07:59:59Z":["old-a","old-b"],"2027-01-15T08:00:00Z":["old-c"]}'
+        in again
+    )
+    assert decode(again) == doc
 
 
 @pytest.mark.parametrize("depth", [100, 10_000, 200_000])
@@ -208,7 +251,7 @@ def test_huge_and_negative_numbers_are_corrupt_at_their_field(field: str, value:
     assert err.path == f"$.{field}" or err.offset is not None
 
 
-@pytest.mark.parametrize("fmt", [0, 2, 99, -1, "1", None, 1.0, [1]])
+@pytest.mark.parametrize("fmt", [0, 3, 99, -1, "2", None, 2.0, True, [2]])
 def test_unknown_format_versions_are_refused_at_format(fmt: object) -> None:
     err = _corrupt(json.dumps(dict(WIRE, format=fmt)).encode())
     assert err.path == "$.format"
@@ -243,7 +286,7 @@ def test_a_missing_required_field_is_corrupt_or_defaulted(field: str) -> None:
     "damage",
     [
         VALID[: len(VALID) // 2],
-        VALID.replace(b'"format":1', b'"format":7', 1),
+        VALID.replace(b'"format":2', b'"format":7', 1),
         VALID.replace(b'"queue":"default"', b'"queue":"\xff"', 1),
         b'{"format":1,"version":' + b"[" * 50_000 + b"]" * 50_000 + b"}",
         b"",

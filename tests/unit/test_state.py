@@ -280,3 +280,32 @@ def test_ids_are_ulids_sorted_by_time_and_unique() -> None:
     assert len(set(made)) == 2000
     assert all(len(i) == 26 and ID_RE.match(i) for i in made)
     assert [i[:10] for i in made] == sorted(i[:10] for i in made)
+
+
+def test_tombstones_are_ids_grouped_by_second_kept_for_the_window_then_pruned() -> None:
+    policy = Policy(dedupe_window_s=100.0)
+    ids = [f"01JD{i:022d}" for i in range(3)]  # 26 characters, like a ULID
+    doc, _ = apply(Document.empty(), [Push(id=ids[0], payload=b"p")], T0 + 0.2, policy)
+    doc, _ = apply(doc, [Push(id=ids[1], payload=b"p")], T0 + 0.7, policy)
+    doc, _ = apply(doc, [Push(id=ids[2], payload=b"p")], T0 + 1.5, policy)
+    # They leave out of creation order: the one created in a later second goes first,
+    # and the others join its second (kept a little longer, never shorter).
+    doc, _ = apply(doc, [Cancel(ids[2]), Cancel(ids[0]), Cancel(ids[1])], T0 + 2, policy)
+    section = b'"tombstones":{"2027-01-15T08:00:01Z":["%s","%s","%s"]}' % (
+        ids[2].encode(),
+        ids[0].encode(),
+        ids[1].encode(),
+    )
+    assert section in encode(doc)
+    assert len(section) - len(b'"tombstones":{"2027-01-15T08:00:01Z":[]}') == 3 * 29 - 1
+    assert decode(encode(doc)) == doc
+
+    # A retried push a whole window after the first send is still recognised...
+    doc, res = apply(doc, [Push(id=ids[0], payload=b"p")], T0 + 100.2, policy)
+    assert res == [Pushed(ids[0], False)]
+    # ...and once the tombstones are well past the window they are pruned.
+    doc, _ = apply(doc, [], T0 + 127.5, policy)
+    assert doc.recent == {}
+    assert b'"tombstones":{}' in encode(doc)
+    doc, res = apply(doc, [Push(id=ids[0], payload=b"p")], T0 + 128, policy)
+    assert res == [Pushed(ids[0], True)]

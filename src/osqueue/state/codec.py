@@ -14,8 +14,8 @@ import re
 import msgspec
 
 from osqueue.errors import CorruptDocument
-from osqueue.state.document import Document
-from osqueue.state.model import FORMAT, Header, StoredJob, WireDocument
+from osqueue.state.document import Document, parse_second
+from osqueue.state.model import FORMAT, READABLE_FORMATS, Header, StoredJob, WireDocument
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WireDocument)
@@ -32,12 +32,13 @@ def encode(doc: Document) -> bytes:
     """The document's bytes; deterministic for equal documents.
 
     Jobs are joined from their cached encodings (only jobs changed since the
-    last encode are re-encoded) and the dedupe tombstones from a section that
-    grows by appending, so a commit's encode cost is dominated by a byte join.
+    last encode are re-encoded) and the dedupe tombstones (ids grouped by
+    second) from a section that grows by appending, so a commit's encode cost
+    is dominated by a byte join.  It always writes :data:`FORMAT`.
     """
     head = _encoder.encode(
         Header(
-            format=doc.format,
+            format=FORMAT,
             version=doc.version,
             broker=doc.broker,
             next_token=doc.next_token,
@@ -46,12 +47,14 @@ def encode(doc: Document) -> bytes:
             stats=doc.stats,
         )
     )
+    tombstones = doc.recent_section(_encoder.encode)
     return b"".join(
         (
             head[:-1],
-            b',"recent":{',
-            doc.recent_section(_encoder.encode),
-            b'},"jobs":[',
+            b',"tombstones":{',
+            tombstones,
+            b"]}" if tombstones else b"}",  # close the last second's list, then the map
+            b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
         )
@@ -108,9 +111,10 @@ def _check_format(data: bytes) -> None:
         probe = msgspec.json.decode(data, type=_FormatOnly)
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return  # the full decode reports the real problem
-    if probe.format != FORMAT:
+    if type(probe.format) is not int or probe.format not in READABLE_FORMATS:
+        readable = " and ".join(str(f) for f in READABLE_FORMATS)
         raise CorruptDocument(
-            f"queue document has format {probe.format!r}; this osqueue reads format {FORMAT}"
+            f"queue document has format {probe.format!r}; this osqueue reads formats {readable}"
             " (upgrade osqueue, or point it at the right queue)",
             path="$.format",
         )
@@ -129,7 +133,7 @@ def decode(data: bytes) -> Document:
         raise _not_utf8(data) from exc
     except RecursionError as exc:
         raise _too_deep(data) from exc
-    if wire.format != FORMAT:
+    if wire.format not in READABLE_FORMATS or type(wire.format) is not int:
         _check_format(data)
     _validate(wire)
     jobs = {job.id: job for job in wire.jobs}
@@ -140,9 +144,29 @@ def decode(data: bytes) -> Document:
         next_seq=wire.next_seq,
         archived_through=wire.archived_through,
         stats=wire.stats,
-        recent=wire.recent,
+        recent=_tombstones(wire),
         jobs=jobs,
     )
+
+
+def _tombstones(wire: WireDocument) -> dict[str, int]:
+    """The dedupe tombstones as id -> second, from either format's section."""
+    if wire.format == 1:
+        if wire.tombstones:
+            raise _fail("$.tombstones", "a format 1 document keeps its tombstones in recent")
+        return {job_id: int(created.timestamp()) for job_id, created in wire.recent.items()}
+    if wire.recent:
+        raise _fail("$.recent", f"a format {wire.format} document keeps them in tombstones")
+    out: dict[str, int] = {}
+    for key, ids in wire.tombstones.items():
+        second = parse_second(key)
+        if second is None:
+            raise _fail(f"$.tombstones[{key!r}]", "is not a second (YYYY-MM-DDTHH:MM:SSZ)")
+        for i, job_id in enumerate(ids):
+            if not job_id:
+                raise _fail(f"$.tombstones[{key!r}][{i}]", "must not be empty")
+            out[job_id] = second
+    return out
 
 
 def _fail(path: str, message: str) -> CorruptDocument:

@@ -8,14 +8,17 @@ the jobs a commit changed.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, BrokerInfo, Counters, StoredJob
 
-#: an upper estimate of one dedupe tombstone's encoded size (a 64-character id and a time)
-TOMBSTONE_BYTES = 96
+#: an upper estimate of everything in the document but its jobs and tombstones
+#: (format, version, the broker's id, address and lease, counters, punctuation)
+HEAD_BYTES = 2048
 
 
 def job_size(job: StoredJob) -> int:
@@ -51,7 +54,7 @@ class Document:
         next_seq: int = 1,
         archived_through: int = 0,
         stats: Counters | None = None,
-        recent: dict[str, datetime] | None = None,
+        recent: dict[str, int] | None = None,
         jobs: dict[str, StoredJob] | None = None,
         index: Index | None = None,
         frags: dict[str, bytes] | None = None,
@@ -144,34 +147,60 @@ class Document:
         return frags.values()
 
     # -- dedupe tombstones ----------------------------------------------------------
+    #
+    # ``recent`` maps each remembered id to a second (Unix time): the second its
+    # job was created, or a later one.  Seconds never decrease in insertion order,
+    # so the encoded section groups ids by second and grows by appending:
+    # ``"2026-11-22T04:44:12Z":["id1","id2"],"2026-11-22T04:44:13Z":["id3"``
+    # (the last list is left open; the encoder closes it).
 
     def add_tombstone(
         self, job_id: str, created_at: datetime, encode: Callable[[object], bytes]
     ) -> None:
         """Remember that ``job_id`` existed (a retried push of it is applied once)."""
-        if job_id in self.recent:
+        recent = self.recent
+        if job_id in recent:
             return
-        self.recent[job_id] = created_at
+        second = int(created_at.timestamp())
+        last = next(reversed(recent.values())) if recent else None
+        if last is not None and second < last:
+            second = last  # a later second only keeps the tombstone a little longer
+        recent[job_id] = second
         blob = self._recent_blob
-        if blob is not None:
+        if blob is None:
+            return
+        if second == last:
+            blob += b","
+        else:
             if blob:
-                blob += b","
-            blob += encode(job_id)
-            blob += b":"
-            blob += encode(created_at)
+                blob += b"],"
+            blob += _second_key(second)
+        blob += encode(job_id)
 
-    def set_recent(self, recent: dict[str, datetime]) -> None:
+    def set_recent(self, recent: dict[str, int]) -> None:
         self.recent = recent
         self._recent_blob = None
 
     def recent_section(self, encode: Callable[[object], bytes]) -> bytearray:
-        """The encoded ``recent`` map (cached; appended to as tombstones are added).
+        """The encoded inside of the ``tombstones`` map, its last list left open
+        (cached; appended to as tombstones are added).
 
         The cache itself is returned (not a copy): use it before the next change.
         """
-        if self._recent_blob is None:
-            self._recent_blob = bytearray(encode(self.recent)[1:-1])
-        return self._recent_blob
+        blob = self._recent_blob
+        if blob is None:
+            blob = self._recent_blob = bytearray()
+            last: int | None = None
+            for job_id, second in self.recent.items():
+                if second == last:
+                    blob += b","
+                else:
+                    if blob:
+                        blob += b"],"
+                    blob += _second_key(second)
+                    last = second
+                blob += encode(job_id)
+        return blob
 
     # -- reading ------------------------------------------------------------------
 
@@ -200,3 +229,31 @@ class Document:
 
     def __repr__(self) -> str:
         return f"Document(version={self.version}, jobs={len(self.jobs)}, broker={self.broker!r})"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second_key(second: int) -> bytes:
+    """``"YYYY-MM-DDTHH:MM:SSZ":[`` for a second of Unix time."""
+    return b'"' + second_text(second).encode() + b'":['
+
+
+def second_text(second: int) -> str:
+    """A tombstone second as written: ``YYYY-MM-DDTHH:MM:SSZ`` (UTC)."""
+    t = datetime.fromtimestamp(second, UTC)
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
+
+
+_SECOND = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})Z")
+
+
+def parse_second(text: str) -> int | None:
+    """The Unix second a tombstone key names, or None if it is not one."""
+    m = _SECOND.fullmatch(text)
+    if m is None:
+        return None
+    try:
+        year, month, day, hour, minute, sec = (int(part) for part in m.groups())
+        t = datetime(year, month, day, hour, minute, sec, tzinfo=UTC)
+    except ValueError:  # month 13, February 30, ...
+        return None
+    return int(t.timestamp())

@@ -16,7 +16,11 @@ from typing import Literal
 
 import msgspec
 
-FORMAT = 1
+#: The format this osqueue writes.  Format 2 stores dedupe tombstones grouped by
+#: second (``"tombstones": {"<second>Z": [ids]}``); format 1 stored one time per
+#: id (``"recent": {id: time}``).  Both are read; the first write upgrades.
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 JobStatus = Literal["queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("queued", "claimed", "done", "dead")
@@ -116,5 +120,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     next_seq: int
     archived_through: int
     stats: Counters
-    recent: dict[str, datetime]
     jobs: list[StoredJob]
+    #: format 1's tombstones: id -> the job's creation time
+    recent: dict[str, datetime] = {}
+    #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
+    tombstones: dict[str, list[str]] = {}

@@ -26,7 +26,7 @@ from osqueue.errors import (
     QueueFull,
 )
 from osqueue.state import validate
-from osqueue.state.document import TOMBSTONE_BYTES, Document, job_size
+from osqueue.state.document import HEAD_BYTES, Document, job_size
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -185,8 +185,11 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
-        tombstones = len(doc.recent) * TOMBSTONE_BYTES  # they live for dedupe_window_s
-        if doc.approx_bytes + tombstones + job_size(job) > self.policy.max_document_bytes:
+        # Jobs are counted by an upper estimate, tombstones (they live for
+        # dedupe_window_s) by their encoded size, the rest by a fixed allowance.
+        tombstones = len(doc.recent_section(_encode))
+        size = HEAD_BYTES + doc.approx_bytes + tombstones + job_size(job)
+        if size > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
                 f"{self.policy.max_document_bytes}; retry when workers have caught up"
@@ -369,11 +372,13 @@ class _Tx:
         if not recent:
             return
         window = self.policy.dedupe_window_s
-        oldest = next(iter(recent.values()))
+        oldest = next(iter(recent.values()))  # seconds never decrease in insertion order
         # Rebuild only once the oldest is well past the window: O(n) per window/4.
-        if oldest.timestamp() < self.now - 1.25 * window:
+        # A tombstone's second is its job's creation time rounded down, so "+ 1"
+        # keeps it at least dedupe_window_s after its job was created.
+        if oldest + 1 < self.now - 1.25 * window:
             cutoff = self.now - window
-            self.doc.set_recent({k: v for k, v in recent.items() if v.timestamp() >= cutoff})
+            self.doc.set_recent({k: v for k, v in recent.items() if v + 1 >= cutoff})
 
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
