@@ -31,6 +31,7 @@ from osqueue.state import (
     decode,
     encode,
 )
+from osqueue.state.codec import decode_owner
 from osqueue.storage.memory import MemoryStorage
 
 T0 = 1_800_000_000.0
@@ -317,3 +318,30 @@ def test_a_broker_on_a_corrupt_document_refuses_to_start_and_leaves_the_bytes(
     assert refused.path is not None or refused.offset is not None
     assert after == damage  # not a byte changed
     assert keys == [DOCUMENT_KEY]  # and nothing else written beside it
+
+
+# --------------------------------------------------------------------------- finding the broker
+
+
+def test_decode_owner_reads_only_the_broker_of_any_format() -> None:
+    doc = decode(VALID)
+    assert decode_owner(VALID) == (doc.version, doc.broker)
+    future = json.dumps(dict(WIRE, format=99, jobs={"new": "layout"}, extra=[1, 2])).encode()
+    assert decode_owner(future) == (doc.version, doc.broker)  # a client still finds it
+    assert _corrupt(future).path == "$.format"  # while a broker refuses to touch it
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=8))
+@example([])
+def test_decode_owner_returns_or_names_the_damage(edits: list[tuple[int, int]]) -> None:
+    data = bytearray(VALID)
+    for at, value in edits:
+        data[at] = value
+    for candidate in (bytes(data), bytes(data[: len(data) // 2])):
+        error: CorruptDocument | None = None
+        try:
+            decode_owner(candidate)
+        except CorruptDocument as exc:
+            error = exc
+        assert error is None or error.path is not None or error.offset is not None

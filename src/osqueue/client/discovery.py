@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from osqueue.errors import NotFound
-from osqueue.state import DOCUMENT_KEY, decode
+from osqueue.state import DOCUMENT_KEY
+from osqueue.state.codec import decode_owner
 from osqueue.storage.port import Storage
 
 
@@ -42,15 +43,15 @@ class Discovery:
     async def locate(self) -> BrokerLocation | None:
         """The current owner, or None when there is no document or no owner yet.
 
-        Raises ``CorruptDocument`` if the document does not decode and
-        ``StorageError`` if it cannot be read.
+        Only the document's ``version`` and ``broker`` are decoded (any format).
+        Raises ``CorruptDocument`` if they do not decode and ``StorageError`` if
+        the document cannot be read.
         """
         try:
             blob = await self.storage.read(DOCUMENT_KEY)
         except NotFound:
             return None
-        doc = decode(blob.data)
-        owner = doc.broker
+        version, owner = decode_owner(blob.data)
         if owner is None:
             return None
         self.last = BrokerLocation(
@@ -58,7 +59,7 @@ class Discovery:
             address=owner.address,
             epoch=owner.epoch,
             lease_until=owner.lease_until.timestamp(),
-            version=doc.version,
+            version=version,
             heartbeat_timeout_s=owner.heartbeat_timeout_s,
         )
         return self.last

@@ -15,7 +15,14 @@ import msgspec
 
 from osqueue.errors import CorruptDocument
 from osqueue.state.document import Document, parse_second
-from osqueue.state.model import FORMAT, READABLE_FORMATS, Header, StoredJob, WireDocument
+from osqueue.state.model import (
+    FORMAT,
+    READABLE_FORMATS,
+    BrokerInfo,
+    Header,
+    StoredJob,
+    WireDocument,
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WireDocument)
@@ -167,6 +174,32 @@ def _tombstones(wire: WireDocument) -> dict[str, int]:
                 raise _fail(f"$.tombstones[{key!r}][{i}]", "must not be empty")
             out[job_id] = second
     return out
+
+
+class _Owner(msgspec.Struct):
+    version: int
+    broker: BrokerInfo | None
+
+
+_owner_decoder = msgspec.json.Decoder(_Owner)
+
+
+def decode_owner(data: bytes) -> tuple[int, BrokerInfo | None]:
+    """Only the document's ``version`` and ``broker``: what a client needs to find
+    the broker.  Every other field is skipped unread, so this is fast on a large
+    document and works on any format (a client need not know the tombstones'
+    or jobs' layout of the broker it looks for)."""
+    if not data:
+        raise CorruptDocument("queue document is empty (0 bytes)", offset=0)
+    try:
+        owner = _owner_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise _corrupt(exc, data) from exc
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(data) from exc
+    except RecursionError as exc:
+        raise _too_deep(data) from exc
+    return owner.version, owner.broker
 
 
 def _fail(path: str, message: str) -> CorruptDocument:
