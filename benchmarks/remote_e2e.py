@@ -14,7 +14,9 @@ the fresh queue, one process makes single calls, one at a time, for
 ``stats_rpc_per_s`` (no commit: the gRPC round trip alone).
 
 Prints one JSON line (the median run by jobs/s) on stdout; each run on stderr.
-``latency+file:///dir?write_ms=200`` injects write latency.
+``latency+file:///dir?write_ms=200`` injects write latency.  Every process runs
+on the runtime of ``osqueue broker`` and ``osqueue work`` (``osqueue.runtime``:
+uvloop when installed, ``OSQUEUE_EVENT_LOOP`` chooses, and raised GC thresholds).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import time
 from typing import Any
 
 from osqueue.client.remote import RemoteConfig, connect
+from osqueue.runtime import run, tune_gc
 from osqueue.server import run_broker
 
 PY = sys.executable
@@ -236,14 +239,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if args.role:  # a child: the runtime `osqueue broker` and `osqueue work` use
+        tune_gc()
     if args.role == "broker":
-        asyncio.run(role_broker(args.url))
+        run(role_broker(args.url))
     elif args.role == "producer":
-        asyncio.run(role_producer(args.url, args.jobs, args.tasks))
+        run(role_producer(args.url, args.jobs, args.tasks))
     elif args.role == "worker":
-        asyncio.run(role_worker(args.url, args.jobs, args.batch, args.claimers))
+        run(role_worker(args.url, args.jobs, args.batch, args.claimers))
     elif args.role == "unbatched":
-        asyncio.run(role_unbatched(args.url, args.seconds))
+        run(role_unbatched(args.url, args.seconds))
     else:
         runs = [one_run(args) for _ in range(args.runs)]
         runs.sort(key=lambda r: r["jobs_per_s"])

@@ -309,3 +309,26 @@ def test_tombstones_are_ids_grouped_by_second_kept_for_the_window_then_pruned() 
     assert b'"tombstones":{}' in encode(doc)
     doc, res = apply(doc, [Push(id=ids[0], payload=b"p")], T0 + 128, policy)
     assert res == [Pushed(ids[0], True)]
+
+
+def test_the_sweep_reclaims_exactly_the_expired_claims_even_when_the_clock_steps_back() -> None:
+    policy = Policy(heartbeat_timeout_s=20.0)
+    doc, _ = apply(Document.empty(), [push(1), push(2), push(3)], T0, policy)
+    doc, _ = apply(doc, [ClaimOp("w", max_jobs=1)], T0, policy)  # j1, heartbeat T0
+    doc, _ = apply(doc, [ClaimOp("w", max_jobs=1)], T0 + 5, policy)  # j2, heartbeat T0+5
+    doc, _ = apply(doc, [], T0 + 20.5, policy)
+    assert [j.status for j in doc.jobs.values()] == ["queued", "claimed", "queued"]
+    doc, _ = apply(doc, [], T0 + 24.9, policy)  # nobody expired: j2 has until T0+25
+    assert doc.jobs["j2"].status == "claimed"
+    doc, _ = apply(doc, [], T0 + 25.5, policy)
+    assert doc.jobs["j2"].status == "queued"
+
+    # The clock steps back 10 s: a claim stamped then is older than every other.
+    doc, _ = apply(doc, [ClaimOp("w", max_jobs=1)], T0 + 30, policy)  # heartbeat T0+30
+    doc, _ = apply(doc, [ClaimOp("w", max_jobs=1)], T0 + 20, policy)  # heartbeat T0+20
+    claimed_at = {j.id: j.claim.heartbeat_at.timestamp() for j in doc.jobs.values() if j.claim}
+    older = min(claimed_at, key=claimed_at.__getitem__)
+    assert claimed_at[older] == T0 + 20
+    doc, _ = apply(doc, [], T0 + 40.5, policy)
+    assert doc.jobs[older].status == "queued"
+    assert [j.id for j in doc.jobs.values() if j.status == "claimed"] != []

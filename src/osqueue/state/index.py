@@ -6,6 +6,8 @@
   entries move to ``ready`` when a claim looks.
 * ``keys``: idempotency key -> id of the live (queued or claimed) job holding it.
 * ``claimed``: ids of claimed jobs (the heartbeat sweep walks only these).
+* ``heartbeat_floor``: no claimed job's last heartbeat is older than this
+  (``None``: not known), so the sweep walks them only when one may have expired.
 * ``done``: ids of done jobs waiting for their archive object.
 * ``counts``: ``(queue, status) -> n`` for O(queues) stats.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from osqueue.state.model import StoredJob
 
@@ -33,6 +36,7 @@ class Index:
     claimed: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    heartbeat_floor: datetime | None = None
 
     @classmethod
     def build(cls, jobs: Iterable[StoredJob]) -> Index:
@@ -48,6 +52,7 @@ class Index:
                     index.keys[job.key] = job.id
             elif job.status == "claimed":
                 index.claimed.add(job.id)
+                index._lower_floor(job)
                 if job.key is not None:
                     index.keys[job.key] = job.id
             elif job.status == "done":
@@ -65,7 +70,21 @@ class Index:
             claimed=set(self.claimed),
             done=set(self.done),
             counts=dict(self.counts),
+            heartbeat_floor=self.heartbeat_floor,
         )
+
+    def _lower_floor(self, job: StoredJob) -> None:
+        """Keep ``heartbeat_floor`` a lower bound after ``job`` joined ``claimed``."""
+        claim = job.claim
+        if claim is None:  # a claimed job without its claim: the decoder refuses these
+            self.heartbeat_floor = None
+            return
+        floor = self.heartbeat_floor
+        if floor is None:
+            if len(self.claimed) == 1:  # the only claimed job: its heartbeat is the floor
+                self.heartbeat_floor = claim.heartbeat_at
+        elif claim.heartbeat_at < floor:
+            self.heartbeat_floor = claim.heartbeat_at
 
     def _count(self, job: StoredJob, delta: int) -> None:
         k = (job.queue, job.status)
@@ -111,6 +130,7 @@ class Index:
                 self.keys[job.key] = job.id
         elif status == "claimed":
             self.claimed.add(job.id)
+            self._lower_floor(job)
             if job.key is not None:
                 self.keys[job.key] = job.id
         elif status == "done":

@@ -341,19 +341,29 @@ class _Tx:
     # -- the sweep that rides along with every commit ------------------------------
 
     def sweep(self) -> None:
-        if not self.doc.index.claimed:
+        index = self.doc.index
+        if not index.claimed:
             self._prune_recent()
             return
         timeout = self.policy.heartbeat_timeout_s
-        jobs = self.doc.jobs
         # Compare datetimes (no float conversion per claimed job) to find candidates
         # (1 ms of slack over the exact test below), and sort only those.
-        cutoff = datetime.fromtimestamp(self.now - timeout + 0.001, UTC)
-        expired = [
-            job_id
-            for job_id in self.doc.index.claimed
-            if jobs[job_id].claim.heartbeat_at < cutoff  # type: ignore[union-attr]
-        ]
+        cutoff = _datetime_at(self.now - timeout + 0.001)
+        floor = index.heartbeat_floor
+        if floor is None or floor < cutoff:  # one may have expired: walk the claims
+            self._reclaim_expired(cutoff, timeout)
+        self._prune_recent()
+
+    def _reclaim_expired(self, cutoff: datetime, timeout: float) -> None:
+        jobs, index = self.doc.jobs, self.doc.index
+        expired: list[str] = []
+        floor: datetime | None = None  # the oldest heartbeat among the live claims
+        for job_id in index.claimed:
+            heartbeat_at = jobs[job_id].claim.heartbeat_at  # type: ignore[union-attr]
+            if heartbeat_at < cutoff:
+                expired.append(job_id)
+            elif floor is None or heartbeat_at < floor:
+                floor = heartbeat_at
         for job_id in sorted(expired):
             job = jobs[job_id]
             assert job.claim is not None
@@ -365,7 +375,9 @@ class _Tx:
                 self.stats["reclaimed"] += 1
                 self._put(self._requeue(job, error, None))
                 self.reclaimed.append(job_id)
-        self._prune_recent()
+            elif floor is None or job.claim.heartbeat_at < floor:
+                floor = job.claim.heartbeat_at  # within the slack: still claimed
+        index.heartbeat_floor = floor
 
     def _prune_recent(self) -> None:
         recent = self.doc.recent
@@ -379,6 +391,10 @@ class _Tx:
         if oldest + 1 < self.now - 1.25 * window:
             cutoff = self.now - window
             self.doc.set_recent({k: v for k, v in recent.items() if v + 1 >= cutoff})
+
+
+def _datetime_at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
 
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
