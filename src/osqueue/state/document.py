@@ -166,16 +166,8 @@ class Document:
         if last is not None and second < last:
             second = last  # a later second only keeps the tombstone a little longer
         recent[job_id] = second
-        blob = self._recent_blob
-        if blob is None:
-            return
-        if second == last:
-            blob += b","
-        else:
-            if blob:
-                blob += b"],"
-            blob += _second_key(second)
-        blob += encode(job_id)
+        if self._recent_blob is not None:
+            _append_tombstone(self._recent_blob, job_id, second, last, encode)
 
     def set_recent(self, recent: dict[str, int]) -> None:
         self.recent = recent
@@ -192,14 +184,8 @@ class Document:
             blob = self._recent_blob = bytearray()
             last: int | None = None
             for job_id, second in self.recent.items():
-                if second == last:
-                    blob += b","
-                else:
-                    if blob:
-                        blob += b"],"
-                    blob += _second_key(second)
-                    last = second
-                blob += encode(job_id)
+                _append_tombstone(blob, job_id, second, last, encode)
+                last = second
         return blob
 
     # -- reading ------------------------------------------------------------------
@@ -229,6 +215,24 @@ class Document:
 
     def __repr__(self) -> str:
         return f"Document(version={self.version}, jobs={len(self.jobs)}, broker={self.broker!r})"
+
+
+def _append_tombstone(
+    blob: bytearray,
+    job_id: str,
+    second: int,
+    last: int | None,
+    encode: Callable[[object], bytes],
+) -> None:
+    """Add ``job_id`` to the encoded section: to the open list of ``last``'s second,
+    or in a new list of its own second."""
+    if second == last:
+        blob += b","
+    else:
+        if blob:
+            blob += b"],"
+        blob += _second_key(second)
+    blob += encode(job_id)
 
 
 @functools.lru_cache(maxsize=1024)
