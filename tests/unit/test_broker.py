@@ -579,3 +579,36 @@ async def test_a_bad_claim_wait_names_the_field_and_changes_nothing(wait_s: obje
         assert info.value.field == "wait_s"
         assert broker.document.version == version
         assert [job.payload for job in await q.claim("w")] == [b"x"]
+
+
+async def test_archive_writes_are_bounded_by_archive_concurrency_and_stop_waits_for_them() -> None:
+    store = MemoryStorage()
+    two_in_flight = asyncio.Event()
+    in_flight, peak = 0, 0
+    original = store.write
+
+    async def slow(key: str, data: bytes, *, if_match: str | None) -> str:
+        nonlocal in_flight, peak
+        if key.startswith("archive/"):  # a slow store for archive objects (50 ms each)
+            in_flight += 1
+            peak = max(peak, in_flight)
+            if in_flight == 2:
+                two_in_flight.set()
+            await asyncio.sleep(0.05)
+            in_flight -= 1
+        return await original(key, data, if_match=if_match)
+
+    store.write = slow  # type: ignore[method-assign]
+    broker = osqueue.Broker(store, config(archive_concurrency=2))
+    await broker.start()
+    q = broker.client()
+    await q.push_many([osqueue.NewJob(b"%d" % i) for i in range(5)])
+    for job in await q.claim("w", max_jobs=5):
+        await q.complete(job)  # one commit each: five archive objects due
+    await two_in_flight.wait()
+    archivers = [t for t in broker._side if t.get_name().startswith("osqueue-archive")]
+    assert len(archivers) == 2  # long-lived, not one task per commit
+    await broker.stop()  # archive writes are still in flight: the last commit waits
+    assert peak == 2
+    assert len(await store.list("archive/")) == 5
+    assert not [j for j in (await stored(store)).jobs.values() if j.status == "done"]
