@@ -707,8 +707,10 @@ class Broker:
                     await self._archive(jobs)
                 finally:
                     self._archive_busy -= 1
-        finally:
+        finally:  # cancelled with the broker, or a bug (logged by _side_done)
             self._archivers -= 1
+            if not todo and self._archive_busy == 0:
+                self._signal_archive_drained()
 
     async def _archive(self, jobs: list[StoredJob]) -> None:
         attempt = 0
