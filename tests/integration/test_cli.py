@@ -189,6 +189,8 @@ def test_status_table_and_json_read_storage_without_a_broker(qdir: Path) -> None
     assert status["queues"]["b"]["delayed"] == 1
     assert status["queues"]["c"]["dead"] == 1
     assert (status["depth"], status["claimed"], status["dead"]) == (3, 1, 1)
+    assert status["tombstones"] == 0  # the seed's ids were made up by the client
+    assert status["document_bytes"] >= (qdir / DOCUMENT_KEY).stat().st_size
     assert ids["b"]  # seeded
 
     table = invoke("status", url_of(qdir))

@@ -21,7 +21,7 @@ from osqueue.errors import (
     ShuttingDown,
     StorageError,
 )
-from osqueue.state import DOCUMENT_KEY, decode
+from osqueue.state import DOCUMENT_KEY, decode, encode
 from osqueue.storage import MemoryStorage
 from osqueue.storage.port import Blob, Capabilities, Storage
 
@@ -309,6 +309,9 @@ async def test_a_caller_chosen_id_keeps_a_tombstone_and_its_retried_push_is_appl
         job_id = await q.push(b"a", id="chosen-1")
         doc = await _run_to_pruned(broker, [job_id])
         assert "chosen-1" in doc.recent
+        stats = await q.stats()
+        assert stats.tombstones == len(doc.recent) >= 1
+        assert stats.document_bytes >= len(encode(doc))  # what the cap counts, from above
         # The same push again (its answer was lost, say): recognised, not re-created.
         assert await q.push(b"a", id="chosen-1") == "chosen-1"
         assert "chosen-1" not in broker.document.jobs

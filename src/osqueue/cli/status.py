@@ -99,6 +99,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "url": url,
         "version": doc.version,
         "document_bytes": stats.document_bytes,
+        "tombstones": stats.tombstones,
         "broker": broker,
         "depth": stats.depth,
         "claimed": stats.claimed,
@@ -117,7 +118,10 @@ def render(snapshot: dict[str, Any]) -> Group:
     broker = snapshot["broker"]
     head = Text()
     head.append(f"{snapshot['url']}", style="bold")
-    head.append(f"  version {snapshot['version']}  {snapshot['document_bytes']:,} bytes\n")
+    head.append(
+        f"  version {snapshot['version']}  {snapshot['document_bytes']:,} bytes"
+        f"  {snapshot['tombstones']:,} dedupe tombstones\n"
+    )
     if broker is None:
         head.append("broker: none (no broker has owned this queue yet)", style="yellow")
     else:

@@ -66,7 +66,11 @@ class Stats:
     broker_address: str | None = None
     broker_epoch: int = 0
     lease_until: float | None = None
+    #: what counts against ``max_document_bytes`` (jobs estimated from above,
+    #: dedupe tombstones exactly, plus an allowance for the rest)
     document_bytes: int = 0
+    #: ids remembered for ``dedupe_window_s`` after their jobs left
+    tombstones: int = 0
 
     @property
     def depth(self) -> int:

@@ -54,6 +54,7 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         claimed=stats.claimed,
         broker_epoch=stats.broker_epoch,
         document_bytes=stats.document_bytes,
+        tombstones=stats.tombstones,
     )
     for name, q in stats.queues.items():
         entry = msg.queues[name]
@@ -95,4 +96,5 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
         broker_epoch=msg.broker_epoch,
         lease_until=msg.lease_until if msg.HasField("lease_until") else None,
         document_bytes=msg.document_bytes,
+        tombstones=msg.tombstones,
     )

@@ -188,6 +188,11 @@ class Document:
                 last = second
         return blob
 
+    def size_bytes(self, encode: Callable[[object], bytes]) -> int:
+        """What counts against ``max_document_bytes``: the jobs by an upper estimate,
+        the tombstones by their encoded size, the rest by a fixed allowance."""
+        return HEAD_BYTES + self.approx_bytes + len(self.recent_section(encode))
+
     # -- reading ------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[StoredJob]:

@@ -26,7 +26,7 @@ from osqueue.errors import (
     QueueFull,
 )
 from osqueue.state import validate
-from osqueue.state.document import HEAD_BYTES, Document, job_size
+from osqueue.state.document import Document, job_size
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -185,11 +185,8 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
-        # Jobs are counted by an upper estimate, tombstones (they live for
-        # dedupe_window_s) by their encoded size, the rest by a fixed allowance.
-        tombstones = len(doc.recent_section(_encode))
-        size = HEAD_BYTES + doc.approx_bytes + tombstones + job_size(job)
-        if size > self.policy.max_document_bytes:
+        # tombstones count too: they stay for dedupe_window_s after their jobs left
+        if doc.size_bytes(_encode) + job_size(job) > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
                 f"{self.policy.max_document_bytes}; retry when workers have caught up"

@@ -595,6 +595,7 @@ class StatsResponse(_message.Message):
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     LEASE_UNTIL_FIELD_NUMBER: _builtins.int
     DOCUMENT_BYTES_FIELD_NUMBER: _builtins.int
+    TOMBSTONES_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     pushed: _builtins.int
     completed: _builtins.int
@@ -605,6 +606,7 @@ class StatsResponse(_message.Message):
     broker_epoch: _builtins.int
     lease_until: _builtins.float
     document_bytes: _builtins.int
+    tombstones: _builtins.int
     @_builtins.property
     def queues(self) -> _containers.MessageMap[_builtins.str, Global___QueueStats]: ...
     def __init__(
@@ -621,10 +623,11 @@ class StatsResponse(_message.Message):
         broker_epoch: _builtins.int = ...,
         lease_until: _builtins.float | None = ...,
         document_bytes: _builtins.int = ...,
+        tombstones: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_id", b"broker_id", "lease_until", b"lease_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "claimed", b"claimed", "completed", b"completed", "dead", b"dead", "document_bytes", b"document_bytes", "lease_until", b"lease_until", "pushed", b"pushed", "queues", b"queues", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "claimed", b"claimed", "completed", b"completed", "dead", b"dead", "document_bytes", b"document_bytes", "lease_until", b"lease_until", "pushed", b"pushed", "queues", b"queues", "tombstones", b"tombstones", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__broker_address: _TypeAlias = _typing.Literal["broker_address"]  # noqa: Y015
     _WhichOneofArgType__broker_address: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address"]  # noqa: Y015
