@@ -13,8 +13,6 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from osqueue.client.api import Job, NewJob, QueueStats, Stats
 from osqueue.errors import (
     DuplicateKey,
@@ -54,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PAYLOAD_PREFIX = "payloads/"
-_encode = msgspec.json.Encoder().encode
 
 
 def _raise_if_error(result: Result) -> Result:
@@ -94,7 +91,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         broker_address=owner.address if owner else None,
         broker_epoch=owner.epoch if owner else 0,
         lease_until=owner.lease_until.timestamp() if owner else None,
-        document_bytes=doc.size_bytes(_encode),
+        document_bytes=doc.size_bytes(),
         tombstones=len(doc.recent),
     )
 

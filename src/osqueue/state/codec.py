@@ -54,7 +54,7 @@ def encode(doc: Document) -> bytes:
             stats=doc.stats,
         )
     )
-    tombstones = doc.recent_section(_encoder.encode)
+    tombstones = doc.recent_section()
     return b"".join(
         (
             head[:-1],

@@ -13,8 +13,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 
+import msgspec
+
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, BrokerInfo, Counters, StoredJob
+
+#: a tombstone id as a JSON string (quoted and escaped)
+_encode_id = msgspec.json.Encoder().encode
 
 #: an upper estimate of everything in the document but its jobs and tombstones
 #: (format, version, the broker's id, address and lease, counters, punctuation)
@@ -154,9 +159,7 @@ class Document:
     # ``"2026-11-22T04:44:12Z":["id1","id2"],"2026-11-22T04:44:13Z":["id3"``
     # (the last list is left open; the encoder closes it).
 
-    def add_tombstone(
-        self, job_id: str, created_at: datetime, encode: Callable[[object], bytes]
-    ) -> None:
+    def add_tombstone(self, job_id: str, created_at: datetime) -> None:
         """Remember that ``job_id`` existed (a retried push of it is applied once)."""
         recent = self.recent
         if job_id in recent:
@@ -167,13 +170,13 @@ class Document:
             second = last  # a later second only keeps the tombstone a little longer
         recent[job_id] = second
         if self._recent_blob is not None:
-            _append_tombstone(self._recent_blob, job_id, second, last, encode)
+            _append_tombstone(self._recent_blob, job_id, second, last)
 
     def set_recent(self, recent: dict[str, int]) -> None:
         self.recent = recent
         self._recent_blob = None
 
-    def recent_section(self, encode: Callable[[object], bytes]) -> bytearray:
+    def recent_section(self) -> bytearray:
         """The encoded inside of the ``tombstones`` map, its last list left open
         (cached; appended to as tombstones are added).
 
@@ -184,14 +187,14 @@ class Document:
             blob = self._recent_blob = bytearray()
             last: int | None = None
             for job_id, second in self.recent.items():
-                _append_tombstone(blob, job_id, second, last, encode)
+                _append_tombstone(blob, job_id, second, last)
                 last = second
         return blob
 
-    def size_bytes(self, encode: Callable[[object], bytes]) -> int:
+    def size_bytes(self) -> int:
         """What counts against ``max_document_bytes``: the jobs by an upper estimate,
         the tombstones by their encoded size, the rest by a fixed allowance."""
-        return HEAD_BYTES + self.approx_bytes + len(self.recent_section(encode))
+        return HEAD_BYTES + self.approx_bytes + len(self.recent_section())
 
     # -- reading ------------------------------------------------------------------
 
@@ -222,13 +225,7 @@ class Document:
         return f"Document(version={self.version}, jobs={len(self.jobs)}, broker={self.broker!r})"
 
 
-def _append_tombstone(
-    blob: bytearray,
-    job_id: str,
-    second: int,
-    last: int | None,
-    encode: Callable[[object], bytes],
-) -> None:
+def _append_tombstone(blob: bytearray, job_id: str, second: int, last: int | None) -> None:
     """Add ``job_id`` to the encoded section: to the open list of ``last``'s second,
     or in a new list of its own second."""
     if second == last:
@@ -237,7 +234,7 @@ def _append_tombstone(
         if blob:
             blob += b"],"
         blob += _second_key(second)
-    blob += encode(job_id)
+    blob += _encode_id(job_id)
 
 
 @functools.lru_cache(maxsize=1024)

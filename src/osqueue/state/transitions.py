@@ -53,7 +53,6 @@ from osqueue.state.ops import Claim as ClaimOp
 
 _replace = msgspec.structs.replace
 _OK = Ok()
-_encode = msgspec.json.Encoder().encode
 
 
 @dataclass(slots=True)
@@ -117,7 +116,7 @@ class _Tx:
         self.doc.drop_job(job.id)
         self.removed.append(job)
         if job.dedupe and job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
-            self.doc.add_tombstone(job.id, job.created_at, _encode)
+            self.doc.add_tombstone(job.id, job.created_at)
 
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
@@ -186,7 +185,7 @@ class _Tx:
             dedupe=op.dedupe is not False,
         )
         # tombstones count too: they stay for dedupe_window_s after their jobs left
-        if doc.size_bytes(_encode) + job_size(job) > self.policy.max_document_bytes:
+        if doc.size_bytes() + job_size(job) > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
                 f"{self.policy.max_document_bytes}; retry when workers have caught up"
