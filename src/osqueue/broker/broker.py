@@ -294,9 +294,10 @@ class Broker:
         return list(await asyncio.gather(*futures))
 
     async def claim(self, op: ClaimOp, wait_s: float) -> Result:
-        """A claim that, if empty, parks until a commit makes a job claimable."""
-        if wait_s <= 0:
-            return await self.enqueue(op)
+        """A claim that, if empty, parks until a commit makes a job claimable.
+
+        (The in-process client sends a claim that does not wait straight to
+        :meth:`enqueue`.)"""
         deadline = self.clock.monotonic() + max(0.0, wait_s)
         while True:
             result = await self.submit(op)
