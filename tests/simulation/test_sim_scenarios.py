@@ -20,7 +20,17 @@ import pytest
 from osqueue.broker import BrokerConfig, State
 from osqueue.client.api import Job, NewJob
 from osqueue.errors import DocumentGone, LeaseLost, MaybeCommitted, NotBroker
-from osqueue.sim import FAMILY_NAMES, CrashTrigger, Fault, Phase, quiet_logs, run_seed, run_virtual
+from osqueue.sim import (
+    FAMILY_NAMES,
+    CrashTrigger,
+    Fault,
+    Phase,
+    config_for,
+    quiet_logs,
+    run_config,
+    run_seed,
+    run_virtual,
+)
 from osqueue.sim.bench import Bench
 from osqueue.sim.history import parse_archive
 from osqueue.sim.store import DOCUMENT_KEY, FaultRates
@@ -664,6 +674,20 @@ def test_family_seeds(family: str) -> None:
     assert SIGNATURES[family](total), f"{family}: {dict(total)}"
     if family == "poison":
         assert sum(r.dead for r in reports) > 0
+
+
+def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:
+    """Seeds of every family with the payload sweep every 1 to 3 leases: brokers crash
+    between uploads and commits, deletes fail, ownership moves, and every job still in
+    the document keeps its payload object (checked as I1) while orphans are deleted."""
+    reports = []
+    with quiet_logs():
+        for seed in range(3 * len(FAMILY_NAMES)):
+            cfg, rng = config_for(seed)
+            sweep_s = cfg.lease_s * (1 + seed % 3)
+            reports.append(run_config(replace(cfg, payload_sweep_s=sweep_s), rng))
+    assert [r.summary() for r in reports if not r.ok] == []
+    assert sum(r.payloads_swept for r in reports) > 0
 
 
 # --------------------------------------------------------------------------- graceful stop

@@ -41,6 +41,10 @@ class Scripted:
         self.writes = 0
         self.gate = asyncio.Event()
         self.gate.set()
+        #: an upload lands, then waits for this before its caller hears back
+        self.put_gate = asyncio.Event()
+        self.put_gate.set()
+        self.list_errors = 0
 
     @property
     def url(self) -> str:
@@ -69,6 +73,7 @@ class Scripted:
 
     async def put(self, key: str, data: bytes) -> None:
         await self.inner.put(key, data)
+        await self.put_gate.wait()
 
     async def get(self, key: str) -> bytes:
         return await self.inner.get(key)
@@ -77,6 +82,9 @@ class Scripted:
         await self.inner.delete(key)
 
     async def list(self, prefix: str = "") -> list[str]:
+        if self.list_errors:
+            self.list_errors -= 1
+            raise StorageError("injected: 503 on list")
         return await self.inner.list(prefix)
 
     async def close(self) -> None:
@@ -366,7 +374,10 @@ async def test_large_payloads_live_under_payloads_and_are_deleted_after_completi
         q = broker.client()
         big = bytes(range(256)) * 40
         job_id = await q.push(big)
-        assert await store.list("payloads/") == [f"payloads/{job_id}"]
+        ref = broker.document.jobs[job_id].payload_ref
+        assert ref is not None
+        assert ref.startswith(f"payloads/{job_id}=")
+        assert await store.list("payloads/") == [ref]
         (job,) = await q.claim("w")
         assert job.payload == big
         await q.complete(job)
@@ -386,8 +397,9 @@ async def test_a_refused_push_leaves_no_payload_object_behind() -> None:
         refused = [r for r in results if isinstance(r, osqueue.QueueFull)]
         accepted = [r for r in results if isinstance(r, str)]
         assert refused  # the document cap was reached part way
+        jobs = broker.document.jobs
         assert sorted(await store.list("payloads/")) == sorted(
-            f"payloads/{i}" for i in [kept, *accepted]
+            str(jobs[i].payload_ref) for i in [kept, *accepted]
         )
 
 
@@ -414,7 +426,9 @@ async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_on
         q = broker.client()
         big = b"y" * 5_000
         await q.push(big, id="again")
+        first = await store.list("payloads/")
         assert await q.push(big, id="again") == "again"  # live: its object stays
+        assert await store.list("payloads/") == first  # and the repeat's own is deleted
         (job,) = await q.claim("w")
         assert job.payload == big
         await q.complete(job)
@@ -522,13 +536,97 @@ async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
     await broker.stop()
 
 
+SWEEP = {"inline_payload_max_bytes": 16, "payload_sweep_interval_s": 5.0}
+
+
+async def _pass(clock: ManualClock, seconds: int) -> None:
+    """Let ``seconds`` of clock time pass a second at a time (leases renew meanwhile)."""
+    for _ in range(seconds):
+        for _ in range(20):  # let every task that is due run, then move the clock
+            await asyncio.sleep(0)
+        clock.advance(1.0)
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_the_payload_sweep_deletes_objects_two_sweeps_found_unreferenced() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
+        q = broker.client()
+        live = await q.push(b"x" * 100)
+        live_ref = broker.document.jobs[live].payload_ref
+        # left behind by brokers that died between an upload and its commit
+        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
+        await store.put("payloads/legacy", b"an orphan named the earlier way")
+        await _pass(clock, 5)  # the first sweep only marks them
+        assert len(await store.list("payloads/")) == 3
+        await store.put("payloads/late=01JD0000000000000000000001", b"orphan")
+        await _pass(clock, 5)  # the second deletes what both found
+        assert set(await store.list("payloads/")) == {
+            "payloads/late=01JD0000000000000000000001",
+            live_ref,
+        }
+        await _pass(clock, 5)
+        assert await store.list("payloads/") == [live_ref]
+        assert broker.counters.payloads_swept == 3
+        (job,) = await q.claim("w")
+        assert job.payload == b"x" * 100
+
+
+async def test_the_payload_sweep_never_takes_the_object_of_a_push_in_flight() -> None:
+    clock = ManualClock()
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
+        q = broker.client()
+        store.put_gate.clear()  # the upload lands; its push is not submitted yet
+        pushing = asyncio.ensure_future(q.push(b"p" * 100))
+        await _pass(clock, 1)
+        (ref,) = await store.list("payloads/")
+        await _pass(clock, 16)  # three sweeps while the lease stays fresh
+        assert await store.list("payloads/") == [ref]
+        store.put_gate.set()
+        job_id = await pushing
+        assert broker.document.jobs[job_id].payload_ref == ref
+        (job,) = await q.claim("w")
+        assert job.payload == b"p" * 100
+        assert broker.counters.payloads_swept == 0
+
+
+async def test_the_payload_sweep_deletes_nothing_while_its_lease_may_be_running_out() -> None:
+    clock = ManualClock()
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
+        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
+        store.gate.clear()  # document writes hang: the lease is not renewed
+        await _pass(clock, 12)  # sweeps at 5 s (marks) and 10 s (lease nearly over)
+        assert await store.list("payloads/") != []
+        store.gate.set()  # the renewal lands
+        await _pass(clock, 9)  # the sweep at 15 s finds the lease old; at 20 s renewed
+        assert await store.list("payloads/") == []
+        assert broker.counters.payloads_swept == 1
+
+
+async def test_a_failed_payload_sweep_is_tried_again_and_the_broker_serves_on() -> None:
+    clock = ManualClock()
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
+        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
+        store.list_errors = 1
+        await _pass(clock, 5)  # this sweep fails
+        assert broker.serving
+        await _pass(clock, 10)  # two more: found, then deleted
+        assert await store.list("payloads/") == []
+        assert broker.counters.payloads_swept == 1
+
+
 async def test_a_claim_survives_one_job_whose_payload_object_vanished() -> None:
     store = MemoryStorage()
     async with osqueue.Broker(store, config(inline_payload_max_bytes=16)) as broker:
         q = broker.client()
         gone = await q.push(b"x" * 100)
         kept = await q.push(b"y" * 100)
-        await store.delete(f"payloads/{gone}")
+        await store.delete(str(broker.document.jobs[gone].payload_ref))
         jobs = await q.claim("w", max_jobs=2)
         assert [j.id for j in jobs] == [kept]
         assert jobs[0].payload == b"y" * 100
@@ -562,6 +660,8 @@ async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:
         ({"max_pending_ops": -1}, "max_pending_ops"),
         ({"archive_concurrency": 0}, "archive_concurrency"),
         ({"archive_concurrency": 2.5}, "archive_concurrency"),
+        ({"payload_sweep_interval_s": 0}, "payload_sweep_interval_s"),
+        ({"payload_sweep_interval_s": float("nan")}, "payload_sweep_interval_s"),
     ],
 )
 def test_bad_config_names_the_field(kwargs: dict[str, object], field: str) -> None:

@@ -12,6 +12,10 @@ is resolved by re-reading: our own landed write (a client library's retry
 echo) counts as committed, another broker's ownership makes this one step
 down with ``NotBroker``, otherwise the batch is re-applied.  ``stop`` stops
 taking ops, flushes, clears the address and returns within the drain timeout.
+
+Beside the commit loop, archiver tasks write archive objects after the commits
+that completed jobs, and a payload sweeper deletes objects under ``payloads/``
+that no job references (see :meth:`Broker._payload_sweeper`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from osqueue.errors import (
 from osqueue.ids import new_id
 from osqueue.state import (
     DOCUMENT_KEY,
+    PAYLOAD_PREFIX,
     BrokerInfo,
     Claimed,
     ClaimOp,
@@ -100,6 +105,7 @@ class BrokerCounters:
     conflicts: int = 0
     storage_errors: int = 0
     archives: int = 0
+    payloads_swept: int = 0
     write_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -159,6 +165,8 @@ class Broker:
         self._archive_drained: asyncio.Future[None] | None = None
         self._last_write = 0.0
         self._closing = False
+        #: payload objects uploaded for pushes not answered yet (the sweep skips them)
+        self.payload_uploads: set[str] = set()
 
     # ------------------------------------------------------------------ properties
 
@@ -205,6 +213,9 @@ class Broker:
         await self._acquire()
         self.state = State.SERVING
         self._loop_task = asyncio.create_task(self._run(), name=f"osqueue-broker-{self.id}")
+        sweep_s = self.config.payload_sweep_interval_s
+        if sweep_s is not None:
+            self._spawn(self._payload_sweeper(sweep_s), "osqueue-payload-sweep")
         log.info(
             "broker serving",
             extra={"action": "serve", "broker": self.id, "epoch": self._epoch},
@@ -668,6 +679,78 @@ class Broker:
                 await self.storage.delete(ref)
             except StorageError:
                 log.warning("could not delete payload object", extra={"key": ref})
+
+    # ------------------------------------------------------------------ payload sweep
+
+    async def _payload_sweeper(self, interval_s: float) -> None:
+        """Delete payload objects that no job references, every ``interval_s``.
+
+        They are left behind by a push whose broker died between the upload and
+        the commit (or whose outcome stayed unknown), and by a delete that failed
+        after the job left.  An object is deleted only if two sweeps
+        ``interval_s`` apart both found it unreferenced, no push of this broker
+        is using it, and this broker's lease has at least half its length left
+        (so no other broker can be committing).  Every upload has a key of its
+        own, so a push retried elsewhere never writes an object a sweep deletes.
+        """
+        suspects: set[str] = set()
+        while True:
+            await self.clock.sleep(interval_s)
+            if self.state is not State.SERVING:
+                return
+            try:
+                suspects = await self._sweep_payloads(suspects)
+            except StorageError as exc:
+                self.counters.storage_errors += 1
+                log.warning(
+                    "payload sweep failed; trying again in %.0fs: %s",
+                    interval_s,
+                    exc,
+                    extra={"action": "sweep"},
+                )
+
+    async def _sweep_payloads(self, suspects: set[str]) -> set[str]:
+        """One sweep: delete the unreferenced objects the previous one found too;
+        return the unreferenced ones left for the next."""
+        listed = await self.storage.list(PAYLOAD_PREFIX)
+        orphans = {key for key in listed if self._payload_orphan(key)}
+        deleted = 0
+        for key in sorted(orphans & suspects):
+            if not self._may_sweep():
+                break
+            if not self._payload_orphan(key):  # pushed or committed meanwhile
+                orphans.discard(key)
+                continue
+            await self.storage.delete(key)
+            orphans.discard(key)
+            deleted += 1
+            self.counters.payloads_swept += 1
+        if deleted:
+            log.info(
+                "deleted %d payload objects no job references",
+                deleted,
+                extra={"action": "sweep", "broker": self.id},
+            )
+        return orphans
+
+    def _payload_orphan(self, key: str) -> bool:
+        """No job of the document and no push in flight uses this object."""
+        if key in self.payload_uploads or self._doc is None:
+            return False
+        job_id = key[len(PAYLOAD_PREFIX) :].partition("=")[0]
+        job = self._doc.jobs.get(job_id)
+        return job is None or job.payload_ref != key
+
+    def _may_sweep(self) -> bool:
+        doc = self._doc
+        if self.state is not State.SERVING or self._closing or doc is None:
+            return False
+        owner = doc.broker
+        if owner is None or owner.id != self.id:
+            return False
+        return owner.lease_until.timestamp() - self.clock.now() > self.config.lease_s / 2
+
+    # ------------------------------------------------------------------ archive
 
     def _wake_archiver(self) -> None:
         """Hand the archive object just queued to a parked archiver, or start one."""

@@ -41,6 +41,9 @@ class BrokerConfig:
     max_pending_ops: int = 200_000
     #: Archive objects written at once.
     archive_concurrency: int = 8
+    #: Payload objects no job references (a push that never committed, a failed
+    #: delete) are deleted once two sweeps this far apart both found them; None: off.
+    payload_sweep_interval_s: float | None = 3600.0
     broker_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -51,6 +54,12 @@ class BrokerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
+        sweep = self.payload_sweep_interval_s
+        if sweep is not None and not sweep > 0:
+            raise InvalidInput(
+                f"must be > 0 (or None to turn the sweep off), got {sweep!r}",
+                field="payload_sweep_interval_s",
+            )
         if self.inline_payload_max_bytes > self.max_payload_bytes:
             raise InvalidInput(
                 "must not exceed max_payload_bytes", field="inline_payload_max_bytes"

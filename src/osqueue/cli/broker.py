@@ -103,13 +103,27 @@ def broker(
             rich_help_panel=_BROKER,
         ),
     ] = 10.0,
+    payload_sweep_s: Annotated[
+        float,
+        typer.Option(
+            "--payload-sweep-s",
+            envvar="OSQUEUE_PAYLOAD_SWEEP_S",
+            min=0.0,
+            help="Delete payloads/ objects no job uses once two sweeps this far apart"
+            " found them (0: never).",
+            rich_help_panel=_BROKER,
+        ),
+    ] = 3600.0,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
     from osqueue.server.runner import run_broker
 
     config = BrokerConfig(
-        lease_s=lease_s, heartbeat_timeout_s=heartbeat_timeout_s, drain_timeout_s=drain_timeout_s
+        lease_s=lease_s,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+        drain_timeout_s=drain_timeout_s,
+        payload_sweep_interval_s=payload_sweep_s or None,
     )
 
     async def main() -> None:

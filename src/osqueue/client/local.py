@@ -3,14 +3,17 @@
 Turns calls into typed ops, submits them to the broker's next group commit and
 raises the op's own error.  Payloads above the broker's inline limit are stored
 as objects under ``payloads/`` before the push is submitted (and read back on
-claim), so the document stays small.
+claim), so the document stays small.  Each upload gets a key of its own,
+``payloads/<job id>=<upload id>``, and stays in the broker's
+``payload_uploads`` until the push is answered, so the broker's payload sweep
+never takes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.client.api import Job, NewJob, QueueStats, Stats
@@ -26,6 +29,7 @@ from osqueue.errors import (
 )
 from osqueue.ids import new_id
 from osqueue.state import (
+    PAYLOAD_PREFIX,
     Cancel,
     Claimed,
     ClaimOp,
@@ -50,8 +54,6 @@ if TYPE_CHECKING:
     from osqueue.broker.broker import Broker
 
 log = logging.getLogger(__name__)
-
-PAYLOAD_PREFIX = "payloads/"
 
 
 def _raise_if_error(result: Result) -> Result:
@@ -135,24 +137,41 @@ class LocalClient:
         }
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
-        ref = PAYLOAD_PREFIX + job_id
-        await self.broker.storage.put(ref, payload)
+        ref = f"{PAYLOAD_PREFIX}{job_id}={new_id()}"
+        uploads = self.broker.payload_uploads
+        uploads.add(ref)  # until the push is answered (_submit_pushes)
+        try:
+            await self.broker.storage.put(ref, payload)
+        except BaseException:
+            uploads.discard(ref)  # if it landed after all, the sweep deletes it
+            raise
         return Push(payload=None, payload_ref=ref, payload_size=len(payload), **common)  # type: ignore[arg-type]
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
         """Push a batch; one result per job: its id, or the error that job got."""
         ops: list[Push | OsqueueError] = []
-        for job in jobs:
-            try:
-                ops.append(await self._push_op(job))
-            except OsqueueError as exc:
-                ops.append(exc)
+        try:
+            for job in jobs:
+                try:
+                    ops.append(await self._push_op(job))
+                except OsqueueError as exc:
+                    ops.append(exc)
+        except BaseException:  # cancelled mid-upload: nothing was submitted
+            self._uploads_answered([op for op in ops if isinstance(op, Push)])
+            raise
         return await self._submit_pushes(ops)
 
     async def _submit_pushes(self, ops: Sequence[Push | OsqueueError]) -> list[str | OsqueueError]:
         real = [op for op in ops if isinstance(op, Push)]
+        answered: Awaitable[list[Result]] = self.broker.submit_many(real)
+        if any(op.payload_ref is not None for op in real):
+            # The uploads stay out of the sweep's reach until the broker answers, even
+            # if this caller is cancelled first (its ops are committed all the same).
+            submitted = asyncio.ensure_future(answered)
+            submitted.add_done_callback(lambda _: self._uploads_answered(real))
+            answered = asyncio.shield(submitted)
         try:
-            answers = await self.broker.submit_many(real)
+            answers = await answered
         except OsqueueError:  # refused before anything was queued: none was applied
             await self._discard_payloads(real)
             raise
@@ -170,14 +189,22 @@ class LocalClient:
         await self._discard_payloads(unused)
         return out
 
+    def _uploads_answered(self, ops: Sequence[Push]) -> None:
+        uploads = self.broker.payload_uploads
+        for op in ops:
+            if op.payload_ref is not None:
+                uploads.discard(op.payload_ref)
+
     def _payload_unused(self, op: Push, result: Result) -> bool:
         """No job will ever read this push's payload object: the push was refused, or
-        it repeated a job that has already left the document.  An outcome that is not
-        known (the broker stopped mid-write) keeps its object."""
+        it repeated a job that exists (with the object of an earlier upload) or has
+        already left the document.  An outcome that is not known (the broker stopped
+        mid-write) keeps its object."""
         if isinstance(result, _REFUSED):
             return True
         if type(result) is Pushed and not result.created:
-            return op.id not in self.broker.document.jobs
+            job = self.broker.document.jobs.get(op.id)
+            return job is None or job.payload_ref != op.payload_ref
         return False
 
     async def _discard_payloads(self, ops: Sequence[Push]) -> None:

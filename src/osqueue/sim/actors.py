@@ -108,6 +108,7 @@ class BrokerNode:
             retry_base_s=0.05,
             retry_cap_s=2.0,
             broker_id=self.broker_id,
+            payload_sweep_interval_s=c.payload_sweep_s,
         )
 
     async def supervise(self) -> None:
@@ -125,6 +126,7 @@ class BrokerNode:
             )
             broker = Broker(storage, self.config(), clock=self.clock, standby=standby)
             self.storage, self.broker = storage, broker
+            self.sim.incarnations.append(broker)
             self.death = asyncio.get_running_loop().create_future()
             self.alive = True
             self.sim.nodes_by_id[self.broker_id] = self

@@ -84,6 +84,8 @@ class SimConfig:
     drain_limit_s: float = 900.0
     #: start every broker at once without waiting (bootstrap race)
     all_start_active: bool = False
+    #: the brokers' payload sweep interval (the default never comes round in a run)
+    payload_sweep_s: float | None = 3600.0
 
 
 # --------------------------------------------------------------------------- families

@@ -11,7 +11,8 @@ The history has two halves:
 
 :func:`check` returns one :class:`Violation` per broken rule:
 
-* I1: every acknowledged push ends completed (archived) or dead;
+* I1: every acknowledged push ends completed (archived) or dead, and a job
+  that is still in the document still has its payload object;
 * I2: no job appears that was never pushed; a job exists once (never
   re-created, never revived after it left the document, archived at most once);
 * I3: at most one completion is accepted per job, and what the archive holds
@@ -105,6 +106,8 @@ class Outcome:
 
     final: Document | None
     archive: list[ArchiveRecord]
+    #: the keys under payloads/ at the end
+    payload_objects: frozenset[str] = frozenset()
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)
@@ -131,7 +134,21 @@ def check(history: History, landed: list[Landed], outcome: Outcome) -> list[Viol
     _check_durable_answers(history, docs, out)
     _check_counters(history, outcome, out)
     _check_no_loss(history, docs, outcome, out)
+    _check_payloads(outcome, out)
     return out
+
+
+def _check_payloads(outcome: Outcome, out: list[Violation]) -> None:
+    """I1: a job in the last version can still be delivered: its payload object exists."""
+    final = outcome.final
+    if final is None:
+        return
+    for job_id, job in sorted(final.jobs.items()):
+        ref = job.payload_ref
+        if ref is not None and ref not in outcome.payload_objects:
+            out.append(
+                Violation("I1", f"job {job_id} ({job.status}) lost its payload object {ref}")
+            )
 
 
 def _check_durable_answers(history: History, docs: list[Document], out: list[Violation]) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from osqueue.broker import Broker
 from osqueue.client.api import NewJob
 from osqueue.errors import OsqueueError
 from osqueue.sim.actors import BrokerNode, Producer, Worker
@@ -54,6 +55,8 @@ class Report:
     dead: int = 0
     deliveries: int = 0
     versions: int = 0
+    #: payload objects the brokers' sweeps deleted
+    payloads_swept: int = 0
     virtual_s: float = 0.0
     fingerprint: str = ""
 
@@ -103,6 +106,8 @@ class Sim:
         self.inline_max = rng.choice((64, 4096))
         self.nodes_by_id: dict[str, BrokerNode] = {}
         self.brokers: list[BrokerNode] = []
+        #: every broker incarnation of the run (for their counters)
+        self.incarnations: list[Broker] = []
         self.producers: list[Producer] = []
         self.workers: dict[int, Worker] = {}
         self.problems: list[Violation] = []
@@ -360,7 +365,8 @@ class Sim:
         final: Document | None = None
         with contextlib.suppress(OsqueueError):
             final = decode((await inner.read(DOCUMENT_KEY)).data)
-        self.outcome = Outcome(final, parse_archive(objects))
+        payloads = frozenset(await inner.list("payloads/"))
+        self.outcome = Outcome(final, parse_archive(objects), payloads)
 
     def report(self) -> Report:
         outcome = getattr(self, "outcome", None)
@@ -385,6 +391,7 @@ class Sim:
             dead=sum(1 for j in final.jobs.values() if j.status == "dead") if final else 0,
             deliveries=len(self.history.of(Kind.CLAIMED)),
             versions=len(self.store.landed),
+            payloads_swept=sum(b.counters.payloads_swept for b in self.incarnations),
             fingerprint=digest.hexdigest()[:16],
         )
 

@@ -42,10 +42,14 @@ from osqueue.state.transitions import (
 )
 
 DOCUMENT_KEY = "queue.json"
+#: Payloads above the inline limit live under this prefix, one object per upload:
+#: ``payloads/<job id>=<upload id>`` (earlier releases wrote ``payloads/<job id>``).
+PAYLOAD_PREFIX = "payloads/"
 
 __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
+    "PAYLOAD_PREFIX",
     "BrokerInfo",
     "Cancel",
     "Claim",
