@@ -537,6 +537,8 @@ async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
 
 
 SWEEP = {"inline_payload_max_bytes": 16, "payload_sweep_interval_s": 5.0}
+#: an upload whose push never committed (its broker died in between)
+ORPHAN = "payloads/lost=01JD0000000000000000000000"
 
 
 async def _pass(clock: ManualClock, seconds: int) -> None:
@@ -557,7 +559,7 @@ async def test_the_payload_sweep_deletes_objects_two_sweeps_found_unreferenced()
         live = await q.push(b"x" * 100)
         live_ref = broker.document.jobs[live].payload_ref
         # left behind by brokers that died between an upload and its commit
-        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
+        await store.put(ORPHAN, b"orphan")
         await store.put("payloads/legacy", b"an orphan named the earlier way")
         await _pass(clock, 5)  # the first sweep only marks them
         assert len(await store.list("payloads/")) == 3
@@ -593,31 +595,23 @@ async def test_the_payload_sweep_never_takes_the_object_of_a_push_in_flight() ->
         assert broker.counters.payloads_swept == 0
 
 
-async def test_the_payload_sweep_deletes_nothing_while_its_lease_may_be_running_out() -> None:
+@pytest.mark.parametrize("fault", ["writes hang", "a list fails"])
+async def test_the_payload_sweep_waits_out_a_stale_lease_and_a_failed_list(fault: str) -> None:
     clock = ManualClock()
     store = Scripted(MemoryStorage())
     async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
-        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
-        store.gate.clear()  # document writes hang: the lease is not renewed
-        await _pass(clock, 12)  # sweeps at 5 s (marks) and 10 s (lease nearly over)
-        assert await store.list("payloads/") != []
-        store.gate.set()  # the renewal lands
-        await _pass(clock, 9)  # the sweep at 15 s finds the lease old; at 20 s renewed
+        await store.put(ORPHAN, b"orphan")
+        if fault == "writes hang":  # no renewal: at 10 s the lease may be running out
+            store.gate.clear()
+        else:  # the sweep at 5 s fails; the broker serves on and sweeps again
+            store.list_errors = 1
+        await _pass(clock, 12)
+        assert await store.list("payloads/") == [ORPHAN]
+        store.gate.set()
+        await _pass(clock, 9)  # sweeps at 15 s and 20 s, with a lease renewed meanwhile
         assert await store.list("payloads/") == []
         assert broker.counters.payloads_swept == 1
-
-
-async def test_a_failed_payload_sweep_is_tried_again_and_the_broker_serves_on() -> None:
-    clock = ManualClock()
-    store = Scripted(MemoryStorage())
-    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
-        await store.put("payloads/lost=01JD0000000000000000000000", b"orphan")
-        store.list_errors = 1
-        await _pass(clock, 5)  # this sweep fails
         assert broker.serving
-        await _pass(clock, 10)  # two more: found, then deleted
-        assert await store.list("payloads/") == []
-        assert broker.counters.payloads_swept == 1
 
 
 async def test_a_claim_survives_one_job_whose_payload_object_vanished() -> None:
