@@ -709,3 +709,14 @@ async def test_archive_writes_are_bounded_by_archive_concurrency_and_stop_waits_
     assert peak == 2
     assert len(await store.list("archive/")) == 5
     assert not [j for j in (await stored(store)).jobs.values() if j.status == "done"]
+
+
+async def test_a_stop_past_its_drain_timeout_leaves_no_task_of_the_broker_running() -> None:
+    store = Scripted(MemoryStorage())
+    broker = osqueue.Broker(store, config(drain_timeout_s=0.05))
+    await broker.start()
+    store.gate.clear()  # the storage stops answering: the final write hangs
+    await broker.stop()
+    assert broker.state is State.STOPPED
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert [t.get_coro() for t in others if not t.done()] == []

@@ -829,7 +829,9 @@ class Broker:
             v for op in self._internal if isinstance(op, MarkArchived) for v in op.versions
         )
         self._internal = [MarkArchived(merged)] if merged else []
-        await asyncio.shield(self._commit([], []))
+        # Shielded: a drain timeout cancels the loop, and only then this write
+        # (with the side tasks), so nothing of the broker outlives stop().
+        await asyncio.shield(self._spawn(self._commit([], []), "osqueue-final-commit"))
 
     # ------------------------------------------------------------------ endings
 
@@ -899,11 +901,15 @@ class Broker:
         )
         await self.clock.sleep(delay)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str = "osqueue-side") -> None:
+    def _spawn(
+        self, coro: Coroutine[Any, Any, None], name: str = "osqueue-side"
+    ) -> asyncio.Task[None]:
+        """Run ``coro`` beside the commit loop; a stop cancels it and waits for it."""
         task = asyncio.ensure_future(coro)
         task.set_name(f"{name}-{id(task)}")
         self._side.add(task)
         task.add_done_callback(self._side_done)
+        return task
 
     def _side_done(self, task: asyncio.Task[None]) -> None:
         self._side.discard(task)
