@@ -21,6 +21,9 @@ from osqueue.server.status import to_status, trailers
 log = logging.getLogger(__name__)
 
 METADATA_KEY = "authorization"
+#: The standard health service answers without a token (it tells only whether
+#: the queue is served here), so load balancers and orchestrators can probe it.
+HEALTH_METHODS = "/grpc.health.v1.Health/"
 SCHEME = "Bearer "
 _MAX_TOKEN_CHARS = 4096
 
@@ -82,6 +85,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return "the bearer token is wrong"
 
     async def intercept_service(self, continuation: Continuation, details: Any) -> Handler:
+        if details.method.startswith(HEALTH_METHODS):  # probes carry no token
+            return await continuation(details)
         why = self._verdict(details.invocation_metadata)
         handler = await continuation(details)
         if why is None or handler is None:

@@ -117,7 +117,7 @@ class BrokerServer:
         except BaseException:
             await self.server.stop(0)
             raise
-        self.server.service.attach(self.broker.client())
+        self.server.attach(self.broker.client())
         self._serving.set()
         log.info(
             "broker serving over gRPC",
@@ -135,6 +135,8 @@ class BrokerServer:
     async def stop(self) -> None:
         """Drain the broker (flush, clear its address), then stop the server."""
         try:
+            if self.server is not None:  # health probes see the queue go first
+                self.server.health.set_queue_serving(False)
             if self.broker is not None:
                 await self.broker.stop()
         finally:

@@ -4,6 +4,9 @@
 ``grpc.aio`` server for ``client`` and returns a :class:`RunningServer` that
 knows the port it bound.  A server on a non-loopback address refuses to start
 without a token unless ``insecure=True``.
+
+Beside ``osqueue.v1.Queue`` the server answers the standard gRPC health
+service (see :mod:`osqueue.server.health`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import grpc
 from osqueue.client.api import QueueClient
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.server.auth import BearerTokenInterceptor, resolve_token
+from osqueue.server.health import HealthService, add_health
 from osqueue.server.limits import Limits
 from osqueue.server.service import QueueService
 
@@ -104,9 +108,16 @@ class RunningServer:
     """A started server; stop it with :meth:`stop` or ``async with``."""
 
     def __init__(
-        self, server: Any, service: QueueService, host: str, port: int, grace_s: float
+        self,
+        server: Any,
+        service: QueueService,
+        host: str,
+        port: int,
+        grace_s: float,
+        health: HealthService,
     ) -> None:
         self.service = service
+        self.health = health
         self.host = host
         self.port = port
         self._server = server
@@ -119,11 +130,17 @@ class RunningServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
+    def attach(self, client: QueueClient) -> None:
+        """Serve ``client`` from now on (health: ``osqueue.v1.Queue`` is ``SERVING``)."""
+        self.service.attach(client)
+        self.health.set_queue_serving(True)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Refuse new calls, let calls in flight finish for ``grace_s``, then cancel them."""
         if self._stopped:
             return
         self._stopped = True
+        self.health.close()
         await self._server.stop(self._grace_s if grace_s is None else grace_s)
 
     async def wait_for_termination(self) -> None:
@@ -145,7 +162,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     """Serve ``client`` over gRPC; return once the server listens.
 
     With ``client=None`` every call is answered ``UNAVAILABLE`` until a client
-    is attached with ``running.service.attach(client)``.
+    is attached with ``running.attach(client)``.
     """
     config = config or ServerConfig()
     host, _ = split_host_port(config.listen)
@@ -161,6 +178,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     interceptors = [BearerTokenInterceptor(token)] if token is not None else []
     server = grpc.aio.server(interceptors=interceptors, options=server_options(config.limits))
     server.add_generic_rpc_handlers((service.rpc_handler(),))
+    health = add_health(server, queue_serving=client is not None)
     try:
         if credentials is None:
             port = server.add_insecure_port(config.listen)
@@ -180,4 +198,4 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
             "auth": token is not None,
         },
     )
-    return RunningServer(server, service, host, port, config.stop_grace_s)
+    return RunningServer(server, service, host, port, config.stop_grace_s, health)
