@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter, deque
 
 import msgspec
@@ -656,6 +657,7 @@ async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:
         ({"archive_concurrency": 2.5}, "archive_concurrency"),
         ({"payload_sweep_interval_s": 0}, "payload_sweep_interval_s"),
         ({"payload_sweep_interval_s": float("nan")}, "payload_sweep_interval_s"),
+        ({"stats_log_interval_s": -1}, "stats_log_interval_s"),
     ],
 )
 def test_bad_config_names_the_field(kwargs: dict[str, object], field: str) -> None:
@@ -720,3 +722,21 @@ async def test_a_stop_past_its_drain_timeout_leaves_no_task_of_the_broker_runnin
     assert broker.state is State.STOPPED
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert [t.get_coro() for t in others if not t.done()] == []
+
+
+async def test_a_serving_broker_logs_its_activity_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="osqueue.broker")
+    clock = ManualClock()
+    cfg = config(stats_log_interval_s=5.0)
+    async with osqueue.Broker(MemoryStorage(), cfg, clock=clock) as broker:
+        await _pass(clock, 0)  # the logger starts counting
+        q = broker.client()
+        for _ in range(3):
+            await q.push(b"x")
+        await _pass(clock, 10)
+        first, second = [r.__dict__ for r in caplog.records if r.__dict__.get("action") == "stats"]
+        assert (first["ops"], first["jobs"], first["storage_errors"]) == (3, 3, 0)
+        assert first["commits"] >= 3  # and lease renewals
+        assert (second["ops"], second["jobs"]) == (0, 3)

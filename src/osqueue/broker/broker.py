@@ -216,6 +216,9 @@ class Broker:
         sweep_s = self.config.payload_sweep_interval_s
         if sweep_s is not None:
             self._spawn(self._payload_sweeper(sweep_s), "osqueue-payload-sweep")
+        report_s = self.config.stats_log_interval_s
+        if report_s is not None:
+            self._spawn(self._stats_logger(report_s), "osqueue-stats-log")
         log.info(
             "broker serving",
             extra={"action": "serve", "broker": self.id, "epoch": self._epoch},
@@ -679,6 +682,50 @@ class Broker:
                 await self.storage.delete(ref)
             except StorageError:
                 log.warning("could not delete payload object", extra={"key": ref})
+
+    # ------------------------------------------------------------------ activity log
+
+    async def _stats_logger(self, interval_s: float) -> None:
+        """Log what the broker did in each ``interval_s`` (INFO, with the numbers as
+        structured fields), so an operator sees its pace and its trouble."""
+        c = self.counters
+        last = (c.commits, c.ops, c.conflicts, c.storage_errors, c.archives, c.write_bytes)
+        while True:
+            await self.clock.sleep(interval_s)
+            if self.state is not State.SERVING or self._doc is None:
+                return
+            now = (c.commits, c.ops, c.conflicts, c.storage_errors, c.archives, c.write_bytes)
+            commits, ops, conflicts, errors, archives, written = (
+                a - b for a, b in zip(now, last, strict=True)
+            )
+            last = now
+            doc = self._doc
+            log.info(
+                "%d commits (%.1f/s), %d ops (%.1f per commit), %d conflicts, "
+                "%d storage errors, %d archive objects; %d jobs, document ~%d bytes",
+                commits,
+                commits / interval_s,
+                ops,
+                ops / commits if commits else 0.0,
+                conflicts,
+                errors,
+                archives,
+                len(doc.jobs),
+                doc.size_bytes(),
+                extra={
+                    "action": "stats",
+                    "broker": self.id,
+                    "interval_s": interval_s,
+                    "commits": commits,
+                    "ops": ops,
+                    "conflicts": conflicts,
+                    "storage_errors": errors,
+                    "archives": archives,
+                    "write_bytes": written,
+                    "jobs": len(doc.jobs),
+                    "pending_ops": len(self._pending),
+                },
+            )
 
     # ------------------------------------------------------------------ payload sweep
 

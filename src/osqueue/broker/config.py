@@ -44,6 +44,8 @@ class BrokerConfig:
     #: Payload objects no job references (a push that never committed, a failed
     #: delete) are deleted once two sweeps this far apart both found them; None: off.
     payload_sweep_interval_s: float | None = 3600.0
+    #: A serving broker logs its activity (commits, ops, errors) at INFO this often.
+    stats_log_interval_s: float | None = 60.0
     broker_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -54,12 +56,10 @@ class BrokerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
-        sweep = self.payload_sweep_interval_s
-        if sweep is not None and not sweep > 0:
-            raise InvalidInput(
-                f"must be > 0 (or None to turn the sweep off), got {sweep!r}",
-                field="payload_sweep_interval_s",
-            )
+        for name in ("payload_sweep_interval_s", "stats_log_interval_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
         if self.inline_payload_max_bytes > self.max_payload_bytes:
             raise InvalidInput(
                 "must not exceed max_payload_bytes", field="inline_payload_max_bytes"
