@@ -13,7 +13,10 @@ was recorded:
 * worker: ``claim`` (job and token), ``complete``/``fail`` accepted,
   ``lost`` (LeaseLost: the job was no longer ours).
 
-Jobs whose payload starts with ``poison`` always fail (they end dead).
+Jobs whose payload starts with ``poison`` always fail (they end dead). A
+payload is ``kind:id``, and every tenth job's is ``job:id:`` followed by
+``BIG_PAD`` bytes, above the broker's inline limit, so it travels through an
+object under ``payloads/``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from osqueue.errors import LeaseLost, OsqueueError
 
 HEARTBEAT_S = 0.5
 WORK_MAX_S = 0.6
+BIG_PAD = 70 * 1024  # above the default 64 KiB inline limit
 
 
 class Log:
@@ -50,7 +54,9 @@ async def producer(url: str, name: str, count: int, log: Log) -> None:
     rng = random.Random(name)
     jobs = [
         NewJob(
-            (b"poison:" if i % 20 == 7 else b"job:") + f"{name}-{i}".encode(),
+            (b"poison:" if i % 20 == 7 else b"job:")
+            + f"{name}-{i}".encode()
+            + (b":" + b"x" * BIG_PAD if i % 10 == 3 else b""),
             id=f"{name}-{i}",
             max_attempts=3 if i % 20 == 7 else 20,
         )
@@ -99,7 +105,8 @@ async def _holder(q: Any, job: Job, log: Log, call: str) -> None:
 
 
 async def _work(q: Any, job: Job, log: Log, rng: random.Random) -> None:
-    if job.payload.split(b":", 1)[1].decode() != job.id:
+    parts = job.payload.split(b":")
+    if parts[1].decode() != job.id or parts[2:] not in ([], [b"x" * BIG_PAD]):
         log.write("bad-payload", id=job.id, payload=job.payload[:60].decode(errors="replace"))
     end = time.monotonic() + rng.uniform(0.0, WORK_MAX_S)
     while (left := end - time.monotonic()) > 0:

@@ -45,6 +45,11 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 NODE = str(Path(__file__).with_name("chaos_node.py"))
 LEASE_S = 2.0
 HEARTBEAT_TIMEOUT_S = 3.0
+#: brokers sweep payloads/ this often: many sweeps while brokers die and freeze
+PAYLOAD_SWEEP_S = 1.5
+#: objects under payloads/ that no job uses, written before the run: the sweep's
+#: work (orphans of a real crash between upload and commit are rarer)
+PLANTED = tuple(f"payloads/planted-{i}=01JD000000000000000000000{i}" for i in range(3))
 ROUNDS = 4
 PRODUCERS = 2
 JOBS_PER_PRODUCER = 120
@@ -60,6 +65,8 @@ class Figures:
     dead: int = 0
     lost: int = 0
     completed_twice: int = 0
+    #: objects under payloads/ at the end (jobs still in the document, orphans)
+    payload_objects: int = 0
     signals: Counter[str] = field(default_factory=Counter)
 
 
@@ -85,7 +92,12 @@ class Cluster:
             self.url,
             standby=standby,
             lease_s=LEASE_S,
-            extra_args=["--heartbeat-timeout-s", str(HEARTBEAT_TIMEOUT_S)],
+            extra_args=[
+                "--heartbeat-timeout-s",
+                str(HEARTBEAT_TIMEOUT_S),
+                "--payload-sweep-s",
+                str(PAYLOAD_SWEEP_S),
+            ],
         )
         await proc.start()
         self.brokers.append(proc)
@@ -276,7 +288,26 @@ def _check(workdir: Path, archive: list[dict[str, object]], doc: Document) -> Fi
     )
 
 
+async def _payloads_checked(store: Storage, doc: Document) -> int:
+    """Every job still in the document has its payload object; the planted orphans
+    are deleted (waits for the sweep).  Returns how many payload objects are left."""
+    deadline = asyncio.get_running_loop().time() + DRAIN_LIMIT_S
+    while set(PLANTED) & set(await store.list("payloads/")):
+        assert asyncio.get_running_loop().time() < deadline, "the payload sweep never ran"
+        await asyncio.sleep(0.5)
+    keys = set(await store.list("payloads/"))
+    missing = [
+        (job.id, job.payload_ref)
+        for job in doc.jobs.values()
+        if job.payload_ref is not None and job.payload_ref not in keys
+    ]
+    assert not missing, f"I1: jobs whose payload object is gone: {missing[:5]}"
+    return len(keys)
+
+
 async def _run(url: str, checker: Storage, workdir: Path, proxy: FaultyProxy | None) -> Figures:
+    for key in PLANTED:
+        await checker.put(key, b"an upload whose push never committed")
     cluster = Cluster(url, workdir, seed=len(url))
     await cluster.start()
     supervisor = asyncio.ensure_future(cluster.supervise())
@@ -304,6 +335,7 @@ async def _run(url: str, checker: Storage, workdir: Path, proxy: FaultyProxy | N
             )
             await asyncio.sleep(0.5)
             doc = await _drained(checker, acked)
+        payload_objects = await _payloads_checked(checker, doc)
     finally:
         supervisor.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -312,6 +344,7 @@ async def _run(url: str, checker: Storage, workdir: Path, proxy: FaultyProxy | N
     figures = _check(workdir, await _archive(checker), doc)
     figures.rounds = ROUNDS
     figures.signals = cluster.signals
+    figures.payload_objects = payload_objects
     return figures
 
 
@@ -324,6 +357,7 @@ def _report(backend: str, figures: Figures, proxy: FaultyProxy | None) -> None:
         "dead": figures.dead,
         "lost": figures.lost,
         "completed_twice": figures.completed_twice,
+        "payload_objects": figures.payload_objects,
         "signals": dict(figures.signals),
         "proxy_faults": dict(proxy.faults) if proxy else {},
     }

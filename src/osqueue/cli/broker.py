@@ -8,7 +8,6 @@ taking ops, flush, clear the address, exit.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -16,7 +15,6 @@ import typer
 from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.options import Token, TokenFile, Url
-from osqueue.cli.snapshot import read_document
 
 _BROKER = "Broker"
 _TLS = "TLS"
@@ -117,7 +115,7 @@ def broker(
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
-    from osqueue.server.runner import run_broker
+    from osqueue.server.runner import BrokerServer, run_broker
 
     config = BrokerConfig(
         lease_s=lease_s,
@@ -126,37 +124,28 @@ def broker(
         payload_sweep_interval_s=payload_sweep_s or None,
     )
 
+    def announce(server: BrokerServer) -> None:
+        # From the broker itself: no storage read that a flaky network could lose.
+        epoch = server.broker.epoch if server.broker is not None else 0
+        exits.info(f"serving {url} at {server.address} (epoch {epoch})")
+
     async def main() -> None:
-        serving = asyncio.Event()
-        announcer = asyncio.create_task(_announce(url, serving, standby))
-        try:
-            await run_broker(
-                url,
-                listen=listen,
-                advertise=advertise,
-                token=token,
-                token_file=token_file,
-                tls_cert=tls_cert,
-                tls_key=tls_key,
-                insecure=insecure,
-                standby=standby,
-                broker_config=config,
-                on_serving=serving,
-            )
-        finally:
-            announcer.cancel()
+        if standby:
+            exits.info(f"standing by for {url}")
+        await run_broker(
+            url,
+            listen=listen,
+            advertise=advertise,
+            token=token,
+            token_file=token_file,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            insecure=insecure,
+            standby=standby,
+            broker_config=config,
+            announce=announce,
+        )
         exits.info(f"broker stopped: {url}")
 
     runtime.tune_gc()
     runtime.run(main())
-
-
-async def _announce(url: str, serving: asyncio.Event, standby: bool) -> None:
-    if standby:
-        exits.info(f"standing by for {url}")
-    await serving.wait()
-    doc = await read_document(url)
-    owner = doc.broker
-    where = owner.address if owner is not None else None
-    epoch = owner.epoch if owner is not None else 0
-    exits.info(f"serving {url} at {where} (epoch {epoch})")

@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 
@@ -197,13 +198,16 @@ async def run_broker(
     stop: asyncio.Event | None = None,
     on_serving: asyncio.Event | None = None,
     handle_signals: bool = True,
+    announce: Callable[[BrokerServer], object] | None = None,
 ) -> None:
     """Serve the queue at ``url`` until SIGTERM/SIGINT (or ``stop`` is set), then drain.
 
     Returns after a graceful stop; raises the broker's error if it failed, or
     ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set
-    once the broker serves (for a standby: once it took over).  With
-    ``handle_signals=False`` only ``stop`` stops it (for embedding and tests).
+    once the broker serves (for a standby: once it took over), and then
+    ``announce`` is called with the serving :class:`BrokerServer` (its
+    ``address``, its broker's ``epoch``).  With ``handle_signals=False`` only
+    ``stop`` stops it (for embedding and tests).
     """
     stop = stop or asyncio.Event()
     runner = BrokerServer(
@@ -235,6 +239,8 @@ async def run_broker(
             starting.result()
             if on_serving is not None:
                 on_serving.set()
+            if announce is not None:
+                announce(runner)
             closed = asyncio.ensure_future(runner.wait_closed())
             await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
             closed.cancel()
