@@ -750,7 +750,7 @@ class Broker:
             except StorageError as exc:
                 self.counters.storage_errors += 1
                 log.warning(
-                    "payload sweep failed; trying again in %.0fs: %s",
+                    "payload sweep failed; trying again in %gs: %s",
                     interval_s,
                     exc,
                     extra={"action": "sweep"},
