@@ -237,6 +237,28 @@ def test_dead_retry_and_purge_through_an_embedded_broker(qdir: Path) -> None:
     assert_one_error_line(missing, 5, "JobNotFound")
 
 
+def test_cancel_takes_live_jobs_out_and_names_the_ids_it_could_not(qdir: Path) -> None:
+    ids = seed(qdir)
+    queued, claimed = ids["a"][1], ids["a"][0]  # a's first job is the claimed one
+    assert read_doc(qdir).jobs[claimed].status == "claimed"
+    result = invoke(
+        "cancel", url_of(qdir), "--embedded", "--id", queued, "--id", claimed, "--id", ids["c"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "cancelled 3 jobs"
+    jobs = read_doc(qdir).jobs
+    assert not {queued, claimed, ids["c"]} & set(jobs)
+    assert ids["b"] in jobs  # untouched
+
+    again = invoke("cancel", url_of(qdir), "--embedded", "--id", ids["b"], "--id", queued)
+    assert again.stdout.strip() == "cancelled 1 job"
+    assert_one_error_line(again, 5, "JobNotFound", queued)
+    assert ids["b"] not in read_doc(qdir).jobs
+
+    bad = invoke("cancel", url_of(qdir), "--embedded", "--id", "not an id")
+    assert_one_error_line(bad, 3, "InvalidInput", "job_id")
+
+
 def test_push_data_prints_the_id_of_a_committed_job(qdir: Path) -> None:
     result = invoke(
         "push", url_of(qdir), "--embedded", "--data", "hello", "-q", "mail", "--priority", "3"

@@ -1,0 +1,50 @@
+"""``osqueue cancel URL --id ID...``: take live jobs out of the queue (through the broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.errors import JobNotFound
+
+
+def cancel(
+    url: Url,
+    ids: Annotated[
+        list[str],
+        typer.Option(
+            "--id",
+            envvar="OSQUEUE_IDS",
+            help="The id of a job to cancel: queued, delayed, claimed or dead (repeat it).",
+            show_default=False,
+        ),
+    ],
+    token: Token = None,
+    token_file: TokenFile = None,
+    tls_ca: TlsCa = None,
+    embedded: Embedded = False,
+) -> None:
+    """Cancel jobs: they leave the queue unfinished (a worker holding one gets LeaseLost)."""
+    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    wanted = list(dict.fromkeys(ids))  # each id once, in the order given
+    outcomes = asyncio.run(_cancel(options, wanted))
+    cancelled = [job_id for job_id, exc in zip(wanted, outcomes, strict=True) if exc is None]
+    typer.echo(f"cancelled {len(cancelled)} job{'s' if len(cancelled) != 1 else ''}")
+    failures = [exc for exc in outcomes if exc is not None]
+    others = [exc for exc in failures if not isinstance(exc, JobNotFound)]
+    if others:  # the broker unreachable, a bad id, ...: the first one says why
+        raise others[0]
+    if failures:
+        missing = [job_id for job_id, exc in zip(wanted, outcomes, strict=True) if exc is not None]
+        raise JobNotFound(
+            f"no live job {', '.join(missing)} (already finished or cancelled, or never pushed)"
+        )
+
+
+async def _cancel(options: ClientOptions, ids: list[str]) -> list[BaseException | None]:
+    """One outcome per id: None (cancelled) or the error it got."""
+    async with open_client(options) as client:
+        return list(await asyncio.gather(*(client.cancel(i) for i in ids), return_exceptions=True))
