@@ -20,6 +20,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -257,6 +258,42 @@ def test_cancel_takes_live_jobs_out_and_names_the_ids_it_could_not(qdir: Path) -
 
     bad = invoke("cancel", url_of(qdir), "--embedded", "--id", "not an id")
     assert_one_error_line(bad, 3, "InvalidInput", "job_id")
+
+
+def test_archive_lists_days_and_deletes_only_those_past_the_cut_off(qdir: Path) -> None:
+    today = datetime.now(UTC).date()
+    days = [(today - timedelta(days=n)).isoformat() for n in (0, 5, 40, 41)]
+    archive = qdir / "archive"
+    for i, day in enumerate(days):
+        for hour in ("03", "17"):
+            path = archive / f"date={day}" / f"hour={hour}" / f"{i:020d}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text('{"id": "x"}\n')
+    (archive / "README").write_text("not an archive object")
+
+    listed = invoke("archive", url_of(qdir), "--older-than-days", "30", "--json")
+    assert listed.exit_code == 0, listed.stderr
+    report = json.loads(listed.stdout)
+    assert [(d["date"], d["objects"], d["old"]) for d in report["days"]] == [
+        (days[3], 2, True),
+        (days[2], 2, True),
+        (days[1], 2, False),
+        (days[0], 2, False),
+    ]
+    assert report["deleted_objects"] == 0
+    assert len(list(archive.rglob("*.jsonl"))) == 8  # marking deletes nothing
+
+    deleted = invoke("archive", url_of(qdir), "--older-than-days", "30", "--delete")
+    assert deleted.exit_code == 0, deleted.stderr
+    assert "deleted 4 objects of 2 days" in deleted.stdout
+    left = sorted(p.parent.parent.name for p in archive.rglob("*.jsonl"))
+    assert left == [f"date={days[1]}"] * 2 + [f"date={days[0]}"] * 2
+    assert (archive / "README").exists()
+
+    unbounded = invoke("archive", url_of(qdir), "--delete")
+    assert_one_error_line(unbounded, 3, "InvalidInput", "older_than_days")
+    mistyped = invoke("archive", url_of(qdir.parent / "no-such-queue"))
+    assert_one_error_line(mistyped, 4, "NotFound", "no queue at")
 
 
 def test_push_data_prints_the_id_of_a_committed_job(qdir: Path) -> None:

@@ -22,7 +22,7 @@ from rich.logging import RichHandler
 from typer._click.core import Command, Context  # typer >= 0.2x vendors click
 from typer.core import TyperGroup
 
-from osqueue.cli import bench, broker, cancel, dead, exits, jobs, push, status, work
+from osqueue.cli import archive, bench, broker, cancel, dead, exits, jobs, push, status, work
 from osqueue.cli.console import stderr
 from osqueue.errors import MissingExtra
 
@@ -115,6 +115,7 @@ app.command("status", rich_help_panel=_INSPECT)(status.status)
 app.command("jobs", rich_help_panel=_INSPECT)(jobs.jobs)
 app.command("dead", rich_help_panel=_INSPECT)(dead.dead)
 app.command("cancel", rich_help_panel=_INSPECT)(cancel.cancel)
+app.command("archive", rich_help_panel=_INSPECT)(archive.archive)
 app.command("bench", rich_help_panel=_INSPECT)(bench.bench)
 
 

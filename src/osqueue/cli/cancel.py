@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from osqueue.cli import exits
 from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
 from osqueue.errors import JobNotFound
 
@@ -32,7 +33,7 @@ def cancel(
     wanted = list(dict.fromkeys(ids))  # each id once, in the order given
     outcomes = asyncio.run(_cancel(options, wanted))
     cancelled = [job_id for job_id, exc in zip(wanted, outcomes, strict=True) if exc is None]
-    typer.echo(f"cancelled {len(cancelled)} job{'s' if len(cancelled) != 1 else ''}")
+    typer.echo(f"cancelled {exits.counted(len(cancelled), 'job')}")
     failures = [exc for exc in outcomes if exc is not None]
     others = [exc for exc in failures if not isinstance(exc, JobNotFound)]
     if others:  # the broker unreachable, a bad id, ...: the first one says why

@@ -39,7 +39,7 @@ def dead(
     options = ClientOptions(url, token, token_file, tls_ca, embedded)
     count = asyncio.run(_act(options, action, ids or None))
     verb = "retried" if action is DeadAction.retry else "purged"
-    typer.echo(f"{verb} {count} dead job{'s' if count != 1 else ''}")
+    typer.echo(f"{verb} {exits.counted(count, 'dead job')}")
     if ids and count < len(ids):
         exits.warn(f"{len(ids) - count} of the given ids were not dead jobs")
 

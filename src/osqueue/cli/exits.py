@@ -62,6 +62,11 @@ def exit_code(exc: BaseException) -> int:
     return INTERNAL
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 job"``, ``"2 jobs"``, ``"1,204 jobs"``: a count and its noun, for output lines."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def one_line(text: str) -> str:
     return " | ".join(part.strip() for part in text.strip().splitlines() if part.strip())
 
