@@ -689,12 +689,16 @@ class Broker:
         """Log what the broker did in each ``interval_s`` (INFO, with the numbers as
         structured fields), so an operator sees its pace and its trouble."""
         c = self.counters
-        last = (c.commits, c.ops, c.conflicts, c.storage_errors, c.archives, c.write_bytes)
+
+        def totals() -> tuple[int, ...]:
+            return (c.commits, c.ops, c.conflicts, c.storage_errors, c.archives, c.write_bytes)
+
+        last = totals()
         while True:
             await self.clock.sleep(interval_s)
             if self.state is not State.SERVING or self._doc is None:
                 return
-            now = (c.commits, c.ops, c.conflicts, c.storage_errors, c.archives, c.write_bytes)
+            now = totals()
             commits, ops, conflicts, errors, archives, written = (
                 a - b for a, b in zip(now, last, strict=True)
             )

@@ -22,11 +22,11 @@ import typer
 from osqueue.broker.archive import PREFIX
 from osqueue.cli import exits
 from osqueue.cli.options import AsJson, Url
-from osqueue.errors import InvalidInput, NotFound
-from osqueue.state import DOCUMENT_KEY
+from osqueue.cli.snapshot import read_blob
+from osqueue.errors import InvalidInput
 from osqueue.storage import from_url
 
-_DAY = re.compile(r"archive/date=(\d{4}-\d{2}-\d{2})/hour=\d{2}/\d{20}\.jsonl")
+_DAY = re.compile(re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=\d{2}/\d{20}\.jsonl")
 #: deletes in flight at once
 _DELETES = 32
 
@@ -53,12 +53,11 @@ def archive(
     """List the archive's days (objects per day); delete old days with --delete."""
     if delete and older_than_days is None:
         raise InvalidInput("--delete needs --older-than-days", field="older_than_days")
-    days = asyncio.run(_days(url))
     cutoff = None
     if older_than_days is not None:
         cutoff = (datetime.now(UTC).date() - timedelta(days=older_than_days)).isoformat()
-    old = [day for day in sorted(days) if cutoff is not None and day < cutoff]
-    deleted = asyncio.run(_delete(url, [k for day in old for k in days[day]])) if delete else 0
+    days, old = asyncio.run(_expire(url, cutoff, delete))
+    deleted = sum(len(days[day]) for day in old) if delete else 0
     if as_json:
         rows = [{"date": d, "objects": len(days[d]), "old": d in old} for d in sorted(days)]
         typer.echo(json.dumps({"days": rows, "deleted_objects": deleted}))
@@ -76,31 +75,27 @@ def archive(
         )
 
 
-async def _days(url: str) -> dict[str, list[str]]:
-    """Archive object keys by day; NotFound if there is no queue at ``url`` at all."""
+async def _expire(
+    url: str, cutoff: str | None, delete: bool
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Archive object keys by day, and the days before ``cutoff`` (deleted with
+    ``delete``); NotFound if there is no queue at ``url`` at all."""
     storage = from_url(url)
     try:
         keys = await storage.list(PREFIX)
         if not keys:  # a queue that archived nothing yet, or a mistyped URL?
-            try:
-                await storage.read(DOCUMENT_KEY)
-            except NotFound:
-                raise NotFound(f"no queue at {url}: {DOCUMENT_KEY} does not exist") from None
+            await read_blob(storage, url)
+        days: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            match = _DAY.fullmatch(key)
+            if match is not None:
+                days[match[1]].append(key)
+        old = [day for day in sorted(days) if cutoff is not None and day < cutoff]
+        if delete:
+            doomed = [key for day in old for key in days[day]]
+            for start in range(0, len(doomed), _DELETES):
+                chunk = doomed[start : start + _DELETES]
+                await asyncio.gather(*(storage.delete(key) for key in chunk))
     finally:
         await storage.close()
-    days: dict[str, list[str]] = defaultdict(list)
-    for key in keys:
-        match = _DAY.fullmatch(key)
-        if match is not None:
-            days[match[1]].append(key)
-    return days
-
-
-async def _delete(url: str, keys: list[str]) -> int:
-    storage = from_url(url)
-    try:
-        for start in range(0, len(keys), _DELETES):
-            await asyncio.gather(*(storage.delete(k) for k in keys[start : start + _DELETES]))
-    finally:
-        await storage.close()
-    return len(keys)
+    return days, old

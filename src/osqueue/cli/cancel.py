@@ -32,16 +32,14 @@ def cancel(
     options = ClientOptions(url, token, token_file, tls_ca, embedded)
     wanted = list(dict.fromkeys(ids))  # each id once, in the order given
     outcomes = asyncio.run(_cancel(options, wanted))
-    cancelled = [job_id for job_id, exc in zip(wanted, outcomes, strict=True) if exc is None]
-    typer.echo(f"cancelled {exits.counted(len(cancelled), 'job')}")
-    failures = [exc for exc in outcomes if exc is not None]
-    others = [exc for exc in failures if not isinstance(exc, JobNotFound)]
+    failed = {job_id: exc for job_id, exc in zip(wanted, outcomes, strict=True) if exc is not None}
+    typer.echo(f"cancelled {exits.counted(len(wanted) - len(failed), 'job')}")
+    others = [exc for exc in failed.values() if not isinstance(exc, JobNotFound)]
     if others:  # the broker unreachable, a bad id, ...: the first one says why
         raise others[0]
-    if failures:
-        missing = [job_id for job_id, exc in zip(wanted, outcomes, strict=True) if exc is not None]
+    if failed:
         raise JobNotFound(
-            f"no live job {', '.join(missing)} (already finished or cancelled, or never pushed)"
+            f"no live job {', '.join(failed)} (already finished or cancelled, or never pushed)"
         )
 
 
