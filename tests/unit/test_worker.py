@@ -272,6 +272,41 @@ async def test_concurrency_limit_is_respected(env: Env) -> None:
     assert all(env.status(i) == "done" for i in ids)
 
 
+async def test_a_slot_frees_when_its_handler_returns_not_when_the_completion_lands(
+    env: Env,
+) -> None:
+    ids = await env.push(2)
+    let_complete = asyncio.Event()
+
+    class HeldCompletions(Recorder):
+        async def complete(self, job: Job) -> None:
+            await let_complete.wait()
+            await super().complete(job)
+
+    client = HeldCompletions(env.broker.client())
+    ran: list[str] = []
+    second_ran = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        ran.append(job.id)
+        if len(ran) == 2:
+            second_ran.set()
+
+    worker = Worker(client, handler, concurrency=1, burst=True, clock=env.clock)
+    task = start(worker)
+    # One slot, and the first job's completion is held back: the second job is
+    # claimed and run anyway (the claim goes out beside the completion).
+    await asyncio.wait_for(second_ran.wait(), timeout=30)
+    assert ran == ids
+    assert client.count("complete") == 0
+    assert [env.status(i) for i in ids] == ["claimed", "claimed"]
+    assert worker.running == 2  # both settling, neither holding a slot
+    let_complete.set()
+    await task
+    assert [env.status(i) for i in ids] == ["done", "done"]
+    assert worker.counters.processed == 2
+
+
 async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None:
     (job_id,) = await env.push(1)
     seen: list[tuple[int, str, bool]] = []

@@ -53,7 +53,11 @@ def work(
     concurrency: Annotated[
         int,
         typer.Option(
-            "--concurrency", "-c", envvar="OSQUEUE_CONCURRENCY", min=1, help="Jobs held at once."
+            "--concurrency",
+            "-c",
+            envvar="OSQUEUE_CONCURRENCY",
+            min=1,
+            help="Handlers running at once.",
         ),
     ] = 1,
     batch_size: Annotated[

@@ -1,12 +1,16 @@
 """The worker runtime: claim jobs, run handlers, heartbeat, settle.
 
-A :class:`Worker` holds at most ``concurrency`` jobs.  One side task claims in
-batches with long polls (``max_jobs`` = free slots), another heartbeats every
-held job on its own timer.  Each claimed job (or batch of jobs, for handlers
+A :class:`Worker` runs at most ``concurrency`` handlers at once.  One side
+task claims in batches with long polls (``max_jobs`` = free slots), another
+heartbeats every held job on its own timer.  Each claimed job (or batch of jobs, for handlers
 decorated with :func:`batch`) runs as its own task: async handlers directly,
 sync handlers in a thread.  When the handler returns the job is completed;
 when it raises, the job is failed with the traceback's last line as
 ``last_error`` (or retried later when it raised :class:`Retry`).
+
+A slot is free as soon as its handler returns: the claim for the next job goes
+out while the completion of the last one is on its way, so on a busy broker
+both ride in one commit and a slot waits for one write per job, not two.
 
 When a heartbeat answers :class:`~osqueue.errors.LeaseLost` the job belongs to
 someone else: an async handler is cancelled; a sync handler cannot be killed,
@@ -279,8 +283,9 @@ def current_job_lost() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    """How a :class:`Worker` runs.  ``concurrency`` counts jobs held at once
-    (a batch of 10 takes 10 slots), so ``batch_size`` must not exceed it."""
+    """How a :class:`Worker` runs.  ``concurrency`` counts jobs whose handlers run
+    at once (a batch of 10 takes 10 slots), so ``batch_size`` must not exceed it.
+    Jobs whose completion is on its way hold no slot."""
 
     queues: tuple[str, ...] | None = None
     concurrency: int = 1
@@ -297,7 +302,7 @@ class WorkerConfig:
         if self.batch_size > self.concurrency:
             raise InvalidInput(
                 f"{self.batch_size} exceeds concurrency ({self.concurrency}); "
-                "concurrency counts jobs held at once",
+                "concurrency counts jobs whose handlers run at once",
                 field="batch_size",
             )
         if self.heartbeat_interval_s is not None:
@@ -472,6 +477,10 @@ class Worker:
         """Jobs held right now (running, settling, or lost but still in a thread)."""
         return sum(len(u.jobs) for u in self._units)
 
+    def _slots_taken(self) -> int:
+        """Jobs whose handler has not returned yet (a settling job frees its slot)."""
+        return sum(len(u.jobs) for u in self._units if not u.settling)
+
     @property
     def busy_threads(self) -> int:
         """Sync handlers still running in a thread; after :meth:`run` these are
@@ -635,7 +644,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         backoff = _CLAIM_BACKOFF_MIN_S
         while not self._stop.is_set():
-            free = self.config.concurrency - self.running
+            free = self.config.concurrency - self._slots_taken()
             if free <= 0:
                 await self._wait_change()
                 continue
@@ -717,6 +726,7 @@ class Worker:
             outcome = await self._execute(unit)
             if outcome is not None and not unit.context.lost:
                 unit.settling = True
+                self._changed.set()  # its slot is free: claim the next job now
                 await self._settle(unit, outcome)
         except asyncio.CancelledError:
             if unit in self._units and not unit.settling:
