@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+import msgspec
 import pytest
 from remote_helpers import fast_config, read_document
 
@@ -12,7 +14,10 @@ import osqueue.sync
 from osqueue.client.api import NewJob, QueueClient
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost
+from osqueue.server._pb import queue_pb2 as pb
+from osqueue.server._pb import queue_pb2_grpc as pb_grpc
 from osqueue.server.runner import BrokerServer
+from osqueue.server.service import QueueService
 
 
 async def test_connect_finds_the_broker_from_the_document(
@@ -55,6 +60,62 @@ async def test_push_claim_complete_round_trip(remote: RemoteClient, queue_url: s
     assert stats.depth == 0
     doc = await read_document(queue_url)
     assert doc.stats.completed == 1
+
+
+async def test_complete_and_claim_is_one_call_and_one_commit(
+    remote: RemoteClient, queue_url: str
+) -> None:
+    ids = await remote.push_many([NewJob(b"%d" % i) for i in range(3)])
+    held = await remote.claim("w1", max_jobs=2)
+    stale = msgspec.structs.replace(held[1], token=held[1].token + 100)
+    before = (await read_document(queue_url)).version
+    errors, claimed = await remote.complete_and_claim([held[0], stale], "w1", max_jobs=5)
+    assert errors[0] is None
+    assert isinstance(errors[1], LeaseLost)  # the stale token fails alone
+    assert [j.id for j in claimed] == [ids[2]]
+    doc = await read_document(queue_url)
+    assert doc.version == before + 1
+    assert doc.stats.completed == 1
+    assert doc.jobs[ids[1]].status == "claimed"
+
+
+async def test_complete_and_claim_falls_back_on_a_broker_that_predates_it(
+    remote: RemoteClient, queue_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_claim = QueueService.claim
+
+    async def old_claim(
+        self: QueueService, request: pb.ClaimRequest, context: object
+    ) -> pb.ClaimResponse:
+        del request.complete[:]  # an older broker does not know the field
+        return await serve_claim(self, request, context)
+
+    monkeypatch.setattr(QueueService, "claim", old_claim)
+    ids = await remote.push_many([NewJob(b"a"), NewJob(b"b")])
+    [first] = await remote.claim("w1")
+    errors, claimed = await remote.complete_and_claim([first], "w1")
+    assert errors == [None]
+    assert [j.id for j in claimed] == [ids[1]]
+    doc = await read_document(queue_url)
+    assert doc.stats.completed == 1  # completed by a Complete call after the claim
+
+
+async def test_complete_and_claim_refuses_a_wait(broker_server: BrokerServer) -> None:
+    async with grpc.aio.insecure_channel(broker_server.address) as channel:
+        stub = pb_grpc.QueueStub(channel)  # type: ignore[misc]
+        request = pb.ClaimRequest(
+            worker="w", queues=["q"], max_jobs=1, wait_s=1.0, complete=[pb.JobRef(id="j", token=1)]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Claim(request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith("wait_s: ")
+        del request.complete[:]
+        request.complete.append(pb.JobRef(id="no/slash", token=1))
+        request.wait_s = 0
+        answer = await stub.Claim(request)  # a bad ref fails alone; the claim runs
+        assert [s.field for s in answer.completed] == ["complete[0].id"]
+        assert list(answer.jobs) == []
 
 
 async def test_client_chosen_id_and_push_many(remote: RemoteClient) -> None:

@@ -227,6 +227,32 @@ async def test_zombie_worker_cannot_complete_a_reclaimed_job() -> None:
         await q.complete(fresh)
 
 
+async def test_complete_and_claim_settles_and_claims_in_one_commit() -> None:
+    clock = ManualClock()
+    async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
+        q = broker.client()
+        first, second, third = [await q.push(b"%d" % i) for i in range(3)]
+        held = await q.claim("w1", max_jobs=2)
+        assert [j.id for j in held] == [first, second]
+        stale = msgspec.structs.replace(held[1], token=held[1].token + 100)
+        before = broker.commits
+        errors, claimed = await q.complete_and_claim([held[0], stale], "w1", max_jobs=5)
+        assert broker.commits == before + 1
+        assert errors[0] is None
+        assert isinstance(errors[1], LeaseLost)  # the stale one fails alone
+        assert [j.id for j in claimed] == [third]
+        assert broker.document.jobs.get(first) is None or (
+            broker.document.jobs[first].status == "done"
+        )
+        assert broker.document.jobs[second].status == "claimed"
+        # Bad claim arguments are refused before anything is sent.
+        with pytest.raises(InvalidInput) as caught:
+            await q.complete_and_claim([held[1]], "bad worker\n", max_jobs=1)
+        assert caught.value.field == "worker"
+        assert broker.commits == before + 1
+        assert broker.document.jobs[second].status == "claimed"
+
+
 async def test_long_poll_claim_answers_right_after_the_commit_that_makes_a_job_claimable() -> None:
     async with osqueue.Broker(MemoryStorage(), config()) as broker:
         q = broker.client()

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.client.api import Job, NewJob, QueueClient, Stats
+from osqueue.client.api import CompletesAndClaims, Job, NewJob, QueueClient, Stats
 from osqueue.client.worker import (
     JobContext,
     NoJobContext,
@@ -65,21 +65,30 @@ class Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     error: BaseException | None
+    result: Any = None
 
 
 class Recorder:
-    """Wraps a QueueClient, records every finished call, and lets tests wait on them."""
+    """Wraps a QueueClient, records every finished call, and lets tests wait on them.
+
+    It has no ``complete_and_claim``: a worker on it completes on its own
+    (:class:`FusedRecorder` has it, like both real clients)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.heartbeat_timeout_s = inner.broker.config.heartbeat_timeout_s
         self.calls: list[Call] = []
+        #: names of the calls begun (finished or not), in order
+        self.begun: list[str] = []
         self.fail_next: dict[str, BaseException] = {}
         self._cond = asyncio.Condition()
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         error: BaseException | None = self.fail_next.pop(name, None)
         result: Any = None
+        async with self._cond:
+            self.begun.append(name)
+            self._cond.notify_all()
         try:
             if error is not None:
                 raise error
@@ -89,7 +98,7 @@ class Recorder:
             raise
         finally:
             async with self._cond:
-                self.calls.append(Call(name, args, kwargs, error))
+                self.calls.append(Call(name, args, kwargs, error, result))
                 self._cond.notify_all()
         return result
 
@@ -102,6 +111,26 @@ class Recorder:
 
     def count(self, name: str, *, ok: bool | None = None) -> int:
         return sum(1 for c in self.named(name) if ok is None or (c.error is None) == ok)
+
+    def completions(self) -> list[str]:
+        """Ids of the jobs this client was asked to complete, by either call, in order."""
+        out: list[str] = []
+        for c in self.calls:
+            if c.name == "complete":
+                out.append(c.args[0].id)
+            elif c.name == "complete_and_claim":
+                out.extend(job.id for job in c.args[0])
+        return out
+
+    def completed(self) -> int:
+        """Completions the broker accepted, by either call."""
+        n = 0
+        for c in self.calls:
+            if c.error is None and c.name == "complete":
+                n += 1
+            elif c.error is None and c.name == "complete_and_claim":
+                n += sum(error is None for error in c.result[0])
+        return n
 
     async def push(self, payload: bytes, **kwargs: Any) -> str:
         result: str = await self._call("push", payload, **kwargs)
@@ -135,6 +164,18 @@ class Recorder:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+class FusedRecorder(Recorder):
+    """A Recorder that can complete and claim in one call (one commit)."""
+
+    async def complete_and_claim(
+        self, jobs: Sequence[Job], worker: str, queues: Sequence[str] = ("default",), **kw: Any
+    ) -> tuple[list[Any], list[Job]]:
+        result: tuple[list[Any], list[Job]] = await self._call(
+            "complete_and_claim", jobs, worker, queues, **kw
+        )
+        return result
 
 
 @dataclass
@@ -227,7 +268,7 @@ async def env() -> AsyncIterator[Env]:
         heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, lease_s=1000.0, backoff_cap_s=BACKOFF_CAP_S
     )
     async with Broker(f"memory://test-worker-{new_id()}", config, clock=broker_clock) as broker:
-        yield Env(broker, Recorder(broker.client()), WatchedClock(), broker_clock)
+        yield Env(broker, FusedRecorder(broker.client()), WatchedClock(), broker_clock)
 
 
 def start(worker: Worker) -> asyncio.Task[None]:
@@ -240,6 +281,9 @@ def start(worker: Worker) -> asyncio.Task[None]:
 def test_recorder_satisfies_the_client_protocol(env: Env) -> None:
     assert isinstance(env.client, QueueClient)
     assert isinstance(env.broker.client(), QueueClient)
+    assert isinstance(env.client, CompletesAndClaims)
+    assert isinstance(env.broker.client(), CompletesAndClaims)
+    assert not isinstance(Recorder(env.broker.client()), CompletesAndClaims)
 
 
 async def test_concurrency_limit_is_respected(env: Env) -> None:
@@ -307,6 +351,40 @@ async def test_a_slot_frees_when_its_handler_returns_not_when_the_completion_lan
     assert worker.counters.processed == 2
 
 
+async def test_each_completion_rides_with_the_next_claim_in_one_commit(env: Env) -> None:
+    ids = await env.push(5)
+    worker = env.worker(lambda job: None, concurrency=1, burst=True)
+    before = env.broker.commits
+    await worker.run()
+    assert [env.status(i) for i in ids] == ["done"] * 5
+    assert worker.counters.processed == 5
+    assert env.client.count("complete") == 0
+    assert env.client.count("complete_and_claim", ok=True) == 5
+    # One commit per job (its claim and the last job's completion), plus the
+    # first claim and the empty ones that end the burst.
+    assert env.broker.commits - before <= 5 + 3
+
+
+async def test_a_completion_does_not_wait_for_a_parked_long_poll(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    finish = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        await finish.wait()
+
+    worker = env.worker(handler, concurrency=2, wait_s=600.0)
+    task = start(worker)
+    # The first claim took the job; the second waits in a long poll (nothing queued).
+    await env.client.wait_for(lambda: env.client.begun.count("claim") == 2)
+    finish.set()
+    await env.client.wait_for(lambda: env.client.completed() == 1)
+    assert env.status(job_id) == "done"
+    assert env.client.count("claim") == 1  # the long poll is still parked
+    assert env.client.count("complete_and_claim") == 0
+    worker.stop()
+    await task
+
+
 async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None:
     (job_id,) = await env.push(1)
     seen: list[tuple[int, str, bool]] = []
@@ -368,7 +446,7 @@ async def test_heartbeats_keep_a_long_job_alive_past_the_timeout(env: Env) -> No
     assert env.status(job_id) == "claimed"
     assert await env.claim("thief") == []
     finish.set()
-    await env.client.wait_for(lambda: env.client.count("complete", ok=True) == 1)
+    await env.client.wait_for(lambda: env.client.completed() == 1)
     worker.stop()
     await task
     assert env.status(job_id) == "done"
@@ -402,7 +480,7 @@ async def test_lease_lost_cancels_the_async_handler_and_never_completes(env: Env
     worker.stop()
     await task
     assert worker.counters.lost == 1
-    assert env.client.named("complete") == []
+    assert env.client.completions() == []
     assert env.client.named("fail") == []
     assert env.client.named("release") == []
     assert env.status(job_id) == "claimed"  # still the thief's
@@ -436,7 +514,7 @@ async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: En
     assert contexts[0].lost
     assert contexts[0].cancel_reason == "lease_lost"
     assert worker.counters.lost == 1
-    assert env.client.named("complete") == []
+    assert env.client.completions() == []
     assert env.client.named("fail") == []
     assert env.status(job_id) == "claimed"
 
@@ -464,7 +542,7 @@ async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env)
     await started[stuck].wait()
     worker.stop()
     finish_quick.set()
-    await env.client.wait_for(lambda: env.client.count("complete") == 1)
+    await env.client.wait_for(lambda: env.client.completed() == 1)
     assert not task.done()  # the stuck job still has its grace period
     await env.clock.wait_sleepers(2)  # heartbeat timer and grace period
     env.clock.advance(20.0)
@@ -695,7 +773,7 @@ async def test_hard_stop_releases_a_stuck_sync_handler_and_reports_its_thread(en
     assert worker.busy_threads == 1  # a thread cannot be killed; the CLI exits around it
     unblock.set()
     await asyncio.to_thread(returned.wait, 60)
-    assert env.client.named("complete") == []
+    assert env.client.completions() == []
 
 
 async def test_default_heartbeat_interval_follows_the_in_process_broker() -> None:
@@ -712,7 +790,7 @@ async def test_a_transient_heartbeat_error_is_not_a_lost_lease(env: Env) -> None
     await env.beat()
     assert [c.error is None for c in env.client.named("heartbeat")] == [False, True]
     finish.set()
-    await env.client.wait_for(lambda: env.client.count("complete", ok=True) == 1)
+    await env.client.wait_for(lambda: env.client.completed() == 1)
     worker.stop()
     await task
     assert worker.counters.lost == 0

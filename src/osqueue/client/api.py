@@ -13,6 +13,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from osqueue.errors import OsqueueError
+
 JobStatus = Literal["queued", "claimed", "done", "dead"]
 
 
@@ -119,3 +121,28 @@ class QueueClient(Protocol):
     async def stats(self) -> Stats: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class CompletesAndClaims(Protocol):
+    """A client that can settle a worker's last jobs and claim its next in one commit.
+
+    Both clients of this package can; the worker runtime uses it when the
+    client it is given can, and separate calls otherwise.
+    """
+
+    async def complete_and_claim(
+        self,
+        jobs: Sequence[Job],
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+    ) -> tuple[list[OsqueueError | None], list[Job]]:
+        """Complete ``jobs``, then claim up to ``max_jobs`` (no wait), in one commit.
+
+        Returns one error (or ``None``) per completed job, in order, and the
+        jobs claimed.  Raises only when the call as a whole failed (bad claim
+        arguments, checked before anything is sent, or the broker refusing
+        every op of it)."""
+        ...

@@ -276,6 +276,30 @@ class LocalClient:
             result = await self.broker.claim(op, wait_s)
         else:
             result = await self.broker.enqueue(op)
+        return await self._claimed_jobs(result)
+
+    async def complete_and_claim(
+        self,
+        jobs: Sequence[Job],
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+    ) -> tuple[list[OsqueueError | None], list[Job]]:
+        """Complete ``jobs`` and claim up to ``max_jobs`` in one commit (see
+        :class:`~osqueue.client.api.CompletesAndClaims`)."""
+        queues = (queues,) if isinstance(queues, str) else tuple(queues)
+        # Checked first, so the claim can only fail with the whole commit.
+        validate.worker_name(worker)
+        validate.queue_names(queues)
+        validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        ops: list[Complete | ClaimOp] = [Complete(j.id, j.token) for j in jobs]
+        ops.append(ClaimOp(worker, queues, max_jobs))
+        results = await self.broker.submit_many(ops)
+        errors = [r if isinstance(r, OsqueueError) else None for r in results[:-1]]
+        return errors, await self._claimed_jobs(results[-1])
+
+    async def _claimed_jobs(self, result: Result) -> list[Job]:
         if type(result) is not Claimed:
             _raise_if_error(result)
             raise InvalidInput(f"unexpected result {type(result).__name__} for a claim", field="op")

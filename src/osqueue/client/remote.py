@@ -712,6 +712,45 @@ class RemoteClient:
         jobs, _ = await self._call(attempt, deadline=self._deadline(wait))
         return jobs
 
+    async def complete_and_claim(
+        self,
+        jobs: Sequence[Job],
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+    ) -> tuple[list[OsqueueError | None], list[Job]]:
+        """Complete ``jobs`` and claim up to ``max_jobs`` in one Claim call (one commit).
+
+        A broker that predates this answers no completion results; the
+        completions then go out with Complete.  Retried like a claim; a
+        completion whose first answer was lost and that the broker then no
+        longer knows is :class:`~osqueue.errors.MaybeCommitted`."""
+        self._check_open()
+        request, _ = self._claim_request(worker, queues, max_jobs, 0.0)
+        request.complete.extend(_ref(job) for job in jobs)
+        maybe = False
+
+        def lost_answer() -> None:
+            nonlocal maybe
+            maybe = True
+
+        async def attempt(conn: _Conn, deadline: float) -> pb.ClaimResponse:
+            response: pb.ClaimResponse = await conn.stub.Claim(
+                request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
+            )
+            return response
+
+        response, _ = await self._call(attempt, deadline=self._deadline(), on_unknown=lost_answer)
+        claimed = [job_from_pb(job) for job in response.jobs]
+        if len(response.completed) != len(jobs):  # an older broker ignored `complete`
+            return await self.complete_many(jobs), claimed
+        outcomes = [
+            _holder_result("complete", job.id, status, maybe)
+            for job, status in zip(jobs, response.completed, strict=True)
+        ]
+        return _errors_of(outcomes), claimed
+
     async def claim_stream(
         self,
         worker: str,

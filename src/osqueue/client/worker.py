@@ -8,9 +8,11 @@ sync handlers in a thread.  When the handler returns the job is completed;
 when it raises, the job is failed with the traceback's last line as
 ``last_error`` (or retried later when it raised :class:`Retry`).
 
-A slot is free as soon as its handler returns: the claim for the next job goes
-out while the completion of the last one is on its way, so on a busy broker
-both ride in one commit and a slot waits for one write per job, not two.
+A slot is free as soon as its handler returns, and the claim for the next job
+carries the completion of the last one (:class:`CompletesAndClaims`, one call
+and one commit), so with storage latency a slot waits for one write per job,
+not two.  While the claim side task is parked in a long poll (nothing to
+claim), completions go out on their own.
 
 When a heartbeat answers :class:`~osqueue.errors.LeaseLost` the job belongs to
 someone else: an async handler is cancelled; a sync handler cannot be killed,
@@ -40,9 +42,9 @@ import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
-from osqueue.client.api import Job, QueueClient
+from osqueue.client.api import CompletesAndClaims, Job, QueueClient
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import (
     BrokerUnavailable,
@@ -74,6 +76,12 @@ __all__ = [
     "current_job_lost",
     "error_line",
 ]
+
+#: What the claim loop answers a completion handed to it that it did not send
+#: (no free slot, or stopping): the job's own task completes it.
+_SEND_IT_YOURSELF: Final = "send it yourself"
+#: A completion handed to the claim loop: the job and its outcome to come.
+_Handed: TypeAlias = tuple[Job, "asyncio.Future[OsqueueError | str | None]"]
 
 #: Errors that say "try again later": the worker backs off and keeps going.
 TRANSIENT_ERRORS: tuple[type[OsqueueError], ...] = (
@@ -461,6 +469,11 @@ class Worker:
         self.heartbeat_interval_s = config.heartbeat_interval_s or timeout / 3.0
         self.counters = WorkerCounters()
         self._units: set[_Unit] = set()
+        #: completions waiting to ride with the next claim (when the client can)
+        self._handed: list[_Handed] = []
+        self._together = isinstance(client, CompletesAndClaims)
+        #: the claim loop waits in a long poll: completions must not wait for it
+        self._parked = False
         self._orphaned: list[Job] = []
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
@@ -643,38 +656,76 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         backoff = _CLAIM_BACKOFF_MIN_S
-        while not self._stop.is_set():
-            free = self.config.concurrency - self._slots_taken()
-            if free <= 0:
-                await self._wait_change()
-                continue
-            wait_s = 0.0 if self.config.burst else self.config.wait_s
-            try:
-                jobs = await self._claim(free, wait_s)
-            except TRANSIENT_ERRORS as exc:
-                logger.warning(
-                    "claim failed; backing off",
-                    extra={"action": "claim", "error": error_line(exc), "backoff_s": backoff},
-                )
-                await _first(self._clock.sleep(backoff), self._stop.wait())
-                backoff = min(backoff * 2, _CLAIM_BACKOFF_MAX_S)
-                continue
-            backoff = _CLAIM_BACKOFF_MIN_S
-            if jobs is None:
-                return
-            if jobs:
-                self.counters.claimed += len(jobs)
-                self._dispatch(jobs)
-            elif self.config.burst:
-                if not self._units:
-                    logger.info("burst: nothing left", extra={"action": "burst_done"})
-                    self.stop()
+        try:
+            while not self._stop.is_set():
+                free = self.config.concurrency - self._slots_taken()
+                handed, self._handed = self._handed, []
+                if handed and free <= 0:
+                    _answer(handed, _SEND_IT_YOURSELF)
+                if free <= 0:
+                    await self._wait_change()
+                    continue
+                wait_s = 0.0 if self.config.burst or handed else self.config.wait_s
+                try:
+                    if handed:
+                        jobs = await self._complete_and_claim(handed, free)
+                    else:
+                        self._parked = wait_s > 0
+                        jobs = await self._claim(free, wait_s)
+                except TRANSIENT_ERRORS as exc:
+                    logger.warning(
+                        "claim failed; backing off",
+                        extra={"action": "claim", "error": error_line(exc), "backoff_s": backoff},
+                    )
+                    self._parked = True  # completions do not wait out the backoff
+                    await _first(self._clock.sleep(backoff), self._stop.wait())
+                    backoff = min(backoff * 2, _CLAIM_BACKOFF_MAX_S)
+                    continue
+                finally:
+                    self._parked = False
+                backoff = _CLAIM_BACKOFF_MIN_S
+                if jobs is None:
                     return
-                await self._wait_change()
+                if jobs:
+                    self.counters.claimed += len(jobs)
+                    self._dispatch(jobs)
+                elif handed:
+                    continue  # the next claim may wait (long poll)
+                elif self.config.burst:
+                    if not self._units:
+                        logger.info("burst: nothing left", extra={"action": "burst_done"})
+                        self.stop()
+                        return
+                    await self._wait_change()
+        finally:
+            handed, self._handed = self._handed, []
+            _answer(handed, _SEND_IT_YOURSELF)
+
+    async def _complete_and_claim(self, handed: list[_Handed], free: int) -> list[Job] | None:
+        """Complete the handed jobs and claim up to ``free`` in one call (not
+        interrupted by stop: it does not wait); None when stopping (jobs it got are
+        released)."""
+        assert isinstance(self.client, CompletesAndClaims)
+        try:
+            errors, jobs = await self.client.complete_and_claim(
+                [job for job, _ in handed], self.worker_id, self.queues, max_jobs=free
+            )
+        except BaseException as exc:
+            _answer(handed, exc if isinstance(exc, OsqueueError) else _SEND_IT_YOURSELF)
+            raise
+        for (_, future), error in zip(handed, errors, strict=True):
+            if not future.done():
+                future.set_result(error)
+        if self._stop.is_set():
+            self.counters.claimed += len(jobs)
+            await self._release(jobs)
+            return None
+        return jobs
 
     async def _wait_change(self) -> None:
         self._changed.clear()
-        await self._changed.wait()
+        if not self._handed:  # a completion handed over before the clear is a change
+            await self._changed.wait()
 
     async def _claim(self, max_jobs: int, wait_s: float) -> list[Job] | None:
         """One claim, interrupted by stop(); None when stopping (jobs it got are released)."""
@@ -726,7 +777,6 @@ class Worker:
             outcome = await self._execute(unit)
             if outcome is not None and not unit.context.lost:
                 unit.settling = True
-                self._changed.set()  # its slot is free: claim the next job now
                 await self._settle(unit, outcome)
         except asyncio.CancelledError:
             if unit in self._units and not unit.settling:
@@ -758,15 +808,43 @@ class Worker:
         return _Outcome(None if error is not None else future.result(), error)
 
     async def _settle(self, unit: _Unit, outcome: _Outcome) -> None:
+        """Complete or fail the unit's jobs.  Its slot is free from here on: the
+        completions are handed to the claim loop first (they ride with its next
+        claim), then the loop is woken to claim."""
         results = _per_job_errors(unit, outcome)
-        await asyncio.gather(*(self._settle_job(unit, job, err) for job, err in results))
+        handed = {
+            job.id: self._hand(job)
+            for job, error in results
+            if error is None and not unit.context.is_lost(job.id) and self._can_hand()
+        }
+        self._changed.set()
+        await asyncio.gather(
+            *(self._settle_job(unit, job, err, handed.get(job.id)) for job, err in results)
+        )
 
-    async def _settle_job(self, unit: _Unit, job: Job, error: BaseException | None) -> None:
+    def _can_hand(self) -> bool:
+        """Completions can ride with the next claim: the client can, and the claim
+        loop neither waits in a long poll nor is stopping."""
+        return self._together and not self._parked and not self._stop.is_set()
+
+    def _hand(self, job: Job) -> asyncio.Future[OsqueueError | str | None]:
+        future: asyncio.Future[OsqueueError | str | None]
+        future = asyncio.get_running_loop().create_future()
+        self._handed.append((job, future))
+        return future
+
+    async def _settle_job(
+        self,
+        unit: _Unit,
+        job: Job,
+        error: BaseException | None,
+        handed: asyncio.Future[OsqueueError | str | None] | None = None,
+    ) -> None:
         if unit.context.is_lost(job.id):
             return
         try:
             if error is None:
-                await self.client.complete(job)
+                await self._complete(job, handed)
                 self.counters.processed += 1
             elif isinstance(error, Retry):
                 await self.client.fail(job, error=error_line(error), retry_after_s=error.after_s)
@@ -790,6 +868,19 @@ class Worker:
                 "could not settle job; it will be retried after the heartbeat timeout",
                 extra={"action": "settle", "job": job.id, "error": error_line(exc)},
             )
+
+    async def _complete(
+        self, job: Job, handed: asyncio.Future[OsqueueError | str | None] | None
+    ) -> None:
+        """Complete ``job``: through the claim loop if it was handed there (the loop
+        may hand it back), else on its own."""
+        if handed is not None:
+            outcome = await handed
+            if isinstance(outcome, OsqueueError):
+                raise outcome
+            if outcome is None:
+                return
+        await self.client.complete(job)
 
     # -- heartbeats
 
@@ -945,6 +1036,13 @@ async def _first(*aws: Awaitable[object]) -> None:
 
 async def _as_coroutine(aw: Awaitable[object]) -> object:
     return await aw
+
+
+def _answer(handed: list[_Handed], outcome: OsqueueError | str) -> None:
+    """Resolve the futures of handed completions that are still awaited."""
+    for _, future in handed:
+        if not future.done():
+            future.set_result(outcome)
 
 
 def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.client.api import Job, NewJob, QueueClient
+from osqueue.client.api import CompletesAndClaims, Job, NewJob, QueueClient
 from osqueue.errors import (
     BrokerUnavailable,
     InvalidInput,
@@ -268,16 +268,49 @@ class QueueService:
 
     async def claim(self, request: pb.ClaimRequest, context: Context) -> pb.ClaimResponse:
         self.check.claim(request)
-        jobs = await self.client.claim(
-            request.worker,
-            list(request.queues),
-            max_jobs=request.max_jobs,
-            wait_s=self._wait_budget_s(request.wait_s, context),
-        )
+        completed: list[pb.Status] = []
+        if request.complete:
+            jobs, completed = await self._complete_and_claim(request)
+        else:
+            jobs = await self.client.claim(
+                request.worker,
+                list(request.queues),
+                max_jobs=request.max_jobs,
+                wait_s=self._wait_budget_s(request.wait_s, context),
+            )
         chunks = self._chunks(jobs)
         if len(chunks) > 1:  # more than one message holds: give the rest back
             await self._release_quietly([job for chunk in chunks[1:] for job in chunk])
-        return pb.ClaimResponse(jobs=chunks[0] if chunks else [])
+        return pb.ClaimResponse(jobs=chunks[0] if chunks else [], completed=completed)
+
+    async def _complete_and_claim(
+        self, request: pb.ClaimRequest
+    ) -> tuple[list[Job], list[pb.Status]]:
+        """Complete ``request.complete`` and claim, in one commit when the client can."""
+        if request.wait_s != 0:
+            raise InvalidInput("must be 0 when the call also completes jobs", field="wait_s")
+        client = self.client
+        claimed: list[Job] | None = None
+
+        async def run(jobs: list[Job]) -> Outcomes:
+            nonlocal claimed
+            if isinstance(client, CompletesAndClaims):
+                errors, claimed = await client.complete_and_claim(
+                    jobs, request.worker, list(request.queues), max_jobs=request.max_jobs
+                )
+                return errors
+            outcomes, claimed = await asyncio.gather(
+                self._complete_all(jobs),
+                client.claim(request.worker, list(request.queues), max_jobs=request.max_jobs),
+            )
+            return outcomes
+
+        statuses = await self._each("complete", request.complete, self._ref, run)
+        if claimed is None:  # no completion was well-formed: the claim alone
+            claimed = await client.claim(
+                request.worker, list(request.queues), max_jobs=request.max_jobs
+            )
+        return claimed, statuses
 
     async def claim_stream(
         self, request: pb.ClaimRequest, context: Context

@@ -288,11 +288,19 @@ class ClaimRequest(_message.Message):
     QUEUES_FIELD_NUMBER: _builtins.int
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     WAIT_S_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
     worker: _builtins.str
     max_jobs: _builtins.int
     wait_s: _builtins.float
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def complete(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRef]:
+        """Claimed jobs to complete in the same commit, before the claim.  Only with
+        wait_s = 0.  A broker that predates this field ignores it and answers no
+        `completed`; clients then send the completions with Complete.
+        """
+
     def __init__(
         self,
         *,
@@ -300,10 +308,11 @@ class ClaimRequest(_message.Message):
         queues: _abc.Iterable[_builtins.str] | None = ...,
         max_jobs: _builtins.int = ...,
         wait_s: _builtins.float = ...,
+        complete: _abc.Iterable[Global___JobRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_jobs", b"max_jobs", "queues", b"queues", "wait_s", b"wait_s", "worker", b"worker"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "max_jobs", b"max_jobs", "queues", b"queues", "wait_s", b"wait_s", "worker", b"worker"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -361,16 +370,22 @@ class ClaimResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]: ...
+    @_builtins.property
+    def completed(self) -> _containers.RepeatedCompositeFieldContainer[Global___Status]:
+        """One per ClaimRequest.complete, in order."""
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___Job] | None = ...,
+        completed: _abc.Iterable[Global___Status] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "jobs", b"jobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -102,7 +102,9 @@ class QueueServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Claim(self, request, context):
-        """Claim up to max_jobs jobs, waiting up to wait_s for the first one.
+        """Claim up to max_jobs jobs, waiting up to wait_s for the first one.  With
+        `complete`, those jobs are completed in the same commit first (a worker
+        settles its last job and takes its next in one round trip).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

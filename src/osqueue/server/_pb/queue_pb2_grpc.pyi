@@ -47,7 +47,10 @@ class QueueStub:
     Push: _grpc.UnaryUnaryMultiCallable[_queue_pb2.PushRequest, _queue_pb2.PushResponse]
     """Enqueue jobs."""
     Claim: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ClaimRequest, _queue_pb2.ClaimResponse]
-    """Claim up to max_jobs jobs, waiting up to wait_s for the first one."""
+    """Claim up to max_jobs jobs, waiting up to wait_s for the first one.  With
+    `complete`, those jobs are completed in the same commit first (a worker
+    settles its last job and takes its next in one round trip).
+    """
     ClaimStream: _grpc.UnaryStreamMultiCallable[_queue_pb2.ClaimRequest, _queue_pb2.ClaimResponse]
     """Long poll: the broker sends jobs as they become claimable until max_jobs
     were sent or wait_s ran out, then ends the stream.
@@ -75,7 +78,10 @@ class QueueAsyncStub(QueueStub):
     Push: _aio.UnaryUnaryMultiCallable[_queue_pb2.PushRequest, _queue_pb2.PushResponse]  # type: ignore[assignment]
     """Enqueue jobs."""
     Claim: _aio.UnaryUnaryMultiCallable[_queue_pb2.ClaimRequest, _queue_pb2.ClaimResponse]  # type: ignore[assignment]
-    """Claim up to max_jobs jobs, waiting up to wait_s for the first one."""
+    """Claim up to max_jobs jobs, waiting up to wait_s for the first one.  With
+    `complete`, those jobs are completed in the same commit first (a worker
+    settles its last job and takes its next in one round trip).
+    """
     ClaimStream: _aio.UnaryStreamMultiCallable[_queue_pb2.ClaimRequest, _queue_pb2.ClaimResponse]  # type: ignore[assignment]
     """Long poll: the broker sends jobs as they become claimable until max_jobs
     were sent or wait_s ran out, then ends the stream.
@@ -112,7 +118,10 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         request: _queue_pb2.ClaimRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.ClaimResponse, _abc.Awaitable[_queue_pb2.ClaimResponse]]:
-        """Claim up to max_jobs jobs, waiting up to wait_s for the first one."""
+        """Claim up to max_jobs jobs, waiting up to wait_s for the first one.  With
+        `complete`, those jobs are completed in the same commit first (a worker
+        settles its last job and takes its next in one round trip).
+        """
 
     @_abc_1.abstractmethod
     def ClaimStream(
