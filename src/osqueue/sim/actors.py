@@ -368,7 +368,12 @@ class Worker(Client):
         sim = self.sim
         attempt = 0
         wait_s = sim.rng.choice((0.0, 1.0, 5.0))
+        taken: list[Job] = []  # claimed by a complete_and_claim call: work these next
         while True:
+            if taken:
+                outcomes = await asyncio.gather(*(self._work(job) for job in taken))
+                taken = [job for more in outcomes for job in more]
+                continue
             try:
                 jobs, seq = await self.call(
                     lambda c: c.claim(
@@ -390,11 +395,13 @@ class Worker(Client):
             for job in jobs:
                 sim.history.add(sim.now(), Kind.CLAIMED, self.name, job.id, job.token, seq=seq)
             if jobs:
-                await asyncio.gather(*(self._work(job) for job in jobs))
+                outcomes = await asyncio.gather(*(self._work(job) for job in jobs))
+                taken = [job for more in outcomes for job in more]
             elif wait_s == 0.0:
                 await self.clock.sleep(sim.rng.uniform(0.2, 1.0))
 
-    async def _work(self, job: Job) -> None:
+    async def _work(self, job: Job) -> list[Job]:
+        """Work on ``job`` and settle it; the jobs claimed along with its completion."""
         sim = self.sim
         end = self.clock.monotonic() + sim.rng.uniform(0.0, sim.cfg.work_max_s)
         while (left := end - self.clock.monotonic()) > 0:
@@ -404,7 +411,7 @@ class Worker(Client):
                     job, Kind.HEARTBEAT_OK, lambda c: c.heartbeat(job)
                 )
                 if verdict is False:
-                    return
+                    return []
         kind, _, rest = job.payload.partition(b":")
         if not rest.startswith(job.id.encode() + b":"):
             sim.unexpected(f"job {job.id} was delivered with the payload {job.payload[:40]!r}")
@@ -417,8 +424,44 @@ class Worker(Client):
             await self._holder_call(
                 job, Kind.FAIL_OK, lambda c: c.fail(job, error="flaky", retry_after_s=retry)
             )
+        elif sim.rng.random() < 0.5:  # the worker runtime's way: settle and claim in one commit
+            return await self._complete_and_claim(job)
         else:
             await self._holder_call(job, Kind.COMPLETE_OK, lambda c: c.complete(job))
+        return []
+
+    async def _complete_and_claim(self, job: Job) -> list[Job]:
+        """Complete ``job`` and claim more in one call; retried like a completion."""
+        sim = self.sim
+        give_up = self.clock.monotonic() + sim.cfg.heartbeat_timeout_s
+        attempt = 0
+        while True:
+            try:
+                (errors, jobs), seq = await self.call(
+                    lambda c: c.complete_and_claim(
+                        [job], self.name, sim.cfg.queues, max_jobs=sim.cfg.claim_max
+                    )
+                )
+            except NotFound:  # a claimed job's payload object vanished (see run)
+                sim.faults["claim_payload_gone"] += 1
+                return []
+            except TRANSIENT:
+                if self.clock.monotonic() > give_up:
+                    return []
+                await self.backoff(attempt)
+                attempt += 1
+                continue
+            break
+        (error,) = errors
+        if error is None:
+            sim.history.add(sim.now(), Kind.COMPLETE_OK, self.name, job.id, job.token, seq=seq)
+        elif isinstance(error, LeaseLost):
+            sim.history.add(sim.now(), Kind.LEASE_LOST, self.name, job.id, job.token)
+        else:
+            sim.unexpected(f"complete_and_claim of {job.id} answered {error!r}")
+        for claimed in jobs:
+            sim.history.add(sim.now(), Kind.CLAIMED, self.name, claimed.id, claimed.token, seq=seq)
+        return jobs
 
     async def _holder_call(
         self, job: Job, kind: Kind, fn: Callable[[LocalClient], Awaitable[None]]
