@@ -277,10 +277,14 @@ def test_sync_twin_from_several_threads(queue_url: str) -> None:
             with ThreadPoolExecutor(8) as pool:
                 ids = list(pool.map(lambda i: q.push(b"%d" % i), range(64)))
             assert len(set(ids)) == 64
-            jobs = q.claim("w", max_jobs=64)
-            assert sorted(job.id for job in jobs) == sorted(ids)
-            for job in jobs:
+            jobs = q.claim("w", max_jobs=63)
+            assert len(jobs) == 63
+            for job in jobs[1:]:
                 q.complete(job)
+            errors, [last] = q.complete_and_claim(jobs[:1], "w", max_jobs=5)
+            assert errors == [None]
+            assert sorted([last.id, *(job.id for job in jobs)]) == sorted(ids)
+            q.complete(last)
             assert q.stats().completed == 64
     finally:
         broker_loop.run(server.stop())

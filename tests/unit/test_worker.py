@@ -658,6 +658,27 @@ async def test_transient_claim_errors_back_off_and_recover(env: Env) -> None:
     assert env.status(job_id) == "done"
 
 
+async def test_a_failed_complete_and_claim_backs_off_and_the_job_comes_back(env: Env) -> None:
+    first, second = await env.push(2)
+    env.client.fail_next["complete_and_claim"] = BrokerUnavailable()
+    ran: list[str] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.id)
+
+    worker = env.worker(handler, burst=True)
+    task = start(worker)
+    await env.clock.wait_sleepers(2)  # heartbeat timer and the claim backoff
+    # The completion rode with the failed call: it is reported, not lost in the worker.
+    assert env.status(first) == "claimed"
+    env.clock.advance(1.0)
+    await task
+    assert ran == [first, second]
+    assert env.status(second) == "done"
+    assert env.status(first) == "claimed"  # back to the queue after the heartbeat timeout
+    assert worker.counters.processed == 1
+
+
 async def test_a_dying_side_task_stops_the_worker_and_raises(env: Env) -> None:
     (job_id,) = await env.push(1)
     started = asyncio.Event()

@@ -1111,6 +1111,18 @@ class SyncRemoteClient:
     ) -> list[Job]:
         return self._loop.run(self.client.claim(worker, queues, max_jobs=max_jobs, wait_s=wait_s))
 
+    def complete_and_claim(
+        self,
+        jobs: Sequence[Job],
+        worker: str,
+        queues: Sequence[str] = ("default",),
+        *,
+        max_jobs: int = 1,
+    ) -> tuple[list[OsqueueError | None], list[Job]]:
+        return self._loop.run(
+            self.client.complete_and_claim(jobs, worker, queues, max_jobs=max_jobs)
+        )
+
     def heartbeat(self, job: Job) -> None:
         self._loop.run(self.client.heartbeat(job))
 

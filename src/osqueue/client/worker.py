@@ -2,9 +2,9 @@
 
 A :class:`Worker` runs at most ``concurrency`` handlers at once.  One side
 task claims in batches with long polls (``max_jobs`` = free slots), another
-heartbeats every held job on its own timer.  Each claimed job (or batch of jobs, for handlers
-decorated with :func:`batch`) runs as its own task: async handlers directly,
-sync handlers in a thread.  When the handler returns the job is completed;
+heartbeats every held job on its own timer.  Each claimed job (or batch of
+jobs, for handlers decorated with :func:`batch`) runs as its own task: async
+handlers directly, sync handlers in a thread.  When the handler returns the job is completed;
 when it raises, the job is failed with the traceback's last line as
 ``last_error`` (or retried later when it raised :class:`Retry`).
 
@@ -678,6 +678,8 @@ class Worker:
                         extra={"action": "claim", "error": error_line(exc), "backoff_s": backoff},
                     )
                     self._parked = True  # completions do not wait out the backoff
+                    handed, self._handed = self._handed, []
+                    _answer(handed, _SEND_IT_YOURSELF)
                     await _first(self._clock.sleep(backoff), self._stop.wait())
                     backoff = min(backoff * 2, _CLAIM_BACKOFF_MAX_S)
                     continue
