@@ -110,6 +110,11 @@ async def test_complete_and_claim_refuses_a_wait(broker_server: BrokerServer) ->
             await stub.Claim(request)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith("wait_s: ")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.ClaimStream(request):
+                pass
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith("complete: ")
         del request.complete[:]
         request.complete.append(pb.JobRef(id="no/slash", token=1))
         request.wait_s = 0

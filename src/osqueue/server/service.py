@@ -316,6 +316,8 @@ class QueueService:
         self, request: pb.ClaimRequest, context: Context
     ) -> AsyncIterator[pb.ClaimResponse]:
         self.check.claim(request)
+        if request.complete:
+            raise InvalidInput("is for Claim; a stream does not complete jobs", field="complete")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_budget_s(request.wait_s, context)
         remaining = request.max_jobs

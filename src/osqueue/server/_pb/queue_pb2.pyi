@@ -296,9 +296,10 @@ class ClaimRequest(_message.Message):
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def complete(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRef]:
-        """Claimed jobs to complete in the same commit, before the claim.  Only with
-        wait_s = 0.  A broker that predates this field ignores it and answers no
-        `completed`; clients then send the completions with Complete.
+        """Claimed jobs to complete in the same commit, before the claim.  Only on
+        Claim (not ClaimStream) and with wait_s = 0.  A broker that predates this
+        field ignores it and answers no `completed`; clients then send the
+        completions with Complete.
         """
 
     def __init__(
