@@ -658,6 +658,34 @@ async def test_transient_claim_errors_back_off_and_recover(env: Env) -> None:
     assert env.status(job_id) == "done"
 
 
+async def test_a_stop_during_complete_and_claim_completes_and_gives_back_what_it_claimed(
+    env: Env,
+) -> None:
+    first, second = await env.push(2)
+    let_through = asyncio.Event()
+    sent = asyncio.Event()
+
+    class Held(FusedRecorder):
+        async def complete_and_claim(
+            self, jobs: Sequence[Job], worker: str, queues: Sequence[str] = ("default",), **kw: Any
+        ) -> tuple[list[Any], list[Job]]:
+            sent.set()
+            await let_through.wait()
+            return await super().complete_and_claim(jobs, worker, queues, **kw)
+
+    client = Held(env.broker.client())
+    worker = Worker(client, lambda job: None, concurrency=1, clock=env.clock)
+    task = start(worker)
+    await sent.wait()  # the first job's completion is on its way with the next claim
+    worker.stop()
+    let_through.set()
+    await task
+    assert env.status(first) == "done"
+    assert env.status(second) == "queued"  # claimed during the stop, given back
+    assert env.attempts(second) == 0
+    assert (worker.counters.processed, worker.counters.released) == (1, 1)
+
+
 async def test_a_failed_complete_and_claim_backs_off_and_the_job_comes_back(env: Env) -> None:
     first, second = await env.push(2)
     env.client.fail_next["complete_and_claim"] = BrokerUnavailable()
