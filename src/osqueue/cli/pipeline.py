@@ -209,7 +209,7 @@ def index(
             "-c",
             min=1,
             envvar="OSQUEUE_CONCURRENCY",
-            help="Jobs held at once (default: the batch size).",
+            help="Jobs whose handlers run at once (default: the batch size).",
         ),
     ] = None,
     burst: Annotated[
