@@ -79,6 +79,19 @@ async def test_complete_and_claim_is_one_call_and_one_commit(
     assert doc.jobs[ids[1]].status == "claimed"
 
 
+async def test_complete_and_claim_sends_completions_beyond_one_batch_beside_it(
+    queue_url: str, broker_server: BrokerServer
+) -> None:
+    async with connect(queue_url, config=fast_config(max_batch=2)) as client:
+        assert isinstance(client, RemoteClient)
+        await client.push_many([NewJob(b"%d" % i) for i in range(4)])
+        held = await client.claim("w1", max_jobs=3)
+        errors, claimed = await client.complete_and_claim(held, "w1", max_jobs=3)
+        assert errors == [None, None, None]
+        assert len(claimed) == 1
+        assert (await client.stats()).completed == 3
+
+
 async def test_complete_and_claim_falls_back_on_a_broker_that_predates_it(
     remote: RemoteClient, queue_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ from osqueue.clock import ManualClock
 from osqueue.errors import BrokerUnavailable, InvalidInput
 from osqueue.ids import new_id
 from osqueue.state import StoredJob
+from osqueue.state.validate import MAX_CLAIM
 
 HEARTBEAT_TIMEOUT_S = 30.0
 BACKOFF_CAP_S = 60.0
@@ -383,6 +384,14 @@ async def test_a_completion_does_not_wait_for_a_parked_long_poll(env: Env) -> No
     assert env.client.count("complete_and_claim") == 0
     worker.stop()
     await task
+
+
+async def test_a_concurrency_above_the_claim_limit_claims_within_it(env: Env) -> None:
+    ids = await env.push(3)
+    worker = env.worker(lambda job: None, concurrency=MAX_CLAIM + 5, burst=True)
+    await worker.run()
+    assert [env.status(i) for i in ids] == ["done"] * 3
+    assert all(c.kwargs["max_jobs"] <= MAX_CLAIM for c in env.client.named("claim"))
 
 
 async def test_sync_handlers_run_in_threads_with_their_context(env: Env) -> None:

@@ -727,6 +727,13 @@ class RemoteClient:
         completion whose first answer was lost and that the broker then no
         longer knows is :class:`~osqueue.errors.MaybeCommitted`."""
         self._check_open()
+        limit = self.config.max_batch
+        if len(jobs) > limit:  # the rest go out with Complete, beside this call
+            (errors, claimed), more = await asyncio.gather(
+                self.complete_and_claim(jobs[:limit], worker, queues, max_jobs=max_jobs),
+                self.complete_many(jobs[limit:]),
+            )
+            return errors + more, claimed
         request, _ = self._claim_request(worker, queues, max_jobs, 0.0)
         request.complete.extend(_ref(job) for job in jobs)
         maybe = False

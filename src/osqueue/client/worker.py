@@ -58,6 +58,7 @@ from osqueue.errors import (
     ShuttingDown,
     StorageError,
 )
+from osqueue.state.validate import MAX_CLAIM
 
 logger = logging.getLogger(__name__)
 
@@ -658,7 +659,7 @@ class Worker:
         backoff = _CLAIM_BACKOFF_MIN_S
         try:
             while not self._stop.is_set():
-                free = self.config.concurrency - self._slots_taken()
+                free = min(self.config.concurrency - self._slots_taken(), MAX_CLAIM)
                 handed, self._handed = self._handed, []
                 if handed and free <= 0:
                     _answer(handed, _SEND_IT_YOURSELF)
