@@ -1,14 +1,17 @@
 """Remote mode end to end: a broker, producers and workers in separate processes over gRPC.
 
     .venv/bin/python benchmarks/remote_e2e.py [--url file:///tmp/q] [--jobs 30000]
-        [--producers 1] [--workers 1] [--unbatched-s 5] [--runs 3]
+        [--producers 1] [--workers 1] [--runtime loop|worker] [--unbatched-s 5] [--runs 3]
 
 Each run starts a fresh queue: the broker process (``run_broker``), then the
 worker and producer processes, which connect by the storage URL only.  Once
 all are connected they start together; producers push ``--jobs`` jobs from
 many concurrent tasks (the client coalesces them into batch RPCs), workers
 claim in batches with long polls and complete each job (completions coalesce
-too).  ``jobs_per_s`` is jobs / (last completion - start).  Before that, on
+too).  ``--runtime worker`` runs each worker as ``osqueue.Worker`` (what
+``osqueue work`` runs) with ``--batch`` x ``--claimers`` slots and a handler
+that returns at once, instead of the hand-written claim loop.
+``jobs_per_s`` is jobs / (last completion - start).  Before that, on
 the fresh queue, one process makes single calls, one at a time, for
 ``--unbatched-s``: ``push_rpc_per_s`` (each waits for its own commit) and
 ``stats_rpc_per_s`` (no commit: the gRPC round trip alone).
@@ -33,6 +36,7 @@ import tempfile
 import time
 from typing import Any
 
+import osqueue
 from osqueue.client.remote import RemoteConfig, connect
 from osqueue.runtime import run, tune_gc
 from osqueue.server import run_broker
@@ -101,6 +105,31 @@ async def role_worker(url: str, total: int, batch: int, claimers: int) -> None:
         print(f"done {time.time()} {done}", flush=True)
 
 
+async def role_worker_runtime(url: str, total: int, concurrency: int) -> None:
+    """A worker as users run it: ``osqueue.Worker``; stops once ``total`` jobs are done."""
+    async with connect(url, config=CLIENT) as q:
+        await q.stats()
+        _wait_go()
+        done = 0
+
+        async def handler(job: osqueue.Job) -> None:
+            nonlocal done
+            done += 1
+
+        worker = osqueue.Worker(q, handler, concurrency=concurrency, wait_s=0.5)
+
+        async def watch() -> None:  # other workers may do some of the jobs
+            while not worker.stopping:
+                await asyncio.sleep(0.05)
+                if (await q.stats()).completed >= total:
+                    worker.stop()
+
+        watcher = asyncio.create_task(watch())
+        await worker.run()
+        watcher.cancel()
+        print(f"done {time.time()} {done}", flush=True)
+
+
 async def role_unbatched(url: str, seconds: float) -> None:
     async with connect(url, config=CLIENT) as q:
         figures = {}
@@ -165,6 +194,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
                 str(args.batch),
                 "--claimers",
                 str(args.claimers),
+                "--runtime",
+                args.runtime,
             )
             for _ in range(args.workers)
         ]
@@ -202,6 +233,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             "push_tasks": args.tasks,
             "claim_batch": args.batch,
             "claimers": args.claimers,
+            "runtime": args.runtime,
             "jobs_per_s": round(total / (ended - start), 1),
             "push_jobs_per_s": round(total / (pushed_at - start), 1),
             "seconds": round(ended - start, 2),
@@ -235,6 +267,12 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=1000, help="jobs per claim")
     parser.add_argument("--claimers", type=int, default=2, help="claim loops per worker")
+    parser.add_argument(
+        "--runtime",
+        choices=["loop", "worker"],
+        default="loop",
+        help="workers: the hand-written claim loop, or osqueue.Worker (batch x claimers slots)",
+    )
     parser.add_argument("--unbatched-s", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
@@ -245,6 +283,8 @@ def main() -> None:
         run(role_broker(args.url))
     elif args.role == "producer":
         run(role_producer(args.url, args.jobs, args.tasks))
+    elif args.role == "worker" and args.runtime == "worker":
+        run(role_worker_runtime(args.url, args.jobs, args.batch * args.claimers))
     elif args.role == "worker":
         run(role_worker(args.url, args.jobs, args.batch, args.claimers))
     elif args.role == "unbatched":
