@@ -725,7 +725,9 @@ class RemoteClient:
         A broker that predates this answers no completion results; the
         completions then go out with Complete.  Retried like a claim; a
         completion whose first answer was lost and that the broker then no
-        longer knows is :class:`~osqueue.errors.MaybeCommitted`."""
+        longer knows is :class:`~osqueue.errors.MaybeCommitted`.  Completions
+        beyond one request (``max_batch``) go out with Complete beside the
+        call; the claim takes at most ``max_claim_jobs``, as :meth:`claim` does."""
         self._check_open()
         limit = self.config.max_batch
         if len(jobs) > limit:  # the rest go out with Complete, beside this call
