@@ -368,7 +368,7 @@ class Worker(Client):
         sim = self.sim
         attempt = 0
         wait_s = sim.rng.choice((0.0, 1.0, 5.0))
-        taken: list[Job] = []  # claimed by a complete_and_claim call: work these next
+        taken: list[Job] = []  # claimed (by a claim or a complete_and_claim): work these next
         while True:
             if taken:
                 outcomes = await asyncio.gather(*(self._work(job) for job in taken))
@@ -395,8 +395,7 @@ class Worker(Client):
             for job in jobs:
                 sim.history.add(sim.now(), Kind.CLAIMED, self.name, job.id, job.token, seq=seq)
             if jobs:
-                outcomes = await asyncio.gather(*(self._work(job) for job in jobs))
-                taken = [job for more in outcomes for job in more]
+                taken = jobs  # worked at the top of the loop
             elif wait_s == 0.0:
                 await self.clock.sleep(sim.rng.uniform(0.2, 1.0))
 
