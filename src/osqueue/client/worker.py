@@ -4,9 +4,9 @@ A :class:`Worker` runs at most ``concurrency`` handlers at once.  One side
 task claims in batches with long polls (``max_jobs`` = free slots), another
 heartbeats every held job on its own timer.  Each claimed job (or batch of
 jobs, for handlers decorated with :func:`batch`) runs as its own task: async
-handlers directly, sync handlers in a thread.  When the handler returns the job is completed;
-when it raises, the job is failed with the traceback's last line as
-``last_error`` (or retried later when it raised :class:`Retry`).
+handlers directly, sync handlers in a thread.  When the handler returns the
+job is completed; when it raises, the job is failed with the traceback's last
+line as ``last_error`` (or retried later when it raised :class:`Retry`).
 
 A slot is free as soon as its handler returns, and the claim for the next job
 carries the completion of the last one (:class:`CompletesAndClaims`, one call
@@ -81,8 +81,11 @@ __all__ = [
 #: What the claim loop answers a completion handed to it that it did not send
 #: (no free slot, or stopping): the job's own task completes it.
 _SEND_IT_YOURSELF: Final = "send it yourself"
+#: The outcome to come of a completion handed to the claim loop: None (done),
+#: the error it got, or _SEND_IT_YOURSELF.
+_HandedOutcome: TypeAlias = "asyncio.Future[OsqueueError | str | None]"
 #: A completion handed to the claim loop: the job and its outcome to come.
-_Handed: TypeAlias = tuple[Job, "asyncio.Future[OsqueueError | str | None]"]
+_Handed: TypeAlias = tuple[Job, _HandedOutcome]
 
 #: Errors that say "try again later": the worker backs off and keeps going.
 TRANSIENT_ERRORS: tuple[type[OsqueueError], ...] = (
@@ -679,8 +682,7 @@ class Worker:
                         extra={"action": "claim", "error": error_line(exc), "backoff_s": backoff},
                     )
                     self._parked = True  # completions do not wait out the backoff
-                    handed, self._handed = self._handed, []
-                    _answer(handed, _SEND_IT_YOURSELF)
+                    self._hand_back()
                     await _first(self._clock.sleep(backoff), self._stop.wait())
                     backoff = min(backoff * 2, _CLAIM_BACKOFF_MAX_S)
                     continue
@@ -701,8 +703,12 @@ class Worker:
                         return
                     await self._wait_change()
         finally:
-            handed, self._handed = self._handed, []
-            _answer(handed, _SEND_IT_YOURSELF)
+            self._hand_back()
+
+    def _hand_back(self) -> None:
+        """Give every completion handed over so far back to its job's task."""
+        handed, self._handed = self._handed, []
+        _answer(handed, _SEND_IT_YOURSELF)
 
     async def _complete_and_claim(self, handed: list[_Handed], free: int) -> list[Job] | None:
         """Complete the handed jobs and claim up to ``free`` in one call (not
@@ -830,9 +836,8 @@ class Worker:
         loop neither waits in a long poll nor is stopping."""
         return self._together and not self._parked and not self._stop.is_set()
 
-    def _hand(self, job: Job) -> asyncio.Future[OsqueueError | str | None]:
-        future: asyncio.Future[OsqueueError | str | None]
-        future = asyncio.get_running_loop().create_future()
+    def _hand(self, job: Job) -> _HandedOutcome:
+        future: _HandedOutcome = asyncio.get_running_loop().create_future()
         self._handed.append((job, future))
         return future
 
@@ -841,7 +846,7 @@ class Worker:
         unit: _Unit,
         job: Job,
         error: BaseException | None,
-        handed: asyncio.Future[OsqueueError | str | None] | None = None,
+        handed: _HandedOutcome | None = None,
     ) -> None:
         if unit.context.is_lost(job.id):
             return
@@ -872,9 +877,7 @@ class Worker:
                 extra={"action": "settle", "job": job.id, "error": error_line(exc)},
             )
 
-    async def _complete(
-        self, job: Job, handed: asyncio.Future[OsqueueError | str | None] | None
-    ) -> None:
+    async def _complete(self, job: Job, handed: _HandedOutcome | None) -> None:
         """Complete ``job``: through the claim loop if it was handed there (the loop
         may hand it back), else on its own."""
         if handed is not None:

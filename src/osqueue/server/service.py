@@ -290,26 +290,24 @@ class QueueService:
         if request.wait_s != 0:
             raise InvalidInput("must be 0 when the call also completes jobs", field="wait_s")
         client = self.client
+        worker, queues, max_jobs = request.worker, list(request.queues), request.max_jobs
         claimed: list[Job] | None = None
 
         async def run(jobs: list[Job]) -> Outcomes:
             nonlocal claimed
             if isinstance(client, CompletesAndClaims):
                 errors, claimed = await client.complete_and_claim(
-                    jobs, request.worker, list(request.queues), max_jobs=request.max_jobs
+                    jobs, worker, queues, max_jobs=max_jobs
                 )
                 return errors
             outcomes, claimed = await asyncio.gather(
-                self._complete_all(jobs),
-                client.claim(request.worker, list(request.queues), max_jobs=request.max_jobs),
+                self._complete_all(jobs), client.claim(worker, queues, max_jobs=max_jobs)
             )
             return outcomes
 
         statuses = await self._each("complete", request.complete, self._ref, run)
         if claimed is None:  # no completion was well-formed: the claim alone
-            claimed = await client.claim(
-                request.worker, list(request.queues), max_jobs=request.max_jobs
-            )
+            claimed = await client.claim(worker, queues, max_jobs=max_jobs)
         return claimed, statuses
 
     async def claim_stream(
