@@ -20,13 +20,13 @@ $(VENV)/.installed: pyproject.toml proto/osqueue/v1/queue.proto
 	touch $@
 
 proto:
-	$(PY) -m osqueue.server.codegen
+	$(PY) -m osqueue.wire.codegen
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy --strict src/osqueue
-	$(PY) -m osqueue.server.codegen --check
+	$(PY) -m osqueue.wire.codegen --check
 
 test: setup lint
 	$(BIN)/pytest -q

@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 
-from osqueue.state import ClaimOp, Document, Push, commit, decode, encode
+from osqueue.state import ClaimOp, Document, Push, decode, encode, transition
 
 T0 = 1_800_000_000.0
 
@@ -24,7 +24,7 @@ def build(n: int) -> Document:
     ops = [
         Push(id=f"01JD{i:022d}", payload=b'{"segment": "wal/ns-42/000017.jsonl"}') for i in range(n)
     ]
-    return commit(Document.empty(), ops, T0, in_place=True).doc
+    return transition(Document.empty(), ops, T0, in_place=True).doc
 
 
 def measure(n: int, runs: int) -> dict[str, float]:
@@ -35,7 +35,7 @@ def measure(n: int, runs: int) -> dict[str, float]:
         t = time.perf_counter()
         data = encode(doc)
         cold.append(time.perf_counter() - t)
-        commit(doc, [ClaimOp("w", ("default",), 10)], T0 + 1, in_place=True)
+        transition(doc, [ClaimOp("w", ("default",), 10)], T0 + 1, in_place=True)
         t = time.perf_counter()
         data = encode(doc)
         warm.append(time.perf_counter() - t)

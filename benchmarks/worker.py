@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from _cases import parse_cases
 
 import osqueue
-from osqueue.client.api import QueueClient
+from osqueue.api import QueueClient
 from osqueue.runtime import run, tune_gc
 from osqueue.server import run_broker
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from osqueue.api import Job, NewJob, QueueClient, QueueStats, Stats
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.client.api import Job, NewJob, QueueClient, QueueStats, Stats
-from osqueue.client.local import LocalClient
+from osqueue.broker.local import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
     Conflict,

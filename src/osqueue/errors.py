@@ -1,9 +1,28 @@
 """One error hierarchy for all of osqueue.
 
-Every exception osqueue raises is an :class:`OsqueueError`.  Categories sit
-directly below the root so callers can catch exactly what they can act on.
-Each class's docstring is its default message.  Foreign exceptions are mapped
-at the edge with ``raise Ours(...) from exc`` so the cause is kept.
+Every exception osqueue raises is an :class:`OsqueueError`.  Each class's
+docstring is its default message.  Foreign exceptions are mapped at the edge
+with ``raise Ours(...) from exc`` so the cause is kept.
+
+"May I try again?" is answered here, once, by category:
+
+* :class:`Retryable`: nothing is wrong with the request; the same call may
+  succeed later.  Below it:
+
+  * :class:`BrokerMoved`: this broker does not (or no longer) serve the
+    queue: find the broker again (re-read the document) and retry there
+    (:class:`NotBroker`, :class:`ShuttingDown`, :class:`BrokerUnavailable`).
+  * :class:`Overloaded`: the broker is busy; back off and retry the same call
+    (:class:`ResourceExhausted`).
+  * :class:`StorageError`: the object store failed (I/O, a timeout).
+  * :class:`MaybeCommitted`: the answer was lost; the op may have been applied
+    (every op osqueue sends is safe to repeat: pushes carry their id, the
+    holder's calls their token).
+  * :class:`QueueFull`: the document is at its size cap; retry when workers
+    have caught up.
+
+* Everything else is the caller's to handle: bad input, a stale token, an
+  unknown job, a corrupt document.
 """
 
 from __future__ import annotations
@@ -20,6 +39,26 @@ class OsqueueError(Exception):
         return str(self.args[0]) if self.args else ""
 
 
+# --------------------------------------------------------------------------- categories
+
+
+class Retryable(OsqueueError):
+    """The operation did not go through this time; the same call may succeed later."""
+
+
+class BrokerMoved(Retryable):
+    """This broker does not serve the queue now; find the broker again and retry."""
+
+
+class Overloaded(Retryable):
+    """The broker is busy; back off and retry."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for errors a caller answers by retrying the same request (see :class:`Retryable`)."""
+    return isinstance(exc, Retryable)
+
+
 # --------------------------------------------------------------------------- storage
 
 
@@ -31,7 +70,7 @@ class Conflict(OsqueueError):
     """The conditional write lost: the object changed (or exists) since it was read."""
 
 
-class StorageError(OsqueueError):
+class StorageError(Retryable):
     """The object store failed; the operation may be retried."""
 
     def __init__(self, message: str | None = None, *, cause: BaseException | None = None) -> None:
@@ -88,14 +127,14 @@ class DuplicateKey(OsqueueError):
         self.existing_id = existing_id
 
 
-class QueueFull(OsqueueError):
+class QueueFull(Retryable):
     """The queue document reached its size cap; retry after workers catch up."""
 
 
 # --------------------------------------------------------------------------- broker and transport
 
 
-class NotBroker(OsqueueError):
+class NotBroker(BrokerMoved):
     """This broker no longer owns the queue; follow the address of the new one."""
 
     def __init__(
@@ -111,15 +150,15 @@ class NotBroker(OsqueueError):
         self.maybe_committed = maybe_committed
 
 
-class BrokerUnavailable(OsqueueError):
+class BrokerUnavailable(BrokerMoved):
     """No broker is reachable for this queue right now."""
 
 
-class MaybeCommitted(OsqueueError):
+class MaybeCommitted(Retryable):
     """The broker stopped before it could confirm this operation; it may have been applied."""
 
 
-class ShuttingDown(OsqueueError):
+class ShuttingDown(BrokerMoved):
     """The broker is shutting down and takes no new operations."""
 
 
@@ -127,7 +166,7 @@ class Unauthenticated(OsqueueError):
     """The broker refused the call: missing or wrong token."""
 
 
-class ResourceExhausted(OsqueueError):
+class ResourceExhausted(Overloaded):
     """The broker is overloaded; back off and retry."""
 
 

@@ -30,7 +30,7 @@ import time
 from typing import IO, Any
 
 import osqueue
-from osqueue.client.api import Job, NewJob
+from osqueue.api import Job, NewJob
 from osqueue.errors import LeaseLost, OsqueueError
 
 HEARTBEAT_S = 0.5

@@ -90,7 +90,7 @@ def self_signed(common_name: str) -> tuple[bytes, bytes]:
 
 
 class FakeClient:
-    """A :class:`~osqueue.client.api.QueueClient` for servicer tests.
+    """A :class:`~osqueue.api.QueueClient` for servicer tests.
 
     Every call raises ``self.error`` when set; calls wait on ``gate`` (open by
     default) after counting themselves in ``entered``, so a test can hold calls
@@ -100,7 +100,7 @@ class FakeClient:
     def __init__(self) -> None:
         import asyncio
 
-        from osqueue.client.api import Job
+        from osqueue.api import Job
 
         self.error: Exception | None = None
         self.gate = asyncio.Event()
@@ -173,7 +173,7 @@ class FakeClient:
         await self._enter()
 
     async def stats(self) -> object:
-        from osqueue.client.api import Stats
+        from osqueue.api import Stats
 
         await self._enter()
         return Stats(version=1)

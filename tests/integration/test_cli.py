@@ -28,10 +28,10 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner, Result
 
+from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import exits
 from osqueue.cli.app import _import_extra, app
-from osqueue.client.api import NewJob
 from osqueue.errors import MissingExtra, NotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
 

@@ -10,12 +10,12 @@ from remote_helpers import CertFiles, FakeClient, fast_config
 
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import BrokerUnavailable, InvalidInput, Unauthenticated
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
-from osqueue.server.auth import bearer_metadata
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import ServerConfig, serve
 from osqueue.storage import MemoryStorage
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
+from osqueue.wire.auth import bearer_metadata
 
 TOKEN = "s3cret-token_42"
 

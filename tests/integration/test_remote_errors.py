@@ -11,13 +11,13 @@ from remote_helpers import FakeClient, fast_config
 
 from osqueue import errors
 from osqueue.client.remote import RemoteClient
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
 from osqueue.server.limits import Limits
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import RunningServer, ServerConfig, serve
-from osqueue.server.status import BROKER_ADDRESS_TRAILER, from_trailers
 from osqueue.storage import MemoryStorage
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
+from osqueue.wire.status import BROKER_ADDRESS_TRAILER, from_trailers
 
 #: Separate channels get separate connections (gRPC shares them by default).
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
@@ -117,7 +117,7 @@ async def test_broker_level_errors_fail_the_whole_call(
 
 
 def errors_from(status: pb.Status) -> errors.OsqueueError:
-    from osqueue.server.status import from_status
+    from osqueue.wire.status import from_status
 
     return from_status(status)
 

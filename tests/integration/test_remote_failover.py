@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from remote_helpers import fast_config, quiet_broker_config, read_document
 
+from osqueue.api import Job, NewJob
 from osqueue.broker import BrokerConfig
-from osqueue.client.api import Job, NewJob
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import NotBroker, OsqueueError, StorageError
 from osqueue.server.runner import BrokerServer, run_broker

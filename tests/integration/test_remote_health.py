@@ -9,10 +9,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from remote_helpers import quiet_broker_config
 
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
 from osqueue.server.health import QUEUE_SERVICE
 from osqueue.server.runner import BrokerServer
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from remote_helpers import quiet_broker_config, read_document
 
 from osqueue.client.loop_thread import LoopThread
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
 from osqueue.server.limits import Limits
 from osqueue.server.runner import BrokerServer
 from osqueue.state import validate
 from osqueue.storage import MemoryStorage
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
 LIMITS = Limits(
     max_payload_bytes=1024,

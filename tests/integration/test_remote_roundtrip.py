@@ -11,13 +11,13 @@ from remote_helpers import fast_config, read_document
 
 import osqueue
 import osqueue.sync
-from osqueue.client.api import NewJob, QueueClient
+from osqueue.api import NewJob, QueueClient
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
 from osqueue.server.runner import BrokerServer
 from osqueue.server.service import QueueService
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
 
 async def test_connect_finds_the_broker_from_the_document(

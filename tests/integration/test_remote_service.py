@@ -5,11 +5,11 @@ from __future__ import annotations
 import grpc
 from remote_helpers import FakeClient
 
-from osqueue.client.api import Job
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
+from osqueue.api import Job
 from osqueue.server.limits import Limits
 from osqueue.server.server import ServerConfig, serve
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
 # Each 600-byte job costs 600 + 1024 bytes of budget: one job per 4 KiB message.
 LIMITS = Limits(max_payload_bytes=1000, max_message_bytes=4096)

@@ -7,10 +7,10 @@ would break it, and the checker must name the invariant.
 from __future__ import annotations
 
 import msgspec
+from sim.history import ArchiveRecord, History, Kind, Outcome, check
+from sim.store import Landed
 
-from osqueue.sim.history import ArchiveRecord, History, Kind, Outcome, check
-from osqueue.sim.store import Landed
-from osqueue.state import ClaimOp, Complete, Document, MarkArchived, Push, commit, encode
+from osqueue.state import ClaimOp, Complete, Document, MarkArchived, Push, encode, transition
 
 T0 = 1_800_000_000.0
 
@@ -24,15 +24,15 @@ def _clean() -> tuple[History, list[Landed], Outcome]:
         landed.append(Landed(len(landed), encode(doc), f"e{len(landed)}", "b1"))
         return doc
 
-    doc = land(commit(Document.empty(), [Push(id="j1", payload=b"x")], T0).doc)
+    doc = land(transition(Document.empty(), [Push(id="j1", payload=b"x")], T0).doc)
     history.add(0, Kind.PUSH_SENT, "p", "j1")
     history.add(0, Kind.PUSH_ACK, "p", "j1")
-    doc = land(commit(doc, [ClaimOp("w", ("default",), 1)], T0 + 1).doc)
+    doc = land(transition(doc, [ClaimOp("w", ("default",), 1)], T0 + 1).doc)
     history.add(1, Kind.CLAIMED, "w", "j1", 1)
-    doc = land(commit(doc, [Complete("j1", 1)], T0 + 2).doc)
+    doc = land(transition(doc, [Complete("j1", 1)], T0 + 2).doc)
     history.add(2, Kind.COMPLETE_OK, "w", "j1", 1)
     done_in = doc.version
-    doc = land(commit(doc, [MarkArchived((done_in,))], T0 + 3).doc)
+    doc = land(transition(doc, [MarkArchived((done_in,))], T0 + 3).doc)
     archive = [ArchiveRecord(id="j1", version=done_in, token=1, worker="w")]
     return history, landed, Outcome(doc, archive)
 

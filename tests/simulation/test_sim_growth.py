@@ -11,12 +11,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
+from sim import run_virtual
+from sim.bench import Bench
+
+from osqueue.api import NewJob
 from osqueue.broker import BrokerConfig
-from osqueue.client.api import NewJob
-from osqueue.client.local import LocalClient
+from osqueue.broker.local import LocalClient
 from osqueue.errors import OsqueueError, QueueFull
-from osqueue.sim import run_virtual
-from osqueue.sim.bench import Bench
 
 CAP = 64 * 1024
 CONFIG = BrokerConfig(lease_s=5.0, heartbeat_timeout_s=30.0, max_document_bytes=CAP)

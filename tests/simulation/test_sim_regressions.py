@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from osqueue.sim import CrashTrigger, Fault, Phase, run_virtual
-from osqueue.sim.bench import Bench
-from osqueue.state import Claimed, ClaimOp, Document, Push, claimable, commit, decode
+from sim import CrashTrigger, Fault, Phase, run_virtual
+from sim.bench import Bench
+
+from osqueue.state import Claimed, ClaimOp, Document, Push, claimable, decode, transition
 
 
 def test_archive_409_is_not_proof_the_object_exists_seed_0() -> None:
@@ -108,11 +109,11 @@ def test_a_clock_stepping_back_does_not_strand_a_promoted_delayed_job_seed_10049
     and dropped it from the heap as "stale".  Its delayed entry was already gone: the
     job stayed queued forever (until a takeover rebuilt the index).  Pure transitions."""
     t0 = 1_800_000_000.0
-    t = commit(Document.empty(), [Push(id="j", payload=b"x", delay_s=5.0)], t0)
+    t = transition(Document.empty(), [Push(id="j", payload=b"x", delay_s=5.0)], t0)
     assert claimable(t.doc, ["default"], t0 + 6)  # due: promoted to the ready heap
-    t = commit(t.doc, [ClaimOp("w", ("default",), 1)], t0 + 4)  # the clock stepped back
+    t = transition(t.doc, [ClaimOp("w", ("default",), 1)], t0 + 4)  # the clock stepped back
     assert t.results == [Claimed(())]
-    t = commit(t.doc, [ClaimOp("w", ("default",), 1)], t0 + 10)  # due again, by any clock
+    t = transition(t.doc, [ClaimOp("w", ("default",), 1)], t0 + 10)  # due again, by any clock
     [claimed] = t.results
     assert isinstance(claimed, Claimed)
     assert [job.id for job in claimed.jobs] == ["j"]

@@ -1,9 +1,9 @@
 """The named scenarios of the reliability issue, each a plain test on the scripted bench.
 
-Every test runs on virtual time (:func:`osqueue.sim.run_virtual`): leases expire,
+Every test runs on virtual time (:func:`sim.run_virtual`): leases expire,
 heartbeats time out and backoffs elapse without a real sleep, and each run is
 deterministic.  Each scenario is also a seed family of the sweep
-(``osqueue.sim.config.FAMILIES``); ``test_family_seeds`` runs a few of each.
+(``sim.config.FAMILIES``); ``test_family_seeds`` runs a few of each.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 import pytest
-
-from osqueue.broker import BrokerConfig, State
-from osqueue.client.api import Job, NewJob
-from osqueue.errors import DocumentGone, LeaseLost, MaybeCommitted, NotBroker
-from osqueue.sim import (
+from sim import (
     FAMILY_NAMES,
     CrashTrigger,
     Fault,
@@ -31,9 +27,13 @@ from osqueue.sim import (
     run_seed,
     run_virtual,
 )
-from osqueue.sim.bench import Bench
-from osqueue.sim.history import parse_archive
-from osqueue.sim.store import DOCUMENT_KEY, FaultRates
+from sim.bench import Bench
+from sim.history import parse_archive
+from sim.store import DOCUMENT_KEY, FaultRates
+
+from osqueue.api import Job, NewJob
+from osqueue.broker import BrokerConfig, State
+from osqueue.errors import DocumentGone, LeaseLost, MaybeCommitted, NotBroker
 from osqueue.state import decode
 from osqueue.storage.memory import MemoryStorage
 

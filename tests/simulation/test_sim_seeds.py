@@ -1,22 +1,20 @@
 """The seed sweep: ``--seeds N`` seeds (default 600), each a whole simulated run
 checked against I1 to I5, and ``test_replay`` that replays ``--seed S`` loudly.
 
-Seeds run in subprocesses with fixed string hashing (``python -m osqueue.sim``),
+Seeds run in subprocesses with fixed string hashing (``python -m sim``),
 two at a time, so a failing seed replays exactly with the command it prints.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
 
 import pytest
-
-from osqueue.sim import FAMILY_NAMES, quiet_logs, run_seed
-from osqueue.sim.run import REPLAY
+from sim import FAMILY_NAMES, quiet_logs, run_seed
+from sim.run import REPLAY, sim_env
 
 #: subprocesses per chunk (the machine has two cores)
 PARALLEL = 2
@@ -25,10 +23,10 @@ PARALLEL = 2
 def _sweep(seeds: range) -> list[dict[str, object]]:
     size = -(-len(seeds) // PARALLEL)
     parts = [seeds[i : i + size] for i in range(0, len(seeds), size)]
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = sim_env()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "osqueue.sim", "sweep", str(p.start), str(len(p))],
+            [sys.executable, "-m", "sim", "sweep", str(p.start), str(len(p))],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -63,9 +61,9 @@ def test_seeds(seed_chunk: range) -> None:
 def test_replay(replay_seed: int) -> None:
     """``-k replay --seed S``: the run of seed S, its whole history printed."""
     proc = subprocess.run(
-        [sys.executable, "-m", "osqueue.sim", "replay", str(replay_seed)],
+        [sys.executable, "-m", "sim", "replay", str(replay_seed)],
         capture_output=True,
-        env=dict(os.environ, PYTHONHASHSEED="0"),
+        env=sim_env(),
         text=True,
         timeout=600,
     )

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_helpers import ServedBroker, served_broker, wait_archived
 
-from osqueue.client.api import Job, NewJob
+from osqueue.api import Job, NewJob
 from osqueue.errors import BrokerUnavailable, InvalidInput, OsqueueError
 from osqueue.spark import blocking
 from osqueue.spark.errors import osqueue_error

@@ -9,8 +9,8 @@ from pyspark.sql import SparkSession
 from spark_helpers import archived_ids, served_broker, wait_until
 from typer.testing import CliRunner
 
+from osqueue.api import NewJob
 from osqueue.cli.pipeline import pipeline_app
-from osqueue.client.api import NewJob
 from osqueue.pipeline.dataroot import DataRoot
 from osqueue.pipeline.index import index_segments
 from osqueue.pipeline.manifest import manifest_key

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import osqueue
-from osqueue.client.api import Job, NewJob
+from osqueue.api import Job, NewJob
 from osqueue.client.worker import current_context
 from osqueue.spark.worker import spark_batch, spark_handlers
 from osqueue.storage import MemoryStorage

@@ -473,7 +473,7 @@ async def test_a_batch_is_queued_whole_or_not_at_all() -> None:
         assert caught.value.field == "ops"
         # Six ops wait for the next commit; a batch of five does not fit beside them
         # and is refused before any of it is queued.
-        first = [broker.enqueue(osqueue.state.Push(f"a{i}", b"")) for i in range(6)]
+        first = [broker.add_op(osqueue.state.Push(f"a{i}", b"")) for i in range(6)]
         with pytest.raises(osqueue.ResourceExhausted):
             await broker.submit_many([osqueue.state.Push(f"b{i}", b"") for i in range(5)])
         assert len(await asyncio.gather(*first)) == 6

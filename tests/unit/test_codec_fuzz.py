@@ -27,9 +27,9 @@ from osqueue.state import (
     Complete,
     Document,
     Push,
-    commit,
     decode,
     encode,
+    transition,
 )
 from osqueue.state.codec import decode_owner
 from osqueue.storage.memory import MemoryStorage
@@ -48,13 +48,13 @@ def _valid(jobs: int = 4) -> bytes:
         Push(id=f"j{i}", payload=b"p" * i, key=f"k{i}" if i % 2 else None, delay_s=float(i % 3))
         for i in range(jobs)
     ]
-    t = commit(doc, pushes, T0, owner=owner)
-    t = commit(t.doc, [ClaimOp("w-1", ("default",), 2)], T0 + 5, owner=owner)
+    t = transition(doc, pushes, T0, owner=owner)
+    t = transition(t.doc, [ClaimOp("w-1", ("default",), 2)], T0 + 5, owner=owner)
     claimed = [j for j in t.doc.jobs.values() if j.claim is not None]
     if claimed:
         first = claimed[0]
         assert first.claim is not None
-        t = commit(t.doc, [Complete(first.id, first.claim.token)], T0 + 6, owner=owner)
+        t = transition(t.doc, [Complete(first.id, first.claim.token)], T0 + 6, owner=owner)
     return encode(t.doc)
 
 

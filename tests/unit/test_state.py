@@ -25,9 +25,9 @@ from osqueue.state import (
     RestartHeartbeats,
     RetryDead,
     apply,
-    commit,
     decode,
     encode,
+    transition,
 )
 
 T0 = 1_800_000_000.0
@@ -251,7 +251,7 @@ def test_document_size_cap_refuses_pushes_and_keeps_queued_jobs() -> None:
 def test_completed_job_leaves_only_after_its_version_is_archived() -> None:
     doc, _ = apply(Document.empty(), [push(1)], T0)
     doc, c = claim_one(doc)
-    t = commit(doc, [Complete("j1", c.jobs[0].claim.token)], T0)  # type: ignore[union-attr]
+    t = transition(doc, [Complete("j1", c.jobs[0].claim.token)], T0)  # type: ignore[union-attr]
     assert [j.id for j in t.completed] == ["j1"]
     done_version = t.doc.version
     assert t.doc.jobs["j1"].done_version == done_version

@@ -20,9 +20,9 @@ from osqueue.state import (
     Policy,
     Push,
     Release,
-    commit,
     decode,
     encode,
+    transition,
 )
 
 T0 = 1_800_000_000.0
@@ -69,7 +69,7 @@ class Model:
 
     def run(self, ops: list[Op]) -> list[object]:
         before = self.doc
-        t = commit(before, ops, self.now, POLICY)
+        t = transition(before, ops, self.now, POLICY)
         self.doc = t.doc
         self.versions.append(t.doc.version)
         return list(t.results)

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from osqueue.api import CompletesAndClaims, Job, NewJob, QueueClient, Stats
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.client.api import CompletesAndClaims, Job, NewJob, QueueClient, Stats
 from osqueue.client.worker import (
     JobContext,
     NoJobContext,

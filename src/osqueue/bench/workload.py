@@ -1,6 +1,6 @@
 """The closed-loop workload: N clients each doing push -> claim -> complete.
 
-Written against :class:`~osqueue.client.api.QueueClient` only, so the same
+Written against :class:`~osqueue.api.QueueClient` only, so the same
 harness drives the in-process client and a remote one.  The harness keeps its
 own cost per op to two clock reads and one list append.
 """
@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from osqueue.api import Job, NewJob, QueueClient
 from osqueue.bench.config import BenchResult
-from osqueue.client.api import Job, NewJob, QueueClient
 
 #: Jobs per ``push_many`` call when preloading.
 PRELOAD_CHUNK = 5_000

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from osqueue.broker.archive import by_version, write_archive
 from osqueue.broker.config import BrokerConfig
+from osqueue.broker.payloads import Payloads
 from osqueue.clock import Clock, SystemClock, Timer
 from osqueue.errors import (
     BrokerUnavailable,
@@ -50,7 +51,6 @@ from osqueue.errors import (
 from osqueue.ids import new_id
 from osqueue.state import (
     DOCUMENT_KEY,
-    PAYLOAD_PREFIX,
     BrokerInfo,
     Claimed,
     ClaimOp,
@@ -62,16 +62,16 @@ from osqueue.state import (
     StoredJob,
     Transition,
     claimable,
-    commit,
     decode,
     encode,
     next_wakeup,
     to_datetime,
+    transition,
 )
 from osqueue.storage.port import Blob, Storage
 
 if TYPE_CHECKING:
-    from osqueue.client.local import LocalClient
+    from osqueue.broker.local import LocalClient
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ class Broker:
         self._archive_drained: asyncio.Future[None] | None = None
         self._last_write = 0.0
         self._closing = False
-        #: payload objects uploaded for pushes not answered yet (the sweep skips them)
-        self.payload_uploads: set[str] = set()
+        #: the payload objects under payloads/ (uploads, reads, deletes, the sweep)
+        self.payloads = Payloads(self.storage)
 
     # ------------------------------------------------------------------ properties
 
@@ -190,7 +190,7 @@ class Broker:
         return self.state is State.SERVING
 
     def client(self) -> LocalClient:
-        from osqueue.client.local import LocalClient
+        from osqueue.broker.local import LocalClient
 
         return LocalClient(self)
 
@@ -269,7 +269,7 @@ class Broker:
 
     # ------------------------------------------------------------------ ops in
 
-    def enqueue(self, op: Op) -> asyncio.Future[Result]:
+    def add_op(self, op: Op) -> asyncio.Future[Result]:
         """Add an op to the next commit; the future resolves once it is durable."""
         self._check_open()
         pending = self._pending
@@ -288,7 +288,7 @@ class Broker:
         return fut
 
     async def submit(self, op: Op) -> Result:
-        return await self.enqueue(op)
+        return await self.add_op(op)
 
     async def submit_many(self, ops: Sequence[Op]) -> list[Result]:
         """Submit a batch: all of it or (raising before anything is queued) none of it."""
@@ -304,14 +304,14 @@ class Broker:
                 f"{len(self._pending)} ops are waiting for the broker and this batch has "
                 f"{len(ops)}; back off and retry"
             )
-        futures = [self.enqueue(op) for op in ops]
+        futures = [self.add_op(op) for op in ops]
         return list(await asyncio.gather(*futures))
 
     async def claim(self, op: ClaimOp, wait_s: float) -> Result:
         """A claim that, if empty, parks until a commit makes a job claimable.
 
         (The in-process client sends a claim that does not wait straight to
-        :meth:`enqueue`.)"""
+        :meth:`add_op`.)"""
         deadline = self.clock.monotonic() + max(0.0, wait_s)
         while True:
             result = await self.submit(op)
@@ -414,7 +414,7 @@ class Broker:
             ops: list[Op] = [RestartHeartbeats()]
             if inherited:
                 ops.append(MarkArchived(tuple(sorted(inherited))))
-            t = commit(base, ops, now, self.policy, owner=owner, in_place=True)
+            t = transition(base, ops, now, self.policy, owner=owner, in_place=True)
             data = encode(t.doc)
             try:
                 new_etag = await self.storage.write(DOCUMENT_KEY, data, if_match=etag)
@@ -576,7 +576,7 @@ class Broker:
             assert self._doc is not None
             base_version = self._doc.version
             now = self.clock.now()
-            t = commit(self._doc, ops, now, self.policy, owner=self._owner(now), in_place=True)
+            t = transition(self._doc, ops, now, self.policy, owner=self._owner(now), in_place=True)
             data = encode(t.doc)
             sent.append((data, t))
             try:
@@ -670,18 +670,10 @@ class Broker:
             self._wake_waiters()
 
     def _delete_payloads(self, t: Transition) -> None:
-        if not t.removed:
-            return
-        refs = [j.payload_ref for j in t.removed if j.payload_ref]
+        """Delete the payload objects of the jobs that left the document."""
+        refs = self.payloads.refs_of(t.removed) if t.removed else None
         if refs:
-            self._spawn(self._delete_refs(refs))
-
-    async def _delete_refs(self, refs: list[str]) -> None:
-        for ref in refs:
-            try:
-                await self.storage.delete(ref)
-            except StorageError:
-                log.warning("could not delete payload object", extra={"key": ref})
+            self._spawn(self.payloads.discard(refs))
 
     # ------------------------------------------------------------------ activity log
 
@@ -750,7 +742,10 @@ class Broker:
             if self.state is not State.SERVING:
                 return
             try:
-                suspects = await self._sweep_payloads(suspects)
+                suspects, deleted = await self.payloads.sweep(
+                    suspects, lambda: self._doc, self._may_sweep
+                )
+                self.counters.payloads_swept += deleted
             except StorageError as exc:
                 self.counters.storage_errors += 1
                 log.warning(
@@ -759,38 +754,6 @@ class Broker:
                     exc,
                     extra={"action": "sweep"},
                 )
-
-    async def _sweep_payloads(self, suspects: set[str]) -> set[str]:
-        """One sweep: delete the unreferenced objects the previous one found too;
-        return the unreferenced ones left for the next."""
-        listed = await self.storage.list(PAYLOAD_PREFIX)
-        orphans = {key for key in listed if self._payload_orphan(key)}
-        deleted = 0
-        for key in sorted(orphans & suspects):
-            if not self._may_sweep():
-                break
-            if not self._payload_orphan(key):  # pushed or committed meanwhile
-                orphans.discard(key)
-                continue
-            await self.storage.delete(key)
-            orphans.discard(key)
-            deleted += 1
-            self.counters.payloads_swept += 1
-        if deleted:
-            log.info(
-                "deleted %d payload objects no job references",
-                deleted,
-                extra={"action": "sweep", "broker": self.id},
-            )
-        return orphans
-
-    def _payload_orphan(self, key: str) -> bool:
-        """No job of the document and no push in flight uses this object."""
-        if key in self.payload_uploads or self._doc is None:
-            return False
-        job_id = key[len(PAYLOAD_PREFIX) :].partition("=")[0]
-        job = self._doc.jobs.get(job_id)
-        return job is None or job.payload_ref != key
 
     def _may_sweep(self) -> bool:
         doc = self._doc

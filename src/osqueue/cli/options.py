@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from osqueue.client.api import QueueClient
+from osqueue.api import QueueClient
 
 _CONN = "Connection"
 
@@ -84,7 +84,7 @@ class ClientOptions:
 async def open_client(options: ClientOptions) -> AsyncIterator[QueueClient]:
     """``osqueue.connect`` with the command's connection options; closed on exit."""
     from osqueue.client.remote import connect
-    from osqueue.server.auth import resolve_token
+    from osqueue.wire.auth import resolve_token
 
     token = resolve_token(options.token, options.token_file)
     client = await connect(

@@ -21,6 +21,7 @@ from typing import Annotated, BinaryIO
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
+from osqueue.api import NewJob, QueueClient
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
@@ -33,30 +34,13 @@ from osqueue.cli.options import (
     Url,
     open_client,
 )
-from osqueue.client.api import NewJob, QueueClient
 from osqueue.errors import (
-    BrokerUnavailable,
     InvalidInput,
-    MaybeCommitted,
-    NotBroker,
-    OsqueueError,
-    QueueFull,
-    ResourceExhausted,
-    ShuttingDown,
-    StorageError,
+    Retryable,
 )
 from osqueue.ids import new_id
 
 #: Errors after which the same batch (same ids) is sent again.
-RETRYABLE: tuple[type[OsqueueError], ...] = (
-    BrokerUnavailable,
-    MaybeCommitted,
-    NotBroker,
-    QueueFull,
-    ResourceExhausted,
-    ShuttingDown,
-    StorageError,
-)
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 2.0
 
@@ -214,7 +198,7 @@ class Pusher:
         while True:
             try:
                 ids = await client.push_many(jobs)
-            except RETRYABLE as exc:
+            except Retryable as exc:
                 if time.monotonic() + backoff >= deadline:
                     raise
                 exits.warn(f"push failed ({exits.describe(exc)}); retrying the same jobs")

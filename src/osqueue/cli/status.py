@@ -14,12 +14,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from osqueue.api import Stats
 from osqueue.cli.console import stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_document
-from osqueue.client.api import Stats
-from osqueue.client.local import stats_of
-from osqueue.state import Document
+from osqueue.state import Document, stats_of
 
 
 def status(

@@ -13,8 +13,8 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from osqueue.broker.local import LocalClient
 from osqueue.client.discovery import Discovery
-from osqueue.client.local import LocalClient
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:

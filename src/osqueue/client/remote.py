@@ -28,11 +28,11 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 
 import grpc
 
-from osqueue.client.api import Job, NewJob, Stats
+from osqueue.api import Job, NewJob, PushOptions, Stats
 from osqueue.client.batcher import Batcher
 from osqueue.client.discovery import BrokerLocation, Discovery
 from osqueue.client.embedded import EmbeddedClient, start_embedded
@@ -50,19 +50,19 @@ from osqueue.errors import (
     Unauthenticated,
 )
 from osqueue.ids import new_id
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server._pb import queue_pb2_grpc as pb_grpc
-from osqueue.server.auth import bearer_metadata, check_token
-from osqueue.server.convert import job_from_pb, job_ref, stats_from_pb
-from osqueue.server.status import (
+from osqueue.state import validate
+from osqueue.storage.port import Storage
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
+from osqueue.wire.auth import bearer_metadata, check_token
+from osqueue.wire.convert import job_from_pb, job_ref, new_job_to_pb, stats_from_pb
+from osqueue.wire.status import (
     RETRY_ELSEWHERE,
     RETRY_LATER,
     broker_address_from,
     from_status,
     from_trailers,
 )
-from osqueue.state import validate
-from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class RemoteConfig:
     max_payload_bytes: int = 4 * MIB
     max_message_bytes: int = 16 * MIB
     #: Longer error texts are cut before ``fail`` sends them.
-    max_error_chars: int = 4096
+    max_error_chars: int = validate.MAX_ERROR_CHARS
     #: A claim asks for at most this many jobs (the broker's default batch limit).
     max_claim_jobs: int = 1000
 
@@ -294,7 +294,7 @@ def _read_ca(path: str) -> bytes:
 
 
 class RemoteClient:
-    """A :class:`~osqueue.client.api.QueueClient` over gRPC that finds and follows the broker."""
+    """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker."""
 
     def __init__(
         self, storage: Storage, config: RemoteConfig | None = None, *, owns_storage: bool = False
@@ -576,6 +576,9 @@ class RemoteClient:
     # ------------------------------------------------------------------ push
 
     def _new_job_pb(self, job: NewJob) -> pb.NewJob:
+        """The push message for ``job``: its id chosen now (before the first send), its
+        fields checked by the document's rules (:func:`osqueue.state.validate.new_job`)
+        so a bad push fails here, without a round trip."""
         payload: object = job.payload
         if isinstance(payload, bytearray | memoryview):
             payload = bytes(payload)
@@ -587,37 +590,12 @@ class RemoteClient:
                 field="payload",
             )
         job_id = validate.job_id(job.id, "id") if job.id is not None else new_id()
-        validate.queue_name(job.queue, "queue")
-        validate.priority(job.priority, "priority")
-        delay_s = validate.seconds(job.delay_s, "delay_s") or 0.0
-        validate.count(job.max_attempts, "max_attempts", maximum=validate.MAX_ATTEMPTS)
-        validate.key(job.key, "key")
-        msg = pb.NewJob(
-            id=job_id,
-            queue=job.queue,
-            priority=job.priority,
-            delay_s=delay_s,
-            max_attempts=job.max_attempts,
-            payload=payload,
-        )
-        if job.key is not None:
-            msg.key = job.key
-        return msg
+        delay_s = validate.new_job(job.queue, job.priority, job.delay_s, job.key, job.max_attempts)
+        return new_job_to_pb(job, job_id, payload, delay_s)
 
-    async def push(
-        self,
-        payload: bytes,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
+    async def push(self, payload: bytes, **options: Unpack[PushOptions]) -> str:
         self._check_open()
-        job = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
-        return await self.pushes.submit(self._new_job_pb(job))
+        return await self.pushes.submit(self._new_job_pb(NewJob(payload, **options)))
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
         """Push a batch; one result per job: its id, or the error that job got."""
@@ -1081,28 +1059,8 @@ class SyncRemoteClient:
     ) -> None:
         self.close()
 
-    def push(
-        self,
-        payload: bytes,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
-        return self._loop.run(
-            self.client.push(
-                payload,
-                queue=queue,
-                priority=priority,
-                delay_s=delay_s,
-                key=key,
-                max_attempts=max_attempts,
-                id=id,
-            )
-        )
+    def push(self, payload: bytes, **options: Unpack[PushOptions]) -> str:
+        return self._loop.run(self.client.push(payload, **options))
 
     def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
         return self._loop.run(self.client.push_many(jobs))

@@ -15,14 +15,14 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, Unpack, cast
 
 import msgspec
 
-from osqueue.client.api import Job, NewJob, QueueClient
+from osqueue.api import Job, JobOptions, NewJob, QueueClient
 from osqueue.errors import InvalidInput
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 __all__ = ["PayloadCodec", "PayloadDecodeError", "TypedJob", "TypedQueue", "codec_for"]
 
@@ -184,25 +184,10 @@ class TypedQueue(Generic[M]):
         """Decode ``job``'s payload; raises :class:`PayloadDecodeError` naming the field."""
         return self.codec.decode(job.payload, job_id=job.id)
 
-    async def push(
-        self,
-        value: M,
-        *,
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
-        return await self.client.push(
-            self.encode(value),
-            queue=self.queue,
-            priority=priority,
-            delay_s=delay_s,
-            key=key,
-            max_attempts=max_attempts,
-            id=id,
-        )
+    async def push(self, value: M, **options: Unpack[JobOptions]) -> str:
+        """Encode and push ``value`` to this queue (``options``: priority, delay_s,
+        key, max_attempts, id)."""
+        return await self.client.push(self.encode(value), queue=self.queue, **options)
 
     async def push_many(
         self,
@@ -234,7 +219,7 @@ class TypedQueue(Generic[M]):
             try:
                 decoded.append(TypedJob(job, self.decode(job)))
             except PayloadDecodeError as exc:
-                logger.warning(
+                log.warning(
                     "payload does not decode; failing the job",
                     extra={"action": "decode", "job": job.id, "error": exc.message},
                 )

@@ -44,23 +44,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
-from osqueue.client.api import CompletesAndClaims, Job, QueueClient
+from osqueue.api import CompletesAndClaims, Job, QueueClient
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import (
-    BrokerUnavailable,
     InvalidInput,
     JobNotFound,
     LeaseLost,
-    MaybeCommitted,
-    NotBroker,
     OsqueueError,
-    ResourceExhausted,
-    ShuttingDown,
-    StorageError,
+    Retryable,
 )
 from osqueue.state.validate import MAX_CLAIM
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BatchHandler",
@@ -87,15 +82,6 @@ _HandedOutcome: TypeAlias = "asyncio.Future[OsqueueError | str | None]"
 #: A completion handed to the claim loop: the job and its outcome to come.
 _Handed: TypeAlias = tuple[Job, _HandedOutcome]
 
-#: Errors that say "try again later": the worker backs off and keeps going.
-TRANSIENT_ERRORS: tuple[type[OsqueueError], ...] = (
-    StorageError,
-    BrokerUnavailable,
-    MaybeCommitted,
-    NotBroker,
-    ResourceExhausted,
-    ShuttingDown,
-)
 #: Answers to a heartbeat or settle call that mean the job is no longer ours.
 _GONE_ERRORS: tuple[type[OsqueueError], ...] = (LeaseLost, JobNotFound)
 
@@ -268,7 +254,7 @@ def _run_callback(callback: Callable[[], object], context: JobContext) -> None:
     try:
         callback()
     except Exception:
-        logger.exception(
+        log.exception(
             "job cancel callback failed",
             extra={"action": "cancel_callback", "job": context.job.id},
         )
@@ -515,7 +501,7 @@ class Worker:
         ``hard=True`` skips the grace period: cancel now and release.
         """
         if not self._stop.is_set():
-            logger.info(
+            log.info(
                 "worker stopping",
                 extra={"action": "worker_stop", "worker": self.worker_id, "hard": hard},
             )
@@ -529,7 +515,7 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         def on_signal(signum: int) -> None:
-            logger.warning(
+            log.warning(
                 "signal received",
                 extra={"action": "signal", "signal": signal.Signals(signum).name},
             )
@@ -565,7 +551,7 @@ class Worker:
     # -- the main task
 
     async def _main(self) -> None:
-        logger.info(
+        log.info(
             "worker started",
             extra={
                 "action": "worker_start",
@@ -592,7 +578,7 @@ class Worker:
             # A side task died (or the loop is closing): give back what we still hold.
             await asyncio.shield(self._release(self._abandon_units()))
             self._executor.shutdown(wait=False, cancel_futures=True)
-            logger.info(
+            log.info(
                 "worker stopped",
                 extra={"action": "worker_exit", "worker": self.worker_id, **_asdict(self.counters)},
             )
@@ -645,13 +631,13 @@ class Worker:
             if result is None:
                 self.counters.released += 1
             elif isinstance(result, Exception):
-                logger.warning(
+                log.warning(
                     "could not release job; it returns after the heartbeat timeout",
                     extra={"action": "release", "job": job.id, "error": error_line(result)},
                 )
             else:
                 raise result  # pragma: no cover (BaseException: KeyboardInterrupt and such)
-        logger.info(
+        log.info(
             "released held jobs",
             extra={"action": "release", "worker": self.worker_id, "count": len(jobs)},
         )
@@ -676,8 +662,8 @@ class Worker:
                     else:
                         self._parked = wait_s > 0
                         jobs = await self._claim(free, wait_s)
-                except TRANSIENT_ERRORS as exc:
-                    logger.warning(
+                except Retryable as exc:
+                    log.warning(
                         "claim failed; backing off",
                         extra={"action": "claim", "error": error_line(exc), "backoff_s": backoff},
                     )
@@ -698,7 +684,7 @@ class Worker:
                     continue  # the next claim may wait (long poll)
                 elif self.config.burst:
                     if not self._units:
-                        logger.info("burst: nothing left", extra={"action": "burst_done"})
+                        log.info("burst: nothing left", extra={"action": "burst_done"})
                         self.stop()
                         return
                     await self._wait_change()
@@ -859,20 +845,20 @@ class Worker:
                 self.counters.retried += 1
             else:
                 line = error_line(error)
-                logger.warning(
+                log.warning(
                     "job %s failed: %s",
                     job.id,
                     line,
                     extra={"action": "fail", "job": job.id, "error": line},
                     # The traceback only when debugging: failures are routine.
-                    exc_info=error if logger.isEnabledFor(logging.DEBUG) else None,
+                    exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
                 )
                 await self.client.fail(job, error=line)
                 self.counters.failed += 1
         except _GONE_ERRORS as exc:
             self._note_lost(job, exc)
-        except TRANSIENT_ERRORS as exc:
-            logger.warning(
+        except Retryable as exc:
+            log.warning(
                 "could not settle job; it will be retried after the heartbeat timeout",
                 extra={"action": "settle", "job": job.id, "error": error_line(exc)},
             )
@@ -907,7 +893,7 @@ class Worker:
                 if e is not None
             ]
             if failures:
-                logger.warning(
+                log.warning(
                     "%d of %d heartbeats failed (%s); retrying on the next beat",
                     len(failures),
                     len(beats),
@@ -927,13 +913,13 @@ class Worker:
                 unit.context._cancel("lease_lost")
                 if unit.is_async and unit.future is not None:
                     unit.future.cancel()
-        except TRANSIENT_ERRORS as exc:
+        except Retryable as exc:
             return exc
         return None
 
     def _note_lost(self, job: Job, exc: OsqueueError) -> None:
         self.counters.lost += 1
-        logger.warning(
+        log.warning(
             "lost the lease of a job; its result will be dropped",
             extra={"action": "lease_lost", "job": job.id, "error": error_line(exc)},
         )
@@ -996,7 +982,7 @@ def _per_job_errors(unit: _Unit, outcome: _Outcome) -> list[tuple[Job, BaseExcep
     ids = {job.id for job in unit.jobs}
     unknown = [k for k in result if k not in ids]
     if unknown:
-        logger.warning(
+        log.warning(
             "batch handler returned errors for jobs not in its batch",
             extra={"action": "batch_result", "unknown": unknown[:10]},
         )

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from osqueue.client.api import Job
+from osqueue.api import Job
 from osqueue.errors import Conflict, InvalidInput
 from osqueue.spark.worker import spark_batch
 

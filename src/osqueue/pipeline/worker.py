@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from osqueue.client.api import Job, QueueClient
+from osqueue.api import Job, QueueClient
 from osqueue.client.worker import Worker, WorkerConfig
 from osqueue.spark.worker import spark_batch, spark_handler
 

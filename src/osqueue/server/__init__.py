@@ -1,6 +1,6 @@
 """The gRPC service over the broker: servicer, auth, limits, and the server runner.
 
-Names are imported on first use, so ``python -m osqueue.server.codegen`` runs
+Names are imported on first use, so ``python -m osqueue.wire.codegen`` runs
 even when the generated code is missing or stale.
 """
 

@@ -4,10 +4,11 @@ Two halves, both enforced before anything reaches the broker:
 
 * :class:`Limits` and :class:`RequestChecker` bound every request's shape:
   batch sizes, payload bytes, string lengths, times.  A violation is
-  :class:`~osqueue.errors.InvalidInput` naming the field (``jobs[3].payload``);
-  the format rules (which characters an id may hold) are the document's
-  (:mod:`osqueue.state.validate`), applied here too so a bad item never
-  reaches the broker.
+  :class:`~osqueue.errors.InvalidInput` naming the field (``jobs[3].payload``).
+  The rules of the document itself (which characters an id may hold, which
+  priorities exist) live in :mod:`osqueue.state.validate`: the defaults here
+  are its constants, and a pushed job's fields are checked by the same
+  function the broker applies, so a bad item never reaches the broker.
 * :class:`Admission` bounds the calls and request bytes in flight per
   connection and in total.  Past a bound the call is refused at once with
   ``RESOURCE_EXHAUSTED``, so a client that floods the broker is pushed back
@@ -21,10 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from osqueue.client.api import NewJob
+from osqueue.api import NewJob
 from osqueue.errors import InvalidInput, ResourceExhausted
-from osqueue.server._pb import queue_pb2 as pb
 from osqueue.state import validate
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire.convert import new_job_from_pb
 
 MIB = 1024 * 1024
 
@@ -39,15 +41,17 @@ class Limits:
     max_batch: int = 1000
     #: gRPC message size, both directions (set on the server's options).
     max_message_bytes: int = 16 * MIB
-    max_id_chars: int = 64
-    max_queue_chars: int = 128
-    max_worker_chars: int = 256
-    max_key_chars: int = 512
+    max_id_chars: int = validate.MAX_ID_CHARS
+    max_queue_chars: int = validate.MAX_QUEUE_CHARS
+    max_worker_chars: int = validate.MAX_WORKER_CHARS
+    max_key_chars: int = validate.MAX_KEY_CHARS
+    #: Longer error texts are refused; the broker keeps the first
+    #: ``validate.MAX_ERROR_CHARS`` of those it takes.
     max_error_chars: int = 16_384
-    max_queues_per_claim: int = 64
+    max_queues_per_claim: int = validate.MAX_CLAIM_QUEUES
     max_wait_s: float = 300.0
-    max_delay_s: float = 366 * 24 * 3600.0
-    max_attempts: int = 1000
+    max_delay_s: float = validate.MAX_DELAY_S
+    max_attempts: int = validate.MAX_ATTEMPTS
     #: Calls in flight on one connection (long polls included).  One client
     #: process multiplexes all its tasks over one connection, so this is high;
     #: the byte limits below are what bound memory.
@@ -144,35 +148,35 @@ class RequestChecker:
     # ---------------------------------------------------------------- items
 
     def new_job(self, job: pb.NewJob, field: str) -> NewJob:
-        """Check one pushed job; ``field`` is its position (``jobs[3]``)."""
+        """Check one pushed job; ``field`` is its position (``jobs[3]``).
+
+        The wire's bounds are checked here, then the document's own rules
+        (:func:`osqueue.state.validate.new_job`, the one place they are written),
+        so a bad item is refused before it reaches the broker and never causes a
+        write."""
         lim = self.limits
-        self.job_id(job.id, f"{field}.id")
-        self.queue(job.queue, f"{field}.queue")
+        self.job_id(job.id, f"{field}.id")  # required: a retried push is known by its id
+        self.text(job.queue, f"{field}.queue", lim.max_queue_chars)
         if len(job.payload) > lim.max_payload_bytes:
             raise InvalidInput(
                 f"is {len(job.payload)} bytes; at most {lim.max_payload_bytes}",
                 field=f"{field}.payload",
             )
         self.seconds(job.delay_s, f"{field}.delay_s", lim.max_delay_s)
-        key = job.key if job.HasField("key") else None
-        if key is not None:
-            self.text(key, f"{field}.key", lim.max_key_chars)
-            validate.key(key, f"{field}.key")
-        max_attempts = job.max_attempts if job.HasField("max_attempts") else 5
-        if not 1 <= max_attempts <= lim.max_attempts:
+        if job.HasField("key"):
+            self.text(job.key, f"{field}.key", lim.max_key_chars)
+        if job.HasField("max_attempts") and not 1 <= job.max_attempts <= lim.max_attempts:
             raise InvalidInput(
-                f"{max_attempts} is outside [1, {lim.max_attempts}]",
+                f"{job.max_attempts} is outside [1, {lim.max_attempts}]",
                 field=f"{field}.max_attempts",
             )
-        return NewJob(
-            payload=job.payload,
-            queue=job.queue,
-            priority=job.priority,
-            delay_s=job.delay_s,
-            key=key,
-            max_attempts=max_attempts,
-            id=job.id,
-        )
+        new = new_job_from_pb(job)
+        try:
+            validate.new_job(new.queue, new.priority, new.delay_s, new.key, new.max_attempts)
+        except InvalidInput as exc:  # the same error, its field placed in the request
+            message = exc.message.removeprefix(f"{exc.field}: ")
+            raise InvalidInput(message, field=f"{field}.{exc.field}") from None
+        return new
 
     def job_ref(self, ref: pb.JobRef, field: str) -> None:
         self.job_id(ref.id, f"{field}.id")

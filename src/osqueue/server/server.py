@@ -20,12 +20,13 @@ from typing import Any
 
 import grpc
 
-from osqueue.client.api import QueueClient
+from osqueue.api import QueueClient
 from osqueue.errors import InvalidInput, OsqueueError
-from osqueue.server.auth import BearerTokenInterceptor, resolve_token
+from osqueue.server.auth import BearerTokenInterceptor
 from osqueue.server.health import HealthService, add_health
 from osqueue.server.limits import Limits
 from osqueue.server.service import QueueService
+from osqueue.wire.auth import resolve_token
 
 log = logging.getLogger(__name__)
 

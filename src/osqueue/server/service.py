@@ -19,25 +19,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeVar, cast, runtime_checkable
 
 import grpc
+import msgspec
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.client.api import CompletesAndClaims, Job, NewJob, QueueClient
+from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient
 from osqueue.errors import (
+    BrokerMoved,
     BrokerUnavailable,
     InvalidInput,
-    NotBroker,
     OsqueueError,
-    ResourceExhausted,
-    ShuttingDown,
+    Overloaded,
     Unauthenticated,
 )
-from osqueue.server._pb import queue_pb2 as pb
-from osqueue.server.convert import job_from_ref, job_to_pb, stats_to_pb
 from osqueue.server.limits import Admission, Limits, RequestChecker
-from osqueue.server.status import OK, grpc_code, to_status, trailers
+from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire.convert import job_from_ref, job_to_pb, stats_to_pb
+from osqueue.wire.status import OK, grpc_code, to_status, trailers
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +52,7 @@ Prepared = TypeVar("Prepared")
 
 #: Errors about the broker rather than the item: when every item of a batch got
 #: one of these, the whole call fails with it (the client retries the batch).
-_CALL_LEVEL: tuple[type[OsqueueError], ...] = (
-    NotBroker,
-    ShuttingDown,
-    BrokerUnavailable,
-    ResourceExhausted,
-    Unauthenticated,
-)
+_CALL_LEVEL = (BrokerMoved, Overloaded, Unauthenticated)
 #: Bytes a job adds to a ClaimResponse beyond its payload (generous upper bound).
 _JOB_OVERHEAD_BYTES = 1024
 
@@ -249,15 +243,9 @@ class QueueService:
         )
 
     async def _push_one(self, job: NewJob) -> str:
-        return await self.client.push(
-            job.payload,
-            queue=job.queue,
-            priority=job.priority,
-            delay_s=job.delay_s,
-            key=job.key,
-            max_attempts=job.max_attempts,
-            id=job.id,
-        )
+        options = msgspec.structs.asdict(job)
+        payload = options.pop("payload")
+        return await self.client.push(payload, **cast(PushOptions, options))
 
     def _wait_budget_s(self, wait_s: float, context: Context) -> float:
         """``wait_s``, cut so the answer reaches the client before its deadline."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from osqueue.client.api import NewJob
+from osqueue.api import NewJob
 from osqueue.errors import InvalidInput
 
 from .options import WriteOptions

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from osqueue.client.api import NewJob
+from osqueue.api import NewJob
 from osqueue.errors import InvalidInput, NotFound
 
 from . import blocking

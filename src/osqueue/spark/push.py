@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from osqueue.client.api import NewJob, QueueClient
+from osqueue.api import NewJob, QueueClient
 from osqueue.errors import BrokerUnavailable, DuplicateKey, OsqueueError
 
 from .options import WriteOptions

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from osqueue.client.api import Job
+from osqueue.api import Job
 from osqueue.client.worker import BatchHandler, Handler, NoJobContext, current_context
 from osqueue.errors import InvalidInput, OsqueueError
 

@@ -14,6 +14,7 @@ from osqueue.state.model import (
 from osqueue.state.ops import (
     Cancel,
     Claimed,
+    ClaimOp,
     Complete,
     Counted,
     Fail,
@@ -31,14 +32,14 @@ from osqueue.state.ops import (
     Result,
     RetryDead,
 )
-from osqueue.state.ops import Claim as ClaimOp
+from osqueue.state.stats import stats_of
 from osqueue.state.transitions import (
     Transition,
     apply,
     backoff_s,
     claimable,
-    commit,
     next_wakeup,
+    transition,
 )
 
 DOCUMENT_KEY = "queue.json"
@@ -79,9 +80,10 @@ __all__ = [
     "apply",
     "backoff_s",
     "claimable",
-    "commit",
     "decode",
     "encode",
     "next_wakeup",
+    "stats_of",
     "to_datetime",
+    "transition",
 ]

@@ -13,6 +13,7 @@ import msgspec
 
 from osqueue.errors import OsqueueError
 from osqueue.state.model import BrokerInfo, StoredJob
+from osqueue.state.validate import MAX_ERROR_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class Policy:
     max_payload_bytes: int = 64 * 1024 * 1024
     max_inline_payload_bytes: int = 256 * 1024
     max_document_bytes: int = 256 * 1024 * 1024
-    max_error_chars: int = 4096
+    max_error_chars: int = MAX_ERROR_CHARS
     dedupe_window_s: float = 120.0
 
 
@@ -48,7 +49,10 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     dedupe: bool = True
 
 
-class Claim(msgspec.Struct, frozen=True, gc=False):
+class ClaimOp(msgspec.Struct, frozen=True, gc=False):
+    """Claim up to ``max_jobs`` ready jobs of ``queues`` for ``worker`` (the op;
+    the record a claimed job carries is :class:`osqueue.state.model.Claim`)."""
+
     worker: str
     queues: tuple[str, ...] = ("default",)
     max_jobs: int = 1
@@ -106,7 +110,7 @@ class RestartHeartbeats(msgspec.Struct, frozen=True, gc=False):
 
 Op = (
     Push
-    | Claim
+    | ClaimOp
     | Heartbeat
     | Complete
     | Fail
@@ -152,7 +156,7 @@ Result = OpResult | OsqueueError
 __all__ = [
     "BrokerInfo",
     "Cancel",
-    "Claim",
+    "ClaimOp",
     "Claimed",
     "Complete",
     "Counted",

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from osqueue.backoff import Backoff
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -31,6 +32,7 @@ from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datet
 from osqueue.state.ops import (
     Cancel,
     Claimed,
+    ClaimOp,
     Complete,
     Counted,
     Fail,
@@ -49,7 +51,6 @@ from osqueue.state.ops import (
     Result,
     RetryDead,
 )
-from osqueue.state.ops import Claim as ClaimOp
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -70,10 +71,11 @@ class Transition:
 
 
 def backoff_s(attempts: int, policy: Policy) -> float:
-    """Capped exponential backoff after the ``attempts``-th failed attempt."""
+    """How long a job waits after its ``attempts``-th failed attempt (the one backoff
+    policy, :class:`~osqueue.backoff.Backoff`, with the policy's base and cap)."""
     if attempts <= 0:
         return 0.0
-    return min(policy.backoff_cap_s, policy.backoff_base_s * 2.0 ** min(attempts - 1, 60))
+    return Backoff(policy.backoff_base_s, policy.backoff_cap_s).delay_s(attempts - 1)
 
 
 class _Tx:
@@ -133,18 +135,7 @@ class _Tx:
 
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
-        validate.queue_name(op.queue)
-        # Fast paths for the defaults; anything else gets the full check.
-        if type(op.priority) is not int or op.priority != 0:
-            validate.priority(op.priority)
-        delay = op.delay_s
-        if type(delay) is not float or delay != 0.0:
-            delay = validate.seconds(delay, "delay_s") or 0.0
-        attempts = op.max_attempts
-        if type(attempts) is not int or not 0 < attempts <= validate.MAX_ATTEMPTS:
-            validate.count(attempts, "max_attempts", maximum=validate.MAX_ATTEMPTS)
-        if op.key is not None:
-            validate.key(op.key)
+        delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
         size = len(op.payload) if op.payload is not None else op.payload_size
         if size > self.policy.max_payload_bytes:
             raise InvalidInput(
@@ -199,6 +190,7 @@ class _Tx:
         validate.worker_name(op.worker)
         queues = validate.queue_names(op.queues)
         max_jobs = op.max_jobs
+        # the fast path: a plain int in range needs no full check (bool is not int here)
         if type(max_jobs) is not int or not 0 < max_jobs <= validate.MAX_CLAIM:
             validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
         doc, index, jobs = self.doc, self.doc.index, self.doc.jobs
@@ -408,7 +400,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
 }
 
 
-def commit(
+def transition(
     doc: Document,
     ops: Iterable[Op],
     now: float,
@@ -455,7 +447,7 @@ def apply(
     owner: BrokerInfo | None = None,
 ) -> tuple[Document, list[Result]]:
     """The pure transition: ``(doc, ops, now) -> (new_doc, results)``."""
-    t = commit(doc, ops, now, policy, owner=owner)
+    t = transition(doc, ops, now, policy, owner=owner)
     return t.doc, t.results
 
 

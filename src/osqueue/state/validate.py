@@ -12,22 +12,46 @@ from collections.abc import Sequence
 
 from osqueue.errors import InvalidInput
 
-ID_RE = re.compile(r"^[0-9A-Za-z_.:\-]{1,64}$")
-NAME_RE = re.compile(r"^[0-9A-Za-z_.:/\-]{1,128}$")
+MAX_ID_CHARS = 64
+MAX_QUEUE_CHARS = 128
+ID_RE = re.compile(rf"^[0-9A-Za-z_.:\-]{{1,{MAX_ID_CHARS}}}$")
+NAME_RE = re.compile(rf"^[0-9A-Za-z_.:/\-]{{1,{MAX_QUEUE_CHARS}}}$")
 MAX_KEY_CHARS = 512
 MAX_WORKER_CHARS = 256
 MAX_DELAY_S = 366 * 24 * 3600.0
 MAX_ATTEMPTS = 1000
 MAX_CLAIM = 10_000
+MAX_ERROR_CHARS = 4096
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
 
 
 def job_id(value: str, field: str = "id") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise InvalidInput(
-            f"{value!r} is not a job id (1-64 characters of A-Z a-z 0-9 _ . : -)", field=field
+            f"{value!r} is not a job id (1-{MAX_ID_CHARS} characters of A-Z a-z 0-9 _ . : -)",
+            field=field,
         )
     return value
+
+
+def new_job(
+    queue: str, priority_: int, delay_s: float, key_: str | None, max_attempts: int
+) -> float:
+    """Check a push's fields (the rules of the document, in one place); return its
+    delay in seconds.  The broker applies these to every push; the remote client
+    applies them before sending, so a bad push fails without a round trip."""
+    queue_name(queue)
+    # Fast paths for the defaults; anything else gets the full check.
+    if type(priority_) is not int or priority_ != 0:
+        priority(priority_)
+    delay = delay_s
+    if type(delay) is not float or delay != 0.0:
+        delay = seconds(delay, "delay_s") or 0.0
+    if type(max_attempts) is not int or not 0 < max_attempts <= MAX_ATTEMPTS:
+        count(max_attempts, "max_attempts", maximum=MAX_ATTEMPTS)
+    if key_ is not None:
+        key(key_)
+    return delay
 
 
 _KNOWN_QUEUES: set[str] = set()
@@ -38,7 +62,8 @@ def queue_name(value: str, field: str = "queue") -> str:
         return value
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise InvalidInput(
-            f"{value!r} is not a queue name (1-128 characters of A-Z a-z 0-9 _ . : / -)",
+            f"{value!r} is not a queue name (1-{MAX_QUEUE_CHARS} characters of "
+            "A-Z a-z 0-9 _ . : / -)",
             field=field,
         )
     if len(_KNOWN_QUEUES) < 10_000:

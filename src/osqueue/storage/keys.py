@@ -50,6 +50,7 @@ def _check_segment(segment: str, key: str, field: str) -> None:
 
 def check_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid object key, else raise ``InvalidInput`` naming ``field``."""
+    # The fast path: a plain str key (not a subclass) of safe characters needs no more.
     if type(key) is str and len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key):
         return key
     if not isinstance(key, str):

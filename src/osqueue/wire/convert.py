@@ -1,9 +1,42 @@
-"""Between the client API's values (``Job``, ``Stats``) and their wire messages."""
+"""Between the API's values (``NewJob``, ``Job``, ``Stats``) and their wire messages.
+
+The remote client converts with the ``*_to_pb`` functions and the server with
+the ``*_from_pb`` ones (and the other way round for answers); neither imports
+the other.
+"""
 
 from __future__ import annotations
 
-from osqueue.client.api import Job, QueueStats, Stats
-from osqueue.server._pb import queue_pb2 as pb
+from osqueue.api import DEFAULT_MAX_ATTEMPTS, Job, NewJob, QueueStats, Stats
+from osqueue.wire._pb import queue_pb2 as pb
+
+
+def new_job_to_pb(job: NewJob, job_id: str, payload: bytes, delay_s: float) -> pb.NewJob:
+    """The message for a push of ``job`` under ``job_id`` (chosen before the first send)."""
+    msg = pb.NewJob(
+        id=job_id,
+        queue=job.queue,
+        priority=job.priority,
+        delay_s=delay_s,
+        max_attempts=job.max_attempts,
+        payload=payload,
+    )
+    if job.key is not None:
+        msg.key = job.key
+    return msg
+
+
+def new_job_from_pb(msg: pb.NewJob) -> NewJob:
+    """The job a push message carries (an unset ``max_attempts`` is the default)."""
+    return NewJob(
+        payload=msg.payload,
+        queue=msg.queue,
+        priority=msg.priority,
+        delay_s=msg.delay_s,
+        key=msg.key if msg.HasField("key") else None,
+        max_attempts=msg.max_attempts if msg.HasField("max_attempts") else DEFAULT_MAX_ATTEMPTS,
+        id=msg.id,
+    )
 
 
 def job_to_pb(job: Job) -> pb.Job:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from osqueue.client.api import QueueStats, Stats
-from osqueue.server.convert import stats_from_pb, stats_to_pb
+from osqueue.api import QueueStats, Stats
+from osqueue.wire.convert import stats_from_pb, stats_to_pb
 
 
 def test_stats_survive_the_wire_field_for_field() -> None:

@@ -6,11 +6,11 @@ heals it, and checks the history against invariants I1 to I5.  A failing
 report names the one command that replays the seed.
 """
 
-from osqueue.sim.config import FAMILY_NAMES, Nemesis, SimConfig, config_for
-from osqueue.sim.history import History, Kind, Violation, check
-from osqueue.sim.loop import SimulationStuck, VirtualTimeLoop, run_virtual
-from osqueue.sim.run import Report, Sim, quiet_logs, run_config, run_seed
-from osqueue.sim.store import CrashTrigger, Fault, FaultRates, NodeStorage, Phase, SharedStore
+from sim.config import FAMILY_NAMES, Nemesis, SimConfig, config_for
+from sim.history import History, Kind, Violation, check
+from sim.loop import SimulationStuck, VirtualTimeLoop, run_virtual
+from sim.run import Report, Sim, quiet_logs, run_config, run_seed
+from sim.store import CrashTrigger, Fault, FaultRates, NodeStorage, Phase, SharedStore
 
 __all__ = [
     "FAMILY_NAMES",

@@ -3,10 +3,13 @@
 Turns calls into typed ops, submits them to the broker's next group commit and
 raises the op's own error.  Payloads above the broker's inline limit are stored
 as objects under ``payloads/`` before the push is submitted (and read back on
-claim), so the document stays small.  Each upload gets a key of its own,
-``payloads/<job id>=<upload id>``, and stays in the broker's
-``payload_uploads`` until the push is answered, so the broker's payload sweep
-never takes it.
+claim), so the document stays small (see :mod:`osqueue.broker.payloads`: each
+upload stays out of the payload sweep's reach until its push is answered).
+
+The gRPC service serves remote clients through this client too, so every push
+reaches the document here: checked by the document's rules when the broker
+applies it (:func:`osqueue.state.validate.new_job`), committed by the broker's
+group commit, and answered once that write is durable.
 """
 
 from __future__ import annotations
@@ -14,28 +17,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
-from osqueue.client.api import Job, NewJob, QueueStats, Stats
+from osqueue.api import Job, NewJob, PushOptions, Stats
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
-    NotFound,
     OsqueueError,
+    Overloaded,
     QueueFull,
-    ResourceExhausted,
     ShuttingDown,
-    StorageError,
 )
 from osqueue.ids import new_id
 from osqueue.state import (
-    PAYLOAD_PREFIX,
     Cancel,
     Claimed,
     ClaimOp,
     Complete,
     Counted,
-    Document,
     Fail,
     Heartbeat,
     Ok,
@@ -47,6 +46,7 @@ from osqueue.state import (
     Result,
     RetryDead,
     StoredJob,
+    stats_of,
     validate,
 )
 
@@ -63,43 +63,8 @@ def _raise_if_error(result: Result) -> Result:
     return result
 
 
-def stats_of(doc: Document, now: float) -> Stats:
-    """Queue statistics from a document (no broker needed)."""
-    index = doc.index
-    queues: dict[str, QueueStats] = {}
-    for q in index.queues():
-        oldest: float | None = None
-        head = index.head(q, doc.jobs)
-        if head is not None:
-            oldest = max(0.0, now - doc.jobs[head[2]].created_at.timestamp())
-        queued = index.count(q, "queued")
-        ready = len(index.ready.get(q, ()))
-        queues[q] = QueueStats(
-            depth=queued,
-            claimed=index.count(q, "claimed"),
-            dead=index.count(q, "dead"),
-            delayed=max(0, queued - ready),
-            oldest_age_s=oldest,
-        )
-    owner = doc.broker
-    return Stats(
-        version=doc.version,
-        queues=queues,
-        pushed=doc.stats.pushed,
-        completed=doc.stats.completed,
-        dead=sum(s.dead for s in queues.values()),
-        claimed=sum(s.claimed for s in queues.values()),
-        broker_id=owner.id if owner else None,
-        broker_address=owner.address if owner else None,
-        broker_epoch=owner.epoch if owner else 0,
-        lease_until=owner.lease_until.timestamp() if owner else None,
-        document_bytes=doc.size_bytes(),
-        tombstones=len(doc.recent),
-    )
-
-
 class LocalClient:
-    """A :class:`~osqueue.client.api.QueueClient` talking to a broker in this process."""
+    """A :class:`~osqueue.api.QueueClient` talking to a broker in this process."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -137,14 +102,8 @@ class LocalClient:
         }
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
-        ref = f"{PAYLOAD_PREFIX}{job_id}={new_id()}"
-        uploads = self.broker.payload_uploads
-        uploads.add(ref)  # until the push is answered (_submit_pushes)
-        try:
-            await self.broker.storage.put(ref, payload)
-        except BaseException:
-            uploads.discard(ref)  # if it landed after all, the sweep deletes it
-            raise
+        # until the push is answered (_submit_pushes), the sweep leaves the object alone
+        ref = await self.broker.payloads.upload(job_id, payload)
         return Push(payload=None, payload_ref=ref, payload_size=len(payload), **common)  # type: ignore[arg-type]
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
@@ -190,32 +149,23 @@ class LocalClient:
         return out
 
     def _uploads_answered(self, ops: Sequence[Push]) -> None:
-        uploads = self.broker.payload_uploads
-        for op in ops:
-            if op.payload_ref is not None:
-                uploads.discard(op.payload_ref)
+        self.broker.payloads.answered(op.payload_ref for op in ops)
 
     def _payload_unused(self, op: Push, result: Result) -> bool:
         """No job will ever read this push's payload object: the push was refused, or
         it repeated a job that exists (with the object of an earlier upload) or has
         already left the document.  An outcome that is not known (the broker stopped
         mid-write) keeps its object."""
-        if isinstance(result, _REFUSED):
+        if isinstance(result, _NOT_APPLIED):
             return True
+        # exact type checks: results are final structs, and this is the per-push path
         if type(result) is Pushed and not result.created:
             job = self.broker.document.jobs.get(op.id)
             return job is None or job.payload_ref != op.payload_ref
         return False
 
     async def _discard_payloads(self, ops: Sequence[Push]) -> None:
-        for op in ops:
-            ref = op.payload_ref
-            if ref is None:
-                continue
-            try:
-                await self.broker.storage.delete(ref)
-            except StorageError:
-                log.warning("could not delete an unused payload object", extra={"key": ref})
+        await self.broker.payloads.discard(op.payload_ref for op in ops)
 
     async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
         """Push a batch; raises the first job's error (the others are committed)."""
@@ -226,34 +176,30 @@ class LocalClient:
             out.append(result)
         return out
 
-    async def push(
-        self,
-        payload: bytes,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
+    async def push(self, payload: bytes, **options: Unpack[PushOptions]) -> str:
+        job = NewJob(payload, **options)
         if type(payload) is bytes and len(payload) <= self._inline_max:  # the common case
-            if id is None:  # an id nobody else knows: this push is never re-sent
-                op = Push(
-                    new_id(), payload, queue, priority, delay_s, key, max_attempts, dedupe=False
-                )
-            else:
-                op = Push(id, payload, queue, priority, delay_s, key, max_attempts)
+            # An id made up here is known to nobody else, so this push is never re-sent
+            # and its job needs no dedupe tombstone; a caller's id may be sent again.
+            op = Push(
+                job.id or new_id(),
+                payload,
+                job.queue,
+                job.priority,
+                job.delay_s,
+                job.key,
+                job.max_attempts,
+                dedupe=bool(job.id),
+            )
         else:
-            new = NewJob(payload, queue, priority, delay_s, key, max_attempts, id)
-            op = await self._push_op(new)
+            op = await self._push_op(job)
         if op.payload_ref is not None:  # the slow path: an object under payloads/
             (answer,) = await self._submit_pushes([op])
             if isinstance(answer, OsqueueError):
                 raise answer.with_traceback(None)
             return answer
-        result = await self.broker.enqueue(op)
-        if type(result) is Pushed:
+        result = await self.broker.add_op(op)
+        if type(result) is Pushed:  # the hot path: one type check, not an isinstance
             return result.id
         raise _as_error(result)
 
@@ -267,7 +213,7 @@ class LocalClient:
         max_jobs: int = 1,
         wait_s: float = 0.0,
     ) -> list[Job]:
-        if type(queues) is not tuple:
+        if type(queues) is not tuple:  # a tuple (the worker's) is used as it is
             queues = (queues,) if isinstance(queues, str) else tuple(queues)
         op = ClaimOp(worker, queues, max_jobs)
         if type(wait_s) is not float or wait_s != 0.0:  # the default needs no check
@@ -275,7 +221,7 @@ class LocalClient:
         if wait_s > 0:  # parks until a commit makes a job claimable
             result = await self.broker.claim(op, wait_s)
         else:
-            result = await self.broker.enqueue(op)
+            result = await self.broker.add_op(op)
         return await self._claimed_jobs(result)
 
     async def complete_and_claim(
@@ -287,7 +233,7 @@ class LocalClient:
         max_jobs: int = 1,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
         """Complete ``jobs`` and claim up to ``max_jobs`` in one commit (see
-        :class:`~osqueue.client.api.CompletesAndClaims`)."""
+        :class:`~osqueue.api.CompletesAndClaims`)."""
         queues = (queues,) if isinstance(queues, str) else tuple(queues)
         # Checked first, so the claim can only fail with the whole commit.
         validate.worker_name(worker)
@@ -300,7 +246,7 @@ class LocalClient:
         return errors, await self._claimed_jobs(results[-1])
 
     async def _claimed_jobs(self, result: Result) -> list[Job]:
-        if type(result) is not Claimed:
+        if type(result) is not Claimed:  # an error, or an answer of the wrong kind
             _raise_if_error(result)
             raise InvalidInput(f"unexpected result {type(result).__name__} for a claim", field="op")
         out: list[Job] = []
@@ -312,16 +258,10 @@ class LocalClient:
         return out
 
     async def _to_job(self, job: StoredJob) -> Job | None:
-        if job.payload_ref is None:
-            return self._job(job, job.payload or b"")
-        try:
-            payload = await self.broker.storage.get(job.payload_ref)
-        except NotFound:
-            # Cancelled (and its payload deleted) between the claim and this read:
-            # leave it out; the other jobs of the claim are still returned.
-            log.warning("claimed job's payload object is gone", extra={"job": job.id})
-            return None
-        return self._job(job, payload)
+        # A payload object gone since the claim (the job was cancelled) leaves the
+        # job out; the other jobs of the claim are still returned.
+        payload = await self.broker.payloads.read(job)
+        return None if payload is None else self._job(job, payload)
 
     @staticmethod
     def _job(job: StoredJob, payload: bytes) -> Job:
@@ -341,16 +281,16 @@ class LocalClient:
     # -- the holder's calls -------------------------------------------------------
 
     async def heartbeat(self, job: Job) -> None:
-        _raise_if_error(await self.broker.enqueue(Heartbeat(job.id, job.token)))
+        _raise_if_error(await self.broker.add_op(Heartbeat(job.id, job.token)))
 
     async def complete(self, job: Job) -> None:
-        _raise_if_error(await self.broker.enqueue(Complete(job.id, job.token)))
+        _raise_if_error(await self.broker.add_op(Complete(job.id, job.token)))
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
-        _raise_if_error(await self.broker.enqueue(Fail(job.id, job.token, error, retry_after_s)))
+        _raise_if_error(await self.broker.add_op(Fail(job.id, job.token, error, retry_after_s)))
 
     async def release(self, job: Job) -> None:
-        _raise_if_error(await self.broker.enqueue(Release(job.id, job.token)))
+        _raise_if_error(await self.broker.add_op(Release(job.id, job.token)))
 
     async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
         results = await self.broker.submit_many([Heartbeat(j.id, j.token) for j in jobs])
@@ -363,18 +303,18 @@ class LocalClient:
     # -- administration -----------------------------------------------------------
 
     async def cancel(self, job_id: str) -> None:
-        _raise_if_error(await self.broker.enqueue(Cancel(job_id)))
+        _raise_if_error(await self.broker.add_op(Cancel(job_id)))
 
     async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         result = _raise_if_error(
-            await self.broker.enqueue(RetryDead(None if ids is None else tuple(ids)))
+            await self.broker.add_op(RetryDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Counted)
         return result.n
 
     async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
         result = _raise_if_error(
-            await self.broker.enqueue(PurgeDead(None if ids is None else tuple(ids)))
+            await self.broker.add_op(PurgeDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Removed)
         return len(result.jobs)
@@ -395,7 +335,7 @@ class LocalClient:
 
 
 #: Errors that mean the push was not applied (refused before or by its commit).
-_REFUSED = (InvalidInput, QueueFull, DuplicateKey, ResourceExhausted, ShuttingDown)
+_NOT_APPLIED = (InvalidInput, QueueFull, DuplicateKey, Overloaded, ShuttingDown)
 
 
 def _as_error(result: Result) -> OsqueueError:

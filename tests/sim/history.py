@@ -32,8 +32,8 @@ from enum import Enum
 import msgspec
 
 from osqueue.errors import CorruptDocument
-from osqueue.sim.store import Landed
 from osqueue.state import Document, decode
+from sim.store import Landed
 
 
 class Kind(Enum):

@@ -1,11 +1,11 @@
 """Generate the gRPC code from ``proto/osqueue/v1/queue.proto``.
 
-``python -m osqueue.server.codegen`` writes the Python modules and their
+``python -m osqueue.wire.codegen`` writes the Python modules and their
 ``.pyi`` stubs (grpcio-tools, with mypy-protobuf's ``--mypy_out`` and
-``--mypy_grpc_out``) into ``src/osqueue/server/_pb/``, with imports rewritten
+``--mypy_grpc_out``) into ``src/osqueue/wire/_pb/``, with imports rewritten
 to be package-relative.  The output is checked in.
 
-``python -m osqueue.server.codegen --check`` regenerates into a temporary
+``python -m osqueue.wire.codegen --check`` regenerates into a temporary
 directory and exits non-zero, naming the files, if the checked-in code differs.
 """
 
@@ -26,8 +26,7 @@ PROTO_FILES = ("osqueue/v1/queue.proto",)
 OUT_DIR = Path(__file__).resolve().parent / "_pb"
 
 _INIT = (
-    '"""Code generated from proto/osqueue/v1/queue.proto by osqueue.server.codegen; '
-    'do not edit."""\n'
+    '"""Code generated from proto/osqueue/v1/queue.proto by osqueue.wire.codegen; do not edit."""\n'
 )
 #: Absolute imports protoc writes, and the package-relative ones we want.
 _IMPORT_FIXES = (
@@ -135,7 +134,7 @@ def differences(files: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m osqueue.server.codegen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m osqueue.wire.codegen", description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if the checked-in code differs")
     parser.add_argument("--proto-root", type=Path, default=PROTO_ROOT)
     parser.add_argument("--out", type=Path, default=OUT_DIR)
@@ -153,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         print(
             f"codegen: the generated gRPC code in {args.out} is not current with "
-            f"{args.proto_root}; run `python -m osqueue.server.codegen` (or `make proto`) "
+            f"{args.proto_root}; run `python -m osqueue.wire.codegen` (or `make proto`) "
             "and commit the result:",
             file=sys.stderr,
         )

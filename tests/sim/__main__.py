@@ -1,7 +1,7 @@
-"""``python -m osqueue.sim``: run seeds, or replay one loudly.
+"""``python -m sim``: run seeds, or replay one loudly.
 
-* ``python -m osqueue.sim sweep START COUNT`` prints one JSON line per seed;
-* ``python -m osqueue.sim replay SEED`` prints the run's history (every answer
+* ``python -m sim sweep START COUNT`` prints one JSON line per seed;
+* ``python -m sim replay SEED`` prints the run's history (every answer
   the clients got and every version that landed) and its verdict; exits 1 on
   a violation.
 
@@ -18,8 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from osqueue.sim.config import config_for
-from osqueue.sim.run import Report, Sim, quiet_logs, run_config
+from sim.config import config_for
+from sim.run import Report, Sim, quiet_logs, run_config
 
 HASH_SEED = "0"
 
@@ -27,7 +27,7 @@ HASH_SEED = "0"
 def _ensure_fixed_hashing(argv: Sequence[str]) -> None:
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
-        os.execve(sys.executable, [sys.executable, "-m", "osqueue.sim", *argv], env)
+        os.execve(sys.executable, [sys.executable, "-m", "sim", *argv], env)
 
 
 def _as_json(report: Report) -> str:
@@ -77,7 +77,7 @@ def replay(seed: int) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    usage = "usage: python -m osqueue.sim sweep START COUNT | replay SEED"
+    usage = "usage: python -m sim sweep START COUNT | replay SEED"
     if len(argv) == 3 and argv[0] == "sweep":
         _ensure_fixed_hashing(argv)
         return sweep(int(argv[1]), int(argv[2]))

@@ -20,7 +20,7 @@ backends really show, each drawn from the run's one RNG:
 * ``read_error``: a read fails.
 
 It also carries the node's crash triggers (crash before, during or after the
-n-th write of a kind) and pauses with the node's :class:`~osqueue.sim.node.Gate`.
+n-th write of a kind) and pauses with the node's :class:`~sim.node.Gate`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from osqueue.errors import Conflict, OutcomeUnknown, StorageError
-from osqueue.sim.node import Gate
 from osqueue.storage.memory import EtagMode, MemoryStorage
 from osqueue.storage.port import Blob, Capabilities
+from sim.node import Gate
 
 DOCUMENT_KEY = "queue.json"
 

@@ -1,6 +1,6 @@
 """A scripted test bench: brokers on one simulated store, driven step by step.
 
-The seeded simulation (:mod:`osqueue.sim.run`) explores; the bench replays one
+The seeded simulation (:mod:`sim.run`) explores; the bench replays one
 named situation exactly, for plain tests and regression tests::
 
     async def scenario() -> None:
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.client.local import LocalClient
+from osqueue.broker.local import LocalClient
 from osqueue.errors import BrokerUnavailable, MaybeCommitted, NotBroker, ShuttingDown
-from osqueue.sim.node import Gate, NodeClock
-from osqueue.sim.store import FaultRates, NodeStorage, SharedStore
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage.memory import EtagMode
+from sim.node import Gate, NodeClock
+from sim.store import FaultRates, NodeStorage, SharedStore
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ class Bench:
 
     async def archived_ids(self) -> list[str]:
         """Every job id in the archive, once per line (a repeat shows twice)."""
-        from osqueue.sim.history import parse_archive
+        from sim.history import parse_archive
 
         inner = self.store.inner
         objects = {k: await inner.get(k) for k in await inner.list("archive/")}

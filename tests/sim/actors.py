@@ -1,8 +1,8 @@
 """The simulated processes: broker nodes, producers, workers, and the network between them.
 
-Each is a set of asyncio tasks with its own :class:`~osqueue.sim.node.Gate`
-(pause) and :class:`~osqueue.sim.node.NodeClock`.  A broker node runs the real
-:class:`~osqueue.broker.Broker` over a :class:`~osqueue.sim.store.NodeStorage`
+Each is a set of asyncio tasks with its own :class:`~sim.node.Gate`
+(pause) and :class:`~sim.node.NodeClock`.  A broker node runs the real
+:class:`~osqueue.broker.Broker` over a :class:`~sim.store.NodeStorage`
 and restarts it (as a standby) after a crash or a step-down, the way a process
 supervisor would.  Clients find the broker the way real clients do: by reading
 the document's ``broker`` field, and calling whoever it names.
@@ -18,43 +18,28 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from osqueue.api import Job, NewJob
 from osqueue.broker import Broker, BrokerConfig, State
-from osqueue.client.api import Job, NewJob
-from osqueue.client.local import LocalClient
+from osqueue.broker.local import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
     DuplicateKey,
     JobNotFound,
     LeaseLost,
-    MaybeCommitted,
-    NotBroker,
     NotFound,
     OsqueueError,
-    QueueFull,
-    ResourceExhausted,
-    ShuttingDown,
-    StorageError,
+    Retryable,
 )
-from osqueue.sim.history import Kind
-from osqueue.sim.node import Gate, NodeClock
-from osqueue.sim.store import DOCUMENT_KEY, NodeStorage
 from osqueue.state import BrokerInfo
+from sim.history import Kind
+from sim.node import Gate, NodeClock
+from sim.store import DOCUMENT_KEY, NodeStorage
 
 if TYPE_CHECKING:
-    from osqueue.sim.run import Sim
+    from sim.run import Sim
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: errors a client answers by finding the broker again and retrying the same request
-TRANSIENT: tuple[type[OsqueueError], ...] = (
-    BrokerUnavailable,
-    NotBroker,
-    MaybeCommitted,
-    ShuttingDown,
-    ResourceExhausted,
-    StorageError,
-)
 
 
 class _Head(msgspec.Struct):
@@ -253,7 +238,7 @@ class Client:
                 sim.faults["answer_lost"] += 1
                 raise BrokerUnavailable("connection reset after the request was applied")
             return value, seq[0]
-        except TRANSIENT:
+        except Retryable:
             self._target = None
             raise
 
@@ -295,7 +280,7 @@ class Producer(Client):
                     sim.history.add(sim.now(), Kind.PUSH_SENT, self.name, job.id)
             try:
                 results, seq = await self.call(partial(LocalClient.push_results, jobs=batch))
-            except TRANSIENT:
+            except Retryable:
                 await self.backoff(attempt)
                 attempt += 1
                 continue
@@ -332,7 +317,7 @@ class Producer(Client):
         if isinstance(result, DuplicateKey):  # another live job holds the key
             sim.history.add(sim.now(), Kind.PUSH_REFUSED, self.name, job.id)
             return True
-        if isinstance(result, (*TRANSIENT, QueueFull)):
+        if isinstance(result, Retryable):
             return False
         sim.unexpected(f"push of {job.id} refused: {result!r}", result)
         return True
@@ -347,7 +332,7 @@ class Producer(Client):
                     _, seq = await self.call(partial(LocalClient.cancel, job_id=job_id))
                 except JobNotFound:
                     break  # done (or gone) already
-                except TRANSIENT:
+                except Retryable:
                     await self.backoff(attempt)
                     continue
                 sim.history.add(sim.now(), Kind.CANCEL_OK, self.name, job_id, seq=seq)
@@ -387,7 +372,7 @@ class Worker(Client):
                 # whole claim is lost and its other jobs come back after the timeout.
                 sim.faults["claim_payload_gone"] += 1
                 continue
-            except TRANSIENT:
+            except Retryable:
                 await self.backoff(attempt)
                 attempt += 1
                 continue
@@ -444,7 +429,7 @@ class Worker(Client):
             except NotFound:  # a claimed job's payload object vanished (see run)
                 sim.faults["claim_payload_gone"] += 1
                 return []
-            except TRANSIENT:
+            except Retryable:
                 if self.clock.monotonic() > give_up:
                     return []
                 await self.backoff(attempt)
@@ -475,7 +460,7 @@ class Worker(Client):
             except LeaseLost:
                 sim.history.add(sim.now(), Kind.LEASE_LOST, self.name, job.id, job.token)
                 return False
-            except TRANSIENT:
+            except Retryable:
                 if self.clock.monotonic() > give_up or kind is Kind.HEARTBEAT_OK:
                     return None
                 await self.backoff(attempt)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from osqueue.server import codegen
+from osqueue.wire import codegen
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_check_names_stale_missing_and_changed_files(
     assert "out of date: queue_pb2.pyi" in err
     assert "missing: queue_pb2_grpc.py" in err
     assert "not generated (stale): leftover_pb2.py" in err
-    assert "python -m osqueue.server.codegen" in err
+    assert "python -m osqueue.wire.codegen" in err
     assert codegen.main(["--out", str(out)]) == 0
     assert codegen.main(["--check", "--out", str(out)]) == 0
     assert not (out / "leftover_pb2.py").exists()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 
 from osqueue import errors
-from osqueue.server._pb import queue_pb2 as pb
+from osqueue.wire._pb import queue_pb2 as pb
 
 #: Trailing metadata key holding a serialized :class:`Status` for a failed call.
 STATUS_TRAILER = "osqueue-status-bin"
@@ -102,12 +102,15 @@ _BY_ERROR: dict[type[errors.OsqueueError], _Kind] = {k.error: k for k in _KINDS}
 _BY_REASON: dict[int, _Kind] = {int(k.reason): k for k in _KINDS}
 _BY_CODE_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
-#: Reasons that mean "this broker did not take the operation; find the broker and retry".
+#: Reasons that mean "this broker did not take the operation; find the broker and retry"
+#: (the errors of category :class:`~osqueue.errors.BrokerMoved`).
 RETRY_ELSEWHERE: frozenset[int] = frozenset(
-    {pb.REASON_NOT_BROKER, pb.REASON_SHUTTING_DOWN, pb.REASON_BROKER_UNAVAILABLE}
+    int(k.reason) for k in _KINDS if issubclass(k.error, errors.BrokerMoved)
 )
-#: Reasons that mean "back off, then retry here".
-RETRY_LATER: frozenset[int] = frozenset({pb.REASON_RESOURCE_EXHAUSTED})
+#: Reasons that mean "back off, then retry here" (:class:`~osqueue.errors.Overloaded`).
+RETRY_LATER: frozenset[int] = frozenset(
+    int(k.reason) for k in _KINDS if issubclass(k.error, errors.Overloaded)
+)
 
 OK = pb.Status()
 

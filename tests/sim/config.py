@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from osqueue.sim.store import FaultRates
 from osqueue.storage.memory import EtagMode
+from sim.store import FaultRates
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,27 +19,42 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 import random
 import traceback
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+from osqueue.api import NewJob
 from osqueue.broker import Broker
-from osqueue.client.api import NewJob
 from osqueue.errors import OsqueueError
-from osqueue.sim.actors import BrokerNode, Producer, Worker
-from osqueue.sim.config import SimConfig, config_for
-from osqueue.sim.history import History, Kind, Outcome, Violation, check, parse_archive
-from osqueue.sim.loop import SimulationStuck, run_virtual
-from osqueue.sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 from osqueue.state import DOCUMENT_KEY, Document, decode
+from sim.actors import BrokerNode, Producer, Worker
+from sim.config import SimConfig, config_for
+from sim.history import History, Kind, Outcome, Violation, check, parse_archive
+from sim.loop import SimulationStuck, run_virtual
+from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
 
 REPLAY = ".venv/bin/pytest tests/simulation -k replay --seed {seed}"
+#: the folder that holds this package (``tests/``): on PYTHONPATH, ``python -m sim`` runs
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def sim_env() -> dict[str, str]:
+    """The environment of a ``python -m sim`` subprocess: fixed string hashing, and
+    ``tests/`` on the path (the simulator lives with the tests, not in the package)."""
+    path = os.environ.get("PYTHONPATH")
+    return dict(
+        os.environ,
+        PYTHONHASHSEED="0",
+        PYTHONPATH=TESTS_DIR if not path else os.pathsep.join((TESTS_DIR, path)),
+    )
 
 
 @dataclass

@@ -1,0 +1,135 @@
+"""The layers of DESIGN.md, checked on the code: no module imports from a layer above it.
+
+Every ``import`` and ``from ... import`` under ``src/osqueue`` counts, also
+the ones inside functions and under ``TYPE_CHECKING`` (a type-only import is
+still a dependency a reader has to follow).  The generated gRPC code is left
+out.  A failure names the importing file, its line, and both layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "osqueue"
+
+#: Bottom to top.  A module may import from its own floor and the floors below.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("api, errors", ("api", "errors", "ids", "clock", "backoff", "runtime")),
+    ("storage", ("storage",)),
+    ("state", ("state",)),
+    ("broker", ("broker",)),
+    ("wire", ("wire",)),
+    ("server", ("server",)),
+    ("client / worker", ("client", "sync", "testing", "")),  # "": the package's root
+    ("spark, pipeline", ("spark", "pipeline")),
+    ("cli", ("cli", "bench")),
+)
+FLOOR_OF = {top: i for i, (_, tops) in enumerate(FLOORS) for top in tops}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _top(module: str) -> str | None:
+    """``osqueue.broker.local`` -> ``broker``; ``osqueue`` -> ``""``; foreign -> None."""
+    if module == "osqueue":
+        return ""
+    if not module.startswith("osqueue."):
+        return None
+    return module.split(".")[1]
+
+
+def _imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, module) for every osqueue module ``path`` imports; ``package`` is the
+    package its relative imports start from."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base == "osqueue":  # ``from osqueue import runtime``: the module, if it is one
+                for alias in node.names:
+                    is_module = (PACKAGE / f"{alias.name}.py").exists() or (
+                        PACKAGE / alias.name
+                    ).is_dir()
+                    out.append((node.lineno, f"osqueue.{alias.name}" if is_module else base))
+            else:
+                out.append((node.lineno, base))
+    return [(line, module) for line, module in out if _top(module) is not None]
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_pb" not in p.parts)
+
+
+def violations(path: Path, own: str, package: str) -> list[str]:
+    """What ``path`` (a module of top-level package ``own``) imports from above."""
+    shown = path.relative_to(PACKAGE.parent) if path.is_relative_to(PACKAGE) else path
+    if own not in FLOOR_OF:
+        return [f"{shown}: module osqueue.{own} is on no floor; add it to FLOORS"]
+    problems: list[str] = []
+    for line, module in _imports(path, package):
+        target = _top(module)
+        assert target is not None
+        if target not in FLOOR_OF:
+            problems.append(f"{shown}:{line}: imports {module}, which is on no floor")
+        elif FLOOR_OF[target] > FLOOR_OF[own]:
+            problems.append(
+                f"{shown}:{line}: imports {module} ({FLOORS[FLOOR_OF[target]][0]}) "
+                f"from the floor below it ({FLOORS[FLOOR_OF[own]][0]})"
+            )
+    return problems
+
+
+def upward_imports() -> list[str]:
+    problems: list[str] = []
+    for path in _sources():
+        name = _module_name(path)
+        own = _top(name)
+        assert own is not None
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        problems += violations(path, own, package)
+    return problems
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    problems = upward_imports()
+    assert problems == [], "imports that point up:\n" + "\n".join(problems)
+
+
+def test_every_top_level_module_has_a_floor() -> None:
+    tops = {_top(_module_name(p)) for p in _sources()}
+    assert tops <= set(FLOOR_OF), sorted(t for t in tops if t not in FLOOR_OF)  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from osqueue.client.remote import connect\n", "(client / worker) from the floor below"),
+        ("def f():\n    from ..broker import Broker\n", "(broker) from the floor below"),
+        ("from osqueue import runtime\nfrom osqueue.storage import from_url\n", None),
+    ],
+)
+def test_the_check_sees_an_upward_import(tmp_path: Path, source: str, found: str | None) -> None:
+    """The checker itself, on a module of ``state``: an import from a floor above is
+    reported (also a relative one inside a function), imports from below are not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    problems = violations(probe, "state", "osqueue.state")
+    if found is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1, problems
+        assert found in problems[0]
