@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 
 class State(Enum):
+    """Where a broker is in its life (``Broker.state``)."""
+
     NEW = "new"
     STANDBY = "standby"
     SERVING = "serving"
