@@ -66,6 +66,8 @@ def blocking(
         async_method: Callable[P, Coroutine[Any, Any, R]] = getattr(self.client, name)
         return self.loop.run(async_method(*args, **kwargs))
 
+    call.__module__ = __name__  # a method of SyncClient, documented by the protocol
+    call.__qualname__ = f"SyncClient.{name}"
     return call
 
 

@@ -136,12 +136,8 @@ class RemoteClient:
         return await self.discovery.locate()
 
     async def connect_now(self) -> None:
-        """Open the connection now if the document names a broker (never waits).
-
-        A storage error reading the document is not fatal here: the first call
-        looks again, with backoff, until its deadline (a passing network fault
-        must not kill a producer that is just starting).
-        """
+        """Open the connection now if the document names a broker (never waits; an
+        unreadable document is looked at again by the first call)."""
         await self.connection.connect_now()
 
     # ------------------------------------------------------------------ push
