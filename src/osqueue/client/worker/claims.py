@@ -114,14 +114,14 @@ class ClaimLoop:
         if jobs:
             self._counters.claimed += len(jobs)
             self._units.dispatch(jobs)
-        elif carried:
-            pass  # the next claim may wait (long poll)
-        elif self._config.burst:
-            if not self._units:
-                log.info("burst: nothing left", extra={"action": "burst_done"})
-                self._on_burst_done()
-                return False
-            await self._wait_change()
+            return True
+        if carried or not self._config.burst:
+            return True  # the next claim may wait (long poll)
+        if not self._units:
+            log.info("burst: nothing left", extra={"action": "burst_done"})
+            self._on_burst_done()
+            return False
+        await self._wait_change()
         return True
 
     async def _back_off(self, exc: OsqueueError, failures: int) -> None:
