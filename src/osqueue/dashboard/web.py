@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DASHBOARD: web.AppKey[Dashboard] = web.AppKey("dashboard")
-_SESSION = "osqueue_session"
+_SESSION: web.RequestKey[Session] = web.RequestKey("osqueue_session", Session)
 
 #: no inline script or style, nothing from elsewhere, no framing
 _HEADERS = {
@@ -178,8 +178,7 @@ def dashboard_of(request: web.Request) -> Dashboard:
 
 
 def session_of(request: web.Request) -> Session:
-    session: Session = request[_SESSION]
-    return session
+    return request[_SESSION]
 
 
 def set_session(request: web.Request, session: Session) -> None:
