@@ -249,6 +249,18 @@ def error_response(
     return web.Response(text=body, status=status, content_type="text/html")
 
 
+def _here(request: web.Request) -> str:
+    """Where a login from this page returns: the page itself, or for a refused POST
+    the page its form was on (when the Referer is this dashboard)."""
+    if request.method == "GET":
+        return request.path_qs
+    referer = request.headers.get("Referer", "")
+    origin = f"{request.scheme}://{request.host}"
+    if referer.startswith(origin + "/"):
+        return referer[len(origin) :]
+    return "/"
+
+
 def page_context(request: web.Request, session: Session | None) -> dict[str, object]:
     """What every page's frame needs: the nav, the session's state, its CSRF token."""
     board = dashboard_of(request)
@@ -258,6 +270,7 @@ def page_context(request: web.Request, session: Session | None) -> dict[str, obj
     return {
         "url": board.config.url,
         "path": request.path,
+        "here": _here(request),
         "csrf": session.csrf if session is not None else "",
         "admin": session is not None and session.admin,
         "actions_enabled": board.access.token is not None,

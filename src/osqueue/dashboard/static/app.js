@@ -70,8 +70,9 @@
       svg.appendChild(el("line", { x1: left, x2: W - right, y1: yy, y2: yy, class: "axis" }));
       svg.appendChild(el("text", { x: left - 6, y: yy + 4, "text-anchor": "end" }, num(Math.round(v * 10) / 10)));
     }
-    svg.appendChild(el("text", { x: left, y: H - bottom + 16 }, utc(t0).slice(11, 16)));
-    svg.appendChild(el("text", { x: W - right, y: H - bottom + 16, "text-anchor": "end" }, utc(t1).slice(11, 16) + " UTC"));
+    const clock = function (t) { return utc(t).slice(11, span < 600 ? 19 : 16); };
+    svg.appendChild(el("text", { x: left, y: H - bottom + 16 }, clock(t0)));
+    svg.appendChild(el("text", { x: W - right, y: H - bottom + 16, "text-anchor": "end" }, clock(t1) + " UTC"));
     names.forEach(function (name, i) {
       const color = COLORS[i % COLORS.length];
       let d = "", pen = false;
