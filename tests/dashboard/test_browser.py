@@ -63,6 +63,9 @@ def browser() -> Iterator[WebDriver]:
     options.add_argument(f"--user-data-dir={profile}")
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(WAIT_S)
+    # find_element waits for the element: a click that navigates may return before
+    # the next page is there
+    driver.implicitly_wait(WAIT_S)
     try:
         yield driver
     finally:
