@@ -124,7 +124,8 @@ def _broker_line(
         left = broker["lease_remaining_s"]
         style = "green" if broker["live"] else "yellow"
         line.append(f"broker {broker['address'] or '(stopped)'}", style=style)
-        line.append(f"  epoch {broker['epoch']}  lease {left:.1f}s {'left' if left > 0 else 'ago'}")
+        lease = f"{left:.1f}s left" if left > 0 else f"expired {-left:.1f}s ago"
+        line.append(f"  epoch {broker['epoch']}  lease {lease}")
     commits = "-" if commit_rate is None else f"{commit_rate:.1f}"
     ops = (
         "-"
