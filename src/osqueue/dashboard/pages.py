@@ -15,9 +15,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+from aiohttp.web_request import FileField
+from multidict import MultiDictProxy
 
 from osqueue.cli.dead import DeadAction
 from osqueue.cli.jobs import job_dict
+from osqueue.dashboard.actions import PAUSE_AVAILABLE
 from osqueue.dashboard.archive_view import check_day, check_hour
 from osqueue.dashboard.queries import (
     STATUSES,
@@ -64,7 +67,10 @@ def _readable(request: web.Request) -> Dashboard:
     return board
 
 
-async def _form_for_action(request: web.Request) -> Any:
+Form = MultiDictProxy[str | bytes | bytearray | FileField]
+
+
+async def _form_for_action(request: web.Request) -> Form:
     board = dashboard_of(request)
     form = await request.post()
     board.access.check_action(session_of(request), _text(form.get("csrf")))
@@ -111,7 +117,7 @@ async def overview(request: web.Request) -> web.Response:
         now=time.time(),
         history_source=board.history.source,
         poll_ms=int(board.config.poll_s * 1000),
-        pause_available=False,
+        pause_available=PAUSE_AVAILABLE,
     )
 
 
