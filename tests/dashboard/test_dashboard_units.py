@@ -200,3 +200,36 @@ def test_listening_beyond_loopback_needs_a_token_or_insecure() -> None:
     assert access_for("0.0.0.0:8080", None, insecure=True).open_reads
     with pytest.raises(InvalidInput, match="listen"):
         access_for("nonsense", None, insecure=False)
+
+
+async def test_snapshot_source_decodes_only_when_the_etag_changes() -> None:
+    from osqueue.dashboard.snapshot import SnapshotSource, spacing_s
+    from osqueue.state import encode
+    from osqueue.storage import MemoryStorage
+
+    name = f"snap-{T0}"
+    storage = MemoryStorage(name)
+    try:
+        doc = build()
+        await storage.write("queue.json", encode(doc), if_match=None)
+        seen: list[int] = []
+        source = SnapshotSource(f"memory://{name}", storage=storage, refresh_s=1.0)
+        source.observe(lambda s: seen.append(s.version))
+        first = await source.refresh()
+        again = await source.refresh()
+        assert again.doc is first.doc  # the same ETag: not decoded again
+        assert again.decode_s == 0.0
+        assert again.read_at >= first.read_at
+        changed, _ = apply(doc, [Push(id="new", payload=b"p", queue="a")], T0 + 9)
+        await storage.write("queue.json", encode(changed), if_match=first.etag)
+        third = await source.refresh()
+        assert third.doc is not first.doc
+        assert "new" in third.doc.jobs
+        assert seen == [doc.version, doc.version, changed.version]  # every read is observed
+        assert source.next_delay_s() == 1.0  # a fast decode: every refresh_s
+        holders = third.holders(T0 + 11)
+        assert [(h.worker, h.jobs, h.queues) for h in holders] == [("w1", 2, ("a",))]
+        assert holders[0].oldest_heartbeat_age_s == pytest.approx(10.0)
+    finally:
+        MemoryStorage.drop(name)
+    assert spacing_s(2.0, 3.0, 0.25) == 12.0  # a slow decode spaces the reads out

@@ -91,6 +91,12 @@ class Snapshot:
         return holders
 
 
+def spacing_s(refresh_s: float, decode_s: float, decode_share: float) -> float:
+    """The wait between reads: ``refresh_s``, or longer so that a decode of
+    ``decode_s`` takes at most ``decode_share`` of the time."""
+    return max(refresh_s, decode_s / decode_share)
+
+
 class SnapshotSource:
     """Reads the document at ``url`` and keeps the latest decoded :class:`Snapshot`.
 
@@ -140,7 +146,7 @@ class SnapshotSource:
     def next_delay_s(self) -> float:
         """How long to wait before the next read: ``refresh_s``, or longer so that
         decoding stays under ``decode_share`` of the time."""
-        return max(self.refresh_s, self._last_decode_s / self.decode_share)
+        return spacing_s(self.refresh_s, self._last_decode_s, self.decode_share)
 
     async def current(self) -> Snapshot:
         """The latest snapshot, reading one first if there is none yet."""
