@@ -5,36 +5,16 @@ dashboard in this process on a free loopback port."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dashboard_helpers import TOKEN, Seeded, dashboard_config
 
 from osqueue.api import NewJob
 from osqueue.broker import BrokerConfig
 from osqueue.client.remote import RemoteClient, connect
-from osqueue.dashboard.web import Dashboard, DashboardConfig
+from osqueue.dashboard.web import Dashboard
 from osqueue.server.runner import BrokerServer
-from osqueue.state import DOCUMENT_KEY, Document, decode
-
-TOKEN = "admin-token-for-tests"
-
-
-@dataclass(frozen=True)
-class Seeded:
-    """What the queue holds: 5 on ``emails`` (2 of them claimed by ``worker-1``),
-    1 delayed on ``reports``, 1 dead on ``reports``, 3 completed on ``done``."""
-
-    url: str
-    directory: Path
-    emails: list[str]
-    claimed: list[str]
-    delayed: str
-    dead: str
-    completed: list[str]
-
-    def document(self) -> Document:
-        return decode((self.directory / DOCUMENT_KEY).read_bytes())
 
 
 @pytest.fixture
@@ -84,19 +64,6 @@ async def seeded(queue_dir: Path, client: RemoteClient) -> Seeded:
     for done in await client.claim("worker-3", ["done"], max_jobs=3):
         await client.complete(done)
     return Seeded(queue_dir.as_uri(), queue_dir, emails, claimed, delayed, dead, completed)
-
-
-def dashboard_config(url: str, **overrides: object) -> DashboardConfig:
-    values: dict[str, object] = {
-        "url": url,
-        "listen": "127.0.0.1:0",
-        "token": TOKEN,
-        "refresh_s": 0.2,
-        "poll_s": 0.3,
-        "history_resolution_s": 0.2,
-    }
-    values.update(overrides)
-    return DashboardConfig(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from conftest import TOKEN, Seeded
+from dashboard_helpers import TOKEN, Seeded
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_top import SRC, seed
+from dashboard_helpers import SRC, seed_stopped
 from typer.testing import CliRunner
 
 import osqueue.dashboard
@@ -44,7 +44,7 @@ def test_without_the_extra_the_error_names_the_install_line(
 def test_the_command_serves_until_sigterm(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
     queue.mkdir()
-    seed(queue)
+    seed_stopped(queue)
     process = subprocess.Popen(
         [
             sys.executable,

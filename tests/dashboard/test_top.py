@@ -8,7 +8,6 @@ fixed sleep.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shlex
 import shutil
@@ -20,33 +19,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from dashboard_helpers import SRC, seed_stopped
 
-import osqueue
-from osqueue.api import NewJob
-from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli.top import RateMeter
 from osqueue.dashboard.snapshot import Snapshot
 from osqueue.state import Document, Push, apply
 
 DEADLINE_S = 45.0
-SRC = Path(osqueue.__file__).resolve().parents[1]
-
-
-def seed(directory: Path) -> dict[str, str]:
-    """emails: 5 jobs, 2 claimed by worker-1; reports: 1 delayed, 1 dead."""
-
-    async def build() -> dict[str, str]:
-        async with Broker(directory.as_uri(), BrokerConfig(address="127.0.0.1:1")) as broker:
-            q = broker.client()
-            await q.push_many([NewJob(b"e", queue="emails") for _ in range(5)])
-            await q.claim("worker-1", ["emails"], max_jobs=2)
-            await q.push(b"later", queue="reports", delay_s=3600)
-            dead = await q.push(b"bad", queue="reports", max_attempts=1)
-            (job,) = await q.claim("worker-2", ["reports"])
-            await q.fail(job, error="boom")
-            return {"dead": dead}
-
-    return asyncio.run(build())
 
 
 class Tmux:
@@ -100,7 +79,7 @@ def row(screen: str, name: str) -> list[str]:
 def test_top_shows_the_queue_and_quits_on_q(tmp_path: Path, tmux: Tmux) -> None:
     queue = tmp_path / "queue"
     queue.mkdir()
-    seed(queue)
+    seed_stopped(queue)
     command = " ".join(
         shlex.quote(part)
         for part in [

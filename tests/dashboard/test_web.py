@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from conftest import TOKEN, Seeded, dashboard_config
+from dashboard_helpers import TOKEN, Seeded, dashboard_config
 
 from osqueue.dashboard.security import Access
 from osqueue.dashboard.web import Dashboard
