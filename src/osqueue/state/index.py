@@ -156,6 +156,20 @@ class Index:
             heapq.heappop(heap)
         return None
 
+    def compact(self, queue: str, jobs: dict[str, StoredJob]) -> None:
+        """Drop the stale entries of ``queue``'s ready heap at once.  After a spill
+        its jobs' entries would otherwise stay, stale, until the claims reach
+        their seqs: a deep backlog's worth of memory."""
+        heap = self.ready.get(queue)
+        if heap:
+            live = []
+            for entry in heap:
+                job = jobs.get(entry[2])
+                if job is not None and job.status == "queued" and job.seq == entry[1]:
+                    live.append(entry)
+            heap[:] = live
+            heapq.heapify(heap)
+
     def pop(self, queue: str) -> None:
         heapq.heappop(self.ready[queue])
 
