@@ -212,8 +212,9 @@ class Twins:
         kind = s[0]
         if kind == "push":
             _, n, q, prio, delay, key = s
-            return Push(id=f"j{n}", payload=b"x" * (n % 3), queue=q, priority=prio,
-                        delay_s=delay, key=key)  # fmt: skip
+            return Push(
+                id=f"j{n}", payload=b"x" * (n % 3), queue=q, priority=prio, delay_s=delay, key=key
+            )
         if kind == "claim":
             return ClaimOp("w", s[2], max_jobs=s[1])
         if kind == "cancel":
@@ -362,8 +363,9 @@ def test_spilling_after_every_step_changes_no_answer(
 
 def test_the_machinery_is_exercised() -> None:
     """A fixed history, so a change that stops spills or loads cannot pass unseen."""
-    tw = Twins(dataclasses.replace(BASE, segment_jobs=2, head_jobs=1, load_jobs=1,
-                                   spill_above_jobs=2))  # fmt: skip
+    tw = Twins(
+        dataclasses.replace(BASE, segment_jobs=2, head_jobs=1, load_jobs=1, spill_above_jobs=2)
+    )
     for n in range(12):
         tw.step(("push", n, "a", n % 2, 0.0, f"k{n}" if n % 3 == 0 else None))
     tw.step(("spill",))
