@@ -83,6 +83,7 @@ class Document:
         format: int = FORMAT,
         dirty_ids: set[str] | None = None,
         recent_blob: bytearray | None = None,
+        jobs_bytes: int | None = None,
     ) -> None:
         self.format = format
         self.version = version
@@ -106,7 +107,7 @@ class Document:
         self._frags: dict[str, bytes] = frags
         self._dirty: set[str] = dirty
         #: the summed length of the cached fragments
-        self._jobs_bytes = sum(map(len, frags.values()))
+        self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
@@ -137,6 +138,7 @@ class Document:
             format=self.format,
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
+            jobs_bytes=self._jobs_bytes,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
