@@ -35,6 +35,8 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.document import HEAD_SLACK_BYTES
+from osqueue.state.model import Claim, StoredJob, to_datetime
+from osqueue.state.transitions import CLAIM_RESERVE_BYTES
 from osqueue.storage.keys import check_key
 
 T0 = 1_800_000_000.0
@@ -335,16 +337,41 @@ def test_document_bytes_over_a_range_of_sizes_including_tombstones_and_reference
         _size_ok(doc)
 
 
-def test_the_cap_means_the_written_size() -> None:
+def test_the_cap_means_the_written_size_once_every_queued_job_is_claimed() -> None:
     cap = 20_000
     policy = Policy(max_document_bytes=cap)
-    doc, res = apply(
-        Document.empty(), [Push(id=f"j{i:04d}", payload=b"p" * 40) for i in range(400)], T0, policy
-    )
-    accepted = [r for r in res if isinstance(r, Pushed)]
+    pushes = [Push(id=f"j{i:04d}", payload=b"p" * 40) for i in range(400)]
+    doc, res = apply(Document.empty(), pushes, T0, policy)
     assert all(isinstance(r, Pushed | QueueFull) for r in res)
+    assert len([r for r in res if isinstance(r, Pushed)]) == len(doc.jobs)
     written = len(encode(doc))
-    assert written <= cap
-    one_job = len(doc.encoded_job("j0000")) + 1
-    assert cap - written < one_job + HEAD_SLACK_BYTES  # refused only when it did not fit
-    assert len(accepted) == len(doc.jobs)
+    reserve = CLAIM_RESERVE_BYTES * len(doc.jobs)
+    assert written + reserve <= cap
+    # refused only when it did not fit
+    assert (
+        cap - (written + reserve)
+        < len(doc.encoded_job("j0000")) + 1 + CLAIM_RESERVE_BYTES + HEAD_SLACK_BYTES
+    )
+    assert doc.size_bytes() == written  # what stats() reports: the written size
+    doc = apply(doc, [ClaimOp("w" * 24, max_jobs=10_000)], T0, policy)[0]
+    claimed = [j for j in doc.jobs.values() if j.claim is not None]
+    doc = apply(doc, [Complete(j.id, j.claim.token) for j in claimed], T0, policy)[0]  # type: ignore[union-attr]
+    assert len(encode(doc)) <= cap
+
+
+def test_the_claim_reserve_covers_a_claim_and_its_completion() -> None:
+    t = to_datetime(T0 + 0.123)
+    queued = StoredJob(id="j", queue="q", seq=1, status="queued", created_at=t, payload=b"")
+    claimed = msgspec.structs.replace(
+        queued,
+        status="claimed",
+        claim=Claim("w" * 24, 10**12 - 1, t, t),
+        attempts=1,
+        first_claimed_at=t,
+    )
+    done = msgspec.structs.replace(
+        claimed, status="done", payload=None, done_version=10**12 - 1, done_at=t
+    )
+    size = len(msgspec.json.encode(queued))
+    for grown in (claimed, done):
+        assert len(msgspec.json.encode(grown)) - size <= CLAIM_RESERVE_BYTES

@@ -22,7 +22,8 @@ class BrokerConfig:
     inline_payload_max_bytes: int = 64 * 1024
     #: Largest payload accepted at all.
     max_payload_bytes: int = 64 * 1024 * 1024
-    #: Pushes beyond this document size are refused with QueueFull.
+    #: The written document stays under this: pushes are refused with QueueFull
+    #: once it would pass it with every queued job claimed and completed.
     max_document_bytes: int = 256 * 1024 * 1024
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 300.0

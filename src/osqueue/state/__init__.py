@@ -1,4 +1,11 @@
-"""The queue document and its transitions: pure values and functions, no I/O."""
+"""The queue document and its transitions: pure values and functions, no I/O.
+
+Deep backlogs live in segment objects the document references: the model and
+claim order in :mod:`~osqueue.state.segments`, the ops in
+:mod:`~osqueue.state.spill`, the objects' bytes in
+:mod:`~osqueue.state.segment_codec`, and what the broker should spill or load
+in :mod:`~osqueue.state.planning`.
+"""
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document

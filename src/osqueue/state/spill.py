@@ -108,9 +108,8 @@ def _check_spilled_job(job: StoredJob, ref: SegmentRef, where: str) -> None:
         raise InvalidInput("only ready queued jobs spill or load", field=f"{where}.status")
 
 
-def _check_key(key: object, field: str) -> str:
-    check_key(key, field)
-    assert isinstance(key, str)
+def _check_key(value: object, field: str) -> str:
+    key = check_key(value, field)
     if not key.startswith(SEGMENT_PREFIX):
         raise InvalidInput(f"{key!r} is not under {SEGMENT_PREFIX}", field=field)
     return key
@@ -196,12 +195,12 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
 
 def cancel_spilled(doc: Document, op: Cancel) -> Removed:
     """Strike ``op.job_id`` from the segment ``op.segment`` (it is not in the document)."""
-    _check_key(op.segment, "segment")
+    key = _check_key(op.segment, "segment")
     seq = op.seq
     if type(seq) is not int or seq < 0:
         raise InvalidInput("a cancel in a segment names the job's seq there", field="seq")
     job_id = op.job_id
-    ref = doc.segments.find(op.segment)  # type: ignore[arg-type]
+    ref = doc.segments.find(key)
     if (
         ref is None  # loaded and gone
         or not ref.next_seq <= seq <= ref.last_seq  # loaded (and gone, or it would be in the doc)

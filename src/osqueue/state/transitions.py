@@ -5,6 +5,11 @@ claims are reclaimed, old dedupe tombstones dropped), bumps ``version`` by one
 and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
 result.  No I/O, no clock: ``now`` is passed in.
+
+Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
+segment in claim order that is not loaded yet and reports its stream in
+:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
+applied by :mod:`osqueue.state.spill`.
 """
 
 from __future__ import annotations
@@ -58,6 +63,14 @@ from osqueue.state.segments import Barrier, Stream
 
 _replace = msgspec.structs.replace
 _OK = Ok()
+
+#: What a claim and its completion add to a queued job at most (the claim record,
+#: attempts, first_claimed_at, done_version, done_at; for a worker name of up to
+#: 24 characters and tokens and versions of up to 12 digits).  A push is
+#: admitted only if the document stays under ``max_document_bytes`` with every
+#: queued job grown by this, so claims and completions never take a written
+#: document past the cap (a failure's error text still can).
+CLAIM_RESERVE_BYTES = 280
 
 
 @dataclass(slots=True)
@@ -187,13 +200,16 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
-        # The bound is the written size (tombstones and references count too);
-        # the job's encoding is made here once and kept for the commit's encode.
+        # The bound is the written size (tombstones and references count too) with
+        # room for every queued job to be claimed and completed; the job's encoding
+        # is made here once and kept for the commit's encode.
         frag = encode_job(job)
-        if doc.size_upper() + len(frag) + 1 > self.policy.max_document_bytes:
+        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1)
+        if doc.size_upper() + len(frag) + 1 + room > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
-                f"{self.policy.max_document_bytes}; retry when workers have caught up"
+                f"{self.policy.max_document_bytes} once its queued jobs are claimed; "
+                "retry when workers have caught up"
             )
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
