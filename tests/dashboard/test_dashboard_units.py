@@ -8,7 +8,7 @@ import json
 import pytest
 
 from osqueue.dashboard.brokerlog import BrokerLog
-from osqueue.dashboard.history import SampledHistory, flows_of
+from osqueue.dashboard.history import DocumentHistory, SampledHistory, flows_of
 from osqueue.dashboard.queries import (
     DocumentJobs,
     JobFilter,
@@ -131,6 +131,32 @@ def test_sampled_history_rates_and_depth() -> None:
     total, per_queue = flows_of(snapshot(more, T0))
     assert total.pushed == 35
     assert per_queue is None
+
+
+def test_document_history_draws_the_brokers_minutes_then_the_live_counters() -> None:
+    doc = build()  # written at T0 .. T0 + 3: one sample, for T0's minute
+    assert len(doc.history) == 1
+    later, _ = apply(doc, [Push(id=f"n{i}", payload=b"p", queue="a") for i in range(30)], T0 + 61)
+    assert [h.at.timestamp() for h in later.history] == [T0 - T0 % 60, T0 - T0 % 60 + 60]
+    history = DocumentHistory()
+    history.observe(snapshot(later, T0 + 90))
+    series = history.last_hour(T0 + 90)
+    assert series.source.startswith("kept by the brokers in the queue document")
+    assert series.times == [T0 - T0 % 60, T0 - T0 % 60 + 60, T0 + 90]
+    # 7 pushed to "a" at T0; at T0 + 61 the 2 claimed in build() were reclaimed (no
+    # heartbeat for 30 s) and 30 more pushed
+    assert series.depth["a"] == [7, 37, 37]
+    assert series.rates["pushed"] == [0.0, 30 / 60, 0.0]
+
+
+def test_document_history_without_samples_falls_back_to_sampling() -> None:
+    doc = build()
+    doc.set_history(())  # a document written before the history ring
+    history = DocumentHistory(SampledHistory(resolution_s=10, window_s=100))
+    history.observe(snapshot(doc, T0))
+    series = history.last_hour(T0)
+    assert series.source.startswith("sampled by this dashboard")
+    assert series.times == [T0]
 
 
 def test_broker_log_records_each_tenure_and_the_write_rate() -> None:

@@ -28,7 +28,7 @@ from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
 from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, NoMetrics
-from osqueue.dashboard.history import History, SampledHistory
+from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import COOKIE, Access, Refused, Session, Sessions, access_for
 from osqueue.dashboard.snapshot import SnapshotSource
@@ -88,7 +88,9 @@ class Dashboard:
         self.config = config
         self.access: Access = access_for(config.listen, config.token, insecure=config.insecure)
         self.source = SnapshotSource(config.url, refresh_s=config.refresh_s, storage=storage)
-        self.history: History = history or SampledHistory(resolution_s=config.history_resolution_s)
+        self.history: History = history or DocumentHistory(
+            SampledHistory(resolution_s=config.history_resolution_s)
+        )
         self.brokerlog = BrokerLog()
         self.metrics: CommitMetrics = metrics or NoMetrics()
         self.source.observe(self.history.observe)

@@ -9,6 +9,7 @@ in :mod:`~osqueue.state.planning`.
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document
+from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
@@ -94,6 +95,7 @@ __all__ = [
     "Document",
     "Fail",
     "Heartbeat",
+    "HistorySample",
     "JobStatus",
     "Load",
     "LoadPlan",

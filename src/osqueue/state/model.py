@@ -16,6 +16,8 @@ from typing import Literal
 
 import msgspec
 
+from osqueue.state.history import HistorySample
+
 #: The newest format this osqueue writes.  Format 3 adds the segment references
 #: (``"queues": {"<queue>": {"segments": [...]}}``); a document without any is
 #: written as format 2, so the release before segments can still read it until
@@ -157,7 +159,7 @@ class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     segments: list[SegmentRef] = []
 
 
-class Header(msgspec.Struct, frozen=True):
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything in the document but the jobs (encoded once per commit)."""
 
     format: int
@@ -167,6 +169,8 @@ class Header(msgspec.Struct, frozen=True):
     next_seq: int
     archived_through: int
     stats: Counters
+    #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
+    history: tuple[HistorySample, ...] = ()
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -184,5 +188,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     recent: dict[str, datetime] = {}
     #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
     tombstones: dict[str, list[str]] = {}
+    #: one sample per minute for the last hour (any format; older releases ignore it)
+    history: tuple[HistorySample, ...] = ()
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}

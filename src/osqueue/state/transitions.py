@@ -33,6 +33,7 @@ from osqueue.errors import (
 )
 from osqueue.state import spill, validate
 from osqueue.state.document import Document, encode_job
+from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.index import ReadyEntry
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
@@ -60,6 +61,7 @@ from osqueue.state.ops import (
     Spill,
 )
 from osqueue.state.segments import Barrier, Stream
+from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -478,11 +480,22 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
+    new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
     return Transition(
         new, results, tx.completed, tx.removed, tx.reclaimed, tx.starved, tx.dropped_segments
     )
+
+
+def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
+    """The document's history with this minute's sample (one comparison when the
+    minute already has one)."""
+    history = doc.history
+    if history and history[-1].at.timestamp() >= minute_of(now):
+        return history
+    c = doc.stats
+    return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
 
 def apply(
