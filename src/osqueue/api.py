@@ -19,9 +19,14 @@ from typing import Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 import msgspec
 
-from osqueue.errors import OsqueueError
+from osqueue.errors import InvalidInput, OsqueueError
 
 JobStatus = Literal["queued", "claimed", "done", "dead"]
+#: How a job ended: completed (``done``), dead-lettered, or cancelled.
+FinishedStatus = Literal["done", "dead", "cancelled"]
+#: How a result's bytes are to be read: as they are, as UTF-8 text, or as JSON.
+ResultKind = Literal["bytes", "text", "json"]
+RESULT_KINDS: tuple[ResultKind, ...] = ("bytes", "text", "json")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
@@ -40,6 +45,9 @@ class NewJob(msgspec.Struct, frozen=True):
     key: str | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     id: str | None = None
+    #: How long the job's result (and how it finished) is kept after it finishes;
+    #: None: the broker's ``result_ttl_s``.  0 keeps nothing.
+    result_ttl_s: float | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -52,6 +60,7 @@ class JobOptions(TypedDict, total=False):
     key: str | None
     max_attempts: int
     id: str | None
+    result_ttl_s: float | None
 
 
 class PushOptions(JobOptions, total=False):
@@ -73,6 +82,73 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     priority: int = 0
     key: str | None = None
     created_at: float = 0.0
+
+
+class EncodedResult(msgspec.Struct, frozen=True, gc=False):
+    """A job's result as it is stored and sent: ``data`` and how to read it.
+
+    :meth:`of` encodes a value: ``bytes`` (and ``bytearray``, ``memoryview``)
+    are kept as they are (``kind="bytes"``), ``str`` as UTF-8 text
+    (``"text"``), anything else as JSON (``"json"``, with msgspec: dicts,
+    lists, numbers, booleans, ``None`` inside containers, dataclasses, ...).
+    :meth:`decode` gives the value back (JSON as plain Python values).
+    """
+
+    kind: ResultKind
+    data: bytes
+
+    @classmethod
+    def of(cls, value: object) -> EncodedResult | None:
+        """``value`` encoded; None for None (no result).  An encoded result is
+        returned as it is.  A value JSON cannot hold is ``InvalidInput`` naming
+        ``result``."""
+        if value is None:
+            return None
+        if isinstance(value, EncodedResult):
+            return value
+        if isinstance(value, bytes):
+            return cls("bytes", value)
+        if isinstance(value, bytearray | memoryview):
+            return cls("bytes", bytes(value))
+        try:
+            if isinstance(value, str):
+                return cls("text", value.encode("utf-8"))
+            return cls("json", msgspec.json.encode(value))
+        except (TypeError, ValueError, OverflowError) as exc:  # UnicodeError is a ValueError
+            raise InvalidInput(
+                f"{type(value).__name__} is not bytes, str or JSON-serialisable: {exc}",
+                field="result",
+            ) from exc
+
+    def decode(self) -> object:
+        """The value: bytes, str, or the JSON value."""
+        if self.kind == "bytes":
+            return self.data
+        if self.kind == "text":
+            return self.data.decode("utf-8")
+        return msgspec.json.decode(self.data)
+
+
+class JobResult(msgspec.Struct, frozen=True, gc=False):
+    """How a job finished, as :meth:`QueueClient.result` answers.
+
+    ``status`` is ``"done"`` (completed; ``value`` is what the handler
+    returned, None if nothing), ``"dead"`` (``error`` is its last error) or
+    ``"cancelled"``.  A long poll whose wait ran out before the job finished
+    answers the job's live status instead (``"queued"``, ``"claimed"``):
+    :attr:`finished` is then False and ``finished_at`` None.
+    """
+
+    status: str
+    value: object = None
+    error: str | None = None
+    attempts: int = 0
+    #: broker time the job finished, seconds since the Unix epoch
+    finished_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "dead", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +182,10 @@ class Stats:
     document_bytes: int = 0
     #: ids remembered for ``dedupe_window_s`` after their jobs left
     tombstones: int = 0
+    #: jobs the record of finished jobs holds (with their results)
+    finished: int = 0
+    #: records of finished jobs dropped before their TTL to stay under the caps
+    finished_evicted: int = 0
 
     @property
     def depth(self) -> int:
@@ -133,7 +213,10 @@ class QueueClient(Protocol):
 
     async def heartbeat(self, job: Job) -> None: ...
 
-    async def complete(self, job: Job) -> None: ...
+    async def complete(self, job: Job, *, result: object = None) -> None:
+        """Mark ``job`` done.  ``result`` (bytes, str, or anything JSON-serialisable;
+        see :class:`EncodedResult`) is kept as its result for its ``result_ttl_s``."""
+        ...
 
     async def fail(
         self, job: Job, *, error: str = "", retry_after_s: float | None = None
@@ -144,6 +227,15 @@ class QueueClient(Protocol):
         ...
 
     async def cancel(self, job_id: str) -> None: ...
+
+    async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
+        """How job ``job_id`` finished, waiting up to ``wait_s`` for it to finish.
+
+        Answered by the commit that finishes the job.  Raises
+        :class:`~osqueue.errors.JobNotFound` for an id the queue does not know
+        (never pushed, or finished longer than its ``result_ttl_s`` ago); a
+        wait that runs out first answers the job's live status."""
+        ...
 
     async def stats(self) -> Stats: ...
 
@@ -165,11 +257,13 @@ class CompletesAndClaims(Protocol):
         queues: Sequence[str] = ("default",),
         *,
         max_jobs: int = 1,
+        results: Sequence[object] | None = None,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
         """Complete ``jobs``, then claim up to ``max_jobs`` (no wait), in one commit.
 
-        Returns one error (or ``None``) per completed job, in order, and the
-        jobs claimed.  Raises only when the call as a whole failed (bad claim
-        arguments, checked before anything is sent, or the broker refusing
-        every op of it)."""
+        ``results`` (one per job, None for none) are the jobs' results, as
+        :meth:`QueueClient.complete` takes them.  Returns one error (or
+        ``None``) per completed job, in order, and the jobs claimed.  Raises
+        only when the call as a whole failed (bad claim arguments, checked
+        before anything is sent, or the broker refusing every op of it)."""
         ...

@@ -17,7 +17,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from osqueue.api import CompletesAndClaims, Job, NewJob, QueueClient, Stats
+from osqueue.api import (
+    CompletesAndClaims,
+    EncodedResult,
+    Job,
+    JobResult,
+    NewJob,
+    QueueClient,
+    Stats,
+)
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.client.worker import (
     JobContext,
@@ -30,6 +38,7 @@ from osqueue.client.worker import (
     current_job_lost,
     error_line,
 )
+from osqueue.client.worker.settle import RIDE_MAX_RESULT_BYTES
 from osqueue.clock import ManualClock
 from osqueue.errors import BrokerUnavailable, InvalidInput
 from osqueue.ids import new_id
@@ -147,8 +156,8 @@ class Recorder:
     async def heartbeat(self, job: Job) -> None:
         await self._call("heartbeat", job)
 
-    async def complete(self, job: Job) -> None:
-        await self._call("complete", job)
+    async def complete(self, job: Job, **kwargs: Any) -> None:
+        await self._call("complete", job, **kwargs)
 
     async def fail(self, job: Job, **kwargs: Any) -> None:
         await self._call("fail", job, **kwargs)
@@ -158,6 +167,9 @@ class Recorder:
 
     async def cancel(self, job_id: str) -> None:
         await self._call("cancel", job_id)
+
+    async def result(self, job_id: str, **kwargs: Any) -> Any:
+        return await self._call("result", job_id, **kwargs)
 
     async def stats(self) -> Stats:
         result: Stats = await self._call("stats")
@@ -853,3 +865,76 @@ async def test_a_transient_heartbeat_error_is_not_a_lost_lease(env: Env) -> None
     await task
     assert worker.counters.lost == 0
     assert env.status(job_id) == "done"
+
+
+# --------------------------------------------------------------------------- results
+
+
+async def test_a_handlers_return_value_is_its_jobs_result(env: Env) -> None:
+    ids = await env.push(4)
+    values: dict[str, object] = dict(zip(ids, [b"raw", "text", {"n": 1}, None], strict=True))
+
+    async def handler(job: Job) -> object:
+        return values[job.id]
+
+    worker = env.worker(handler, concurrency=2, burst=True)
+    await worker.run()
+    q = env.broker.client()
+    assert {i: (await q.result(i)).value for i in ids} == values
+    rides = env.client.named("complete_and_claim")
+    assert any(c.kwargs.get("results") for c in rides)  # results ride with claims too
+    assert worker.counters.processed == 4
+
+
+async def test_a_value_that_cannot_be_a_result_is_dropped_and_the_job_completes(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    (job_id,) = await env.push(1)
+    worker = env.worker(lambda job: object(), burst=True)
+    with caplog.at_level("WARNING"):
+        await worker.run()
+    answer = await env.broker.client().result(job_id)
+    assert (answer.status, answer.value) == ("done", None)
+    assert any(getattr(r, "action", None) == "result_dropped" for r in caplog.records)
+
+
+async def test_a_result_the_broker_refuses_for_its_size_is_dropped_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = BrokerConfig(max_result_bytes=100, result_inline_max_bytes=10)
+    async with Broker(f"memory://test-worker-{new_id()}", config) as broker:
+        ids = await broker.client().push_many([NewJob(b"big"), NewJob(b"small")])
+        client = FusedRecorder(broker.client())
+
+        def handler(job: Job) -> object:
+            return "x" * 500 if job.payload == b"big" else "fine"
+
+        with caplog.at_level("WARNING"):
+            await Worker(client, handler, concurrency=2, burst=True).run()
+        q = broker.client()
+        assert (await q.result(ids[0])).value is None
+        assert (await q.result(ids[1])).value == "fine"
+        assert any(getattr(r, "action", None) == "result_dropped" for r in caplog.records)
+
+
+async def test_a_large_result_goes_out_on_its_own(env: Env) -> None:
+    (job_id,) = await env.push(1)
+    worker = env.worker(lambda job: b"L" * (RIDE_MAX_RESULT_BYTES + 1), burst=True)
+    await worker.run()
+    (alone,) = env.client.named("complete")
+    assert alone.kwargs["result"] == EncodedResult("bytes", b"L" * (RIDE_MAX_RESULT_BYTES + 1))
+    assert (await env.broker.client().result(job_id)).value == b"L" * (RIDE_MAX_RESULT_BYTES + 1)
+
+
+async def test_batch_jobs_complete_without_results(env: Env) -> None:
+    ids = await env.push(2)
+
+    @batch
+    def handle(jobs: list[Job]) -> None:
+        return None
+
+    await env.worker(handle, concurrency=2, batch_size=2, burst=True).run()
+    for job_id in ids:
+        assert await env.broker.client().result(job_id) == JobResult(
+            "done", None, None, 1, (await env.broker.client().result(job_id)).finished_at
+        )

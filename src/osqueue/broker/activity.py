@@ -26,6 +26,7 @@ class BrokerCounters:
     storage_errors: int = 0
     archives: int = 0
     payloads_swept: int = 0
+    results_swept: int = 0
     write_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 

@@ -25,7 +25,9 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 * :mod:`~osqueue.broker.archiver`: archive objects written after the commits
   that completed jobs;
 * :mod:`~osqueue.broker.payload_sweep`: deletes payload objects no job
-  references (:mod:`~osqueue.broker.payloads` holds the objects themselves);
+  references (:mod:`~osqueue.broker.payloads` holds the objects themselves),
+  and :mod:`~osqueue.broker.result_sweep` the result objects no record of a
+  finished job references (:mod:`~osqueue.broker.results`);
 * :mod:`~osqueue.broker.activity`: the counters and their periodic log line;
 * :mod:`~osqueue.broker.lifecycle` and :mod:`~osqueue.broker.tasks`: the
   broker's state, and its supervised side tasks.
@@ -49,6 +51,8 @@ from osqueue.broker.lease import Lease
 from osqueue.broker.lifecycle import Lifecycle, State
 from osqueue.broker.payload_sweep import PayloadSweeper
 from osqueue.broker.payloads import Payloads
+from osqueue.broker.result_sweep import ResultSweeper
+from osqueue.broker.results import ResultObjects
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.tasks import SideTasks
 from osqueue.broker.waiters import Waiters
@@ -56,6 +60,7 @@ from osqueue.clock import Clock, SystemClock
 from osqueue.errors import MaybeCommitted, OsqueueError, ShuttingDown
 from osqueue.ids import new_id
 from osqueue.state import ClaimOp, Document, Op, Result
+from osqueue.state.results import Answer
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
@@ -89,6 +94,8 @@ class Broker:
         self.counters = BrokerCounters()
         #: the payload objects under payloads/ (uploads, reads, deletes, the sweep)
         self.payloads = Payloads(storage)
+        #: the result objects under results/ (uploads, reads, the sweep)
+        self.results = ResultObjects(storage, config.policy())
         retry = StorageRetry(config, self.clock)
         self._tasks = SideTasks()
         self._lease = Lease(
@@ -199,6 +206,16 @@ class Broker:
                 lease=self._lease,
             )
             tasks.spawn(sweeper.run(), "osqueue-payload-sweep")
+        if config.result_sweep_interval_s is not None:
+            results = ResultSweeper(
+                self.results,
+                self.clock,
+                config.result_sweep_interval_s,
+                counters=self.counters,
+                life=life,
+                lease=self._lease,
+            )
+            tasks.spawn(results.run(), "osqueue-result-sweep")
         if config.stats_log_interval_s is not None:
             activity = ActivityLog(
                 self.counters,
@@ -280,3 +297,8 @@ class Broker:
         (The in-process client sends a claim that does not wait straight to
         :meth:`add_op`.)"""
         return await self._waiters.claim(op, wait_s)
+
+    async def finished(self, job_id: str, wait_s: float) -> Answer | None:
+        """How job ``job_id`` finished, as the last commit says, waiting up to
+        ``wait_s`` for the commit that finishes it; None for an unknown id."""
+        return await self._waiters.finished(job_id, wait_s, lambda: self._lease.doc)

@@ -256,6 +256,8 @@ class CommitLoop:
         self.discard_payloads(t)
         if self._waiters.parked:
             self._waiters.wake(t.doc)
+        if t.finished and self._waiters.results:
+            self._waiters.wake_finished(t.finished)
 
     def discard_payloads(self, t: Transition) -> None:
         """Delete the payload objects of the jobs that left the document in ``t``."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from osqueue.errors import InvalidInput
 from osqueue.state import Policy
+from osqueue.state.validate import MAX_RESULT_TTL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,20 @@ class BrokerConfig:
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 20_000
+    #: Results: how long a finished job's result (and how it finished) is kept,
+    #: unless its push says (``result_ttl_s``); 0 keeps nothing.
+    result_ttl_s: float = 3600.0
+    #: Results up to this size sit in the document; larger ones in results/ objects.
+    result_inline_max_bytes: int = 1024
+    #: The largest result accepted.
+    max_result_bytes: int = 64 * 1024 * 1024
+    #: The record of finished jobs holds at most this many (the soonest to expire go first).
+    max_finished_jobs: int = 10_000
+    #: ... and at most this many bytes of the document (fewer near max_document_bytes).
+    max_finished_bytes: int = 2 * 1024 * 1024
+    #: results/ objects nothing references (expired, evicted, or never committed) are
+    #: deleted once two sweeps this far apart both found them; None: off.
+    result_sweep_interval_s: float | None = 600.0
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
@@ -69,6 +84,9 @@ class BrokerConfig:
             "segment_jobs",
             "head_jobs",
             "load_jobs",
+            "max_result_bytes",
+            "max_finished_jobs",
+            "max_finished_bytes",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -79,7 +97,17 @@ class BrokerConfig:
                 f"must be a whole number >= 1 (or None: off), got {above!r}",
                 field="spill_above_jobs",
             )
-        for name in ("payload_sweep_interval_s", "stats_log_interval_s"):
+        if type(self.result_inline_max_bytes) is not int or self.result_inline_max_bytes < 0:
+            raise InvalidInput(
+                f"must be a whole number >= 0, got {self.result_inline_max_bytes!r}",
+                field="result_inline_max_bytes",
+            )
+        if not 0 <= self.result_ttl_s <= MAX_RESULT_TTL_S:
+            raise InvalidInput(
+                f"must be between 0 and {MAX_RESULT_TTL_S:g} seconds, got {self.result_ttl_s!r}",
+                field="result_ttl_s",
+            )
+        for name in ("payload_sweep_interval_s", "stats_log_interval_s", "result_sweep_interval_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
@@ -109,4 +137,9 @@ class BrokerConfig:
             head_jobs=self.head_jobs,
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
+            result_ttl_s=self.result_ttl_s,
+            result_inline_max_bytes=self.result_inline_max_bytes,
+            max_result_bytes=self.max_result_bytes,
+            max_finished_jobs=self.max_finished_jobs,
+            max_finished_bytes=self.max_finished_bytes,
         )

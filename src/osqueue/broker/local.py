@@ -19,10 +19,13 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
-from osqueue.api import Job, NewJob, PushOptions, Stats
+import msgspec
+
+from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
+    JobNotFound,
     OsqueueError,
     Overloaded,
     QueueFull,
@@ -38,6 +41,7 @@ from osqueue.state import (
     Fail,
     Heartbeat,
     Ok,
+    Op,
     PurgeDead,
     Push,
     Pushed,
@@ -49,6 +53,7 @@ from osqueue.state import (
     stats_of,
     validate,
 )
+from osqueue.state.results import Answer
 
 if TYPE_CHECKING:
     from osqueue.broker.broker import Broker
@@ -99,6 +104,7 @@ class LocalClient:
             "key": job.key,
             "max_attempts": job.max_attempts,
             "dedupe": dedupe,
+            "result_ttl_s": job.result_ttl_s,
         }
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
@@ -190,6 +196,7 @@ class LocalClient:
                 job.key,
                 job.max_attempts,
                 dedupe=bool(job.id),
+                result_ttl_s=job.result_ttl_s,
             )
         else:
             op = await self._push_op(job)
@@ -231,6 +238,7 @@ class LocalClient:
         queues: Sequence[str] = ("default",),
         *,
         max_jobs: int = 1,
+        results: Sequence[object] | None = None,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
         """Complete ``jobs`` and claim up to ``max_jobs`` in one commit (see
         :class:`~osqueue.api.CompletesAndClaims`)."""
@@ -239,11 +247,10 @@ class LocalClient:
         validate.worker_name(worker)
         validate.queue_names(queues)
         validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
-        ops: list[Complete | ClaimOp] = [Complete(j.id, j.token) for j in jobs]
-        ops.append(ClaimOp(worker, queues, max_jobs))
-        results = await self.broker.submit_many(ops)
-        errors = [r if isinstance(r, OsqueueError) else None for r in results[:-1]]
-        return errors, await self._claimed_jobs(results[-1])
+        ops = await self.broker.results.completions(jobs, results)
+        answers = await self._submit_completions([*ops, ClaimOp(worker, queues, max_jobs)])
+        errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]
+        return errors, await self._claimed_jobs(answers[-1])
 
     async def _claimed_jobs(self, result: Result) -> list[Job]:
         if type(result) is not Claimed:  # an error, or an answer of the wrong kind
@@ -283,8 +290,13 @@ class LocalClient:
     async def heartbeat(self, job: Job) -> None:
         _raise_if_error(await self.broker.add_op(Heartbeat(job.id, job.token)))
 
-    async def complete(self, job: Job) -> None:
-        _raise_if_error(await self.broker.add_op(Complete(job.id, job.token)))
+    async def complete(self, job: Job, *, result: object = None) -> None:
+        if result is None:  # the common case: one op, no upload
+            _raise_if_error(await self.broker.add_op(Complete(job.id, job.token)))
+            return
+        (op,) = await self.broker.results.completions([job], [result])
+        (answer,) = await self._submit_completions([op])
+        _raise_if_error(answer)
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
         _raise_if_error(await self.broker.add_op(Fail(job.id, job.token, error, retry_after_s)))
@@ -296,9 +308,62 @@ class LocalClient:
         results = await self.broker.submit_many([Heartbeat(j.id, j.token) for j in jobs])
         return [r if isinstance(r, OsqueueError) else None for r in results]
 
-    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
-        results = await self.broker.submit_many([Complete(j.id, j.token) for j in jobs])
-        return [r if isinstance(r, OsqueueError) else None for r in results]
+    async def complete_many(
+        self, jobs: Sequence[Job], results: Sequence[object] | None = None
+    ) -> list[OsqueueError | None]:
+        """Complete ``jobs`` (with ``results``, one per job, None for none)."""
+        if results is None or all(r is None for r in results):
+            answers = await self.broker.submit_many([Complete(j.id, j.token) for j in jobs])
+        else:
+            answers = await self._submit_completions(
+                await self.broker.results.completions(jobs, results)
+            )
+        return [r if isinstance(r, OsqueueError) else None for r in answers]
+
+    # -- results --------------------------------------------------------------------
+
+    async def _submit_completions(self, ops: Sequence[Op | OsqueueError]) -> list[Result]:
+        broker = self.broker
+        return await broker.results.submit(ops, broker.submit_many, lambda: broker.document)
+
+    async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
+        """How ``job_id`` finished (see :meth:`osqueue.api.QueueClient.result`)."""
+        found = await self._finished(job_id, wait_s)
+        if not found.unread:
+            return found.result
+        encoded = await self._read(job_id, found)
+        return msgspec.structs.replace(found.result, value=encoded.decode())
+
+    async def encoded_result(
+        self, job_id: str, *, wait_s: float = 0.0
+    ) -> tuple[JobResult, EncodedResult | None]:
+        """:meth:`result`, with the value as stored (encoded) instead of decoded (the
+        gRPC service sends it on as it is)."""
+        found = await self._finished(job_id, wait_s)
+        result = msgspec.structs.replace(found.result, value=None)
+        data = found.data
+        if data is None:
+            return result, None
+        if data.value is not None:
+            return result, EncodedResult(data.kind, data.value)
+        return result, await self._read(job_id, found)
+
+    async def _finished(self, job_id: str, wait_s: float) -> Answer:
+        validate.job_id(job_id, "job_id")
+        wait = validate.seconds(wait_s, "wait_s") or 0.0
+        found = await self.broker.finished(job_id, wait)
+        if found is None:
+            raise JobNotFound(
+                f"no job {job_id}: never pushed, or it finished longer than its result_ttl_s ago"
+            )
+        return found
+
+    async def _read(self, job_id: str, found: Answer) -> EncodedResult:
+        assert found.data is not None
+        encoded = await self.broker.results.read(found.data)
+        if encoded is None:
+            raise JobNotFound(f"the result object of job {job_id} is gone (expired)")
+        return encoded
 
     # -- administration -----------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from osqueue.broker.orphans import sweep_orphans
 from osqueue.errors import NotFound, StorageError
 from osqueue.ids import new_id
 from osqueue.state import PAYLOAD_PREFIX, Document, StoredJob
@@ -115,22 +116,10 @@ class Payloads:
 
         ``document`` gives the broker's current document (it changes while this
         runs); ``may_delete`` says whether deleting is safe right now."""
-        listed = await self.storage.list(PAYLOAD_PREFIX)
-        orphans = {key for key in listed if self.orphan(key, document())}
-        deleted = 0
-        for key in sorted(orphans & suspects):
-            if not may_delete():
-                break
-            if not self.orphan(key, document()):  # pushed or committed meanwhile
-                orphans.discard(key)
-                continue
-            await self.storage.delete(key)
-            orphans.discard(key)
-            deleted += 1
-        if deleted:
-            log.info(
-                "deleted %d payload objects no job references",
-                deleted,
-                extra={"action": "sweep"},
-            )
-        return orphans, deleted
+        return await sweep_orphans(
+            self.storage,
+            PAYLOAD_PREFIX,
+            suspects,
+            lambda key: self.orphan(key, document()),
+            may_delete,
+        )

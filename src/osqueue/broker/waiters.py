@@ -1,13 +1,16 @@
-"""Long-poll claims: parked until a commit makes a job claimable."""
+"""Long polls: claims parked until a commit makes a job claimable, and ``result()``
+calls parked until a commit finishes their job."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from osqueue.clock import Clock
 from osqueue.state import Claimed, ClaimOp, Document, Result, claimable
+from osqueue.state.results import Answer, answer
 
 if TYPE_CHECKING:
     from osqueue.broker.intake import Intake
@@ -28,6 +31,10 @@ class Waiters:
     commit loop arms a timer while claims are parked) makes a job claimable, or
     its wait runs out.  The commit loop wakes the claims a commit serves
     (:meth:`wake`); a stop or a step-down releases them all (:meth:`release`).
+
+    Owns the parked ``result()`` calls too (:meth:`finished`): by job id, each
+    woken by the commit that finishes its job (:meth:`wake_finished`, with the
+    ids of :attr:`Transition.finished <osqueue.state.Transition.finished>`).
     """
 
     def __init__(self, clock: Clock, intake: Intake, life: Lifecycle) -> None:
@@ -36,6 +43,8 @@ class Waiters:
         self._life = life
         #: the parked claims (the commit loop looks at this list on every commit)
         self.parked: list[_Waiter] = []
+        #: job id -> the parked ``result()`` calls waiting for it to finish
+        self.results: dict[str, list[asyncio.Future[None]]] = {}
 
     async def claim(self, op: ClaimOp, wait_s: float) -> Result:
         """A claim that, if empty, parks until a commit makes a job claimable."""
@@ -58,6 +67,42 @@ class Waiters:
                     self.parked.remove(waiter)
             self._life.check_open()
 
+    async def finished(
+        self, job_id: str, wait_s: float, document: Callable[[], Document | None]
+    ) -> Answer | None:
+        """How ``job_id`` finished (:func:`osqueue.state.results.answer` on the
+        committed ``document()``), parking until a commit finishes it or
+        ``wait_s`` runs out (then its live status); None for an unknown id."""
+        clock = self._clock
+        deadline = clock.monotonic() + max(0.0, wait_s)
+        while True:
+            self._life.check_open()
+            doc = document()
+            found = None if doc is None else answer(doc, job_id, clock.now())
+            if found is None or found.result.finished:
+                return found
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or self._life.closing:
+                return found
+            future = asyncio.get_running_loop().create_future()
+            parked = self.results.setdefault(job_id, [])
+            parked.append(future)
+            try:
+                await self._race(future, remaining)
+            finally:
+                if future in parked:
+                    parked.remove(future)
+                if not parked and self.results.get(job_id) is parked:
+                    del self.results[job_id]
+
+    def wake_finished(self, ids: Iterable[str]) -> None:
+        """Wake the ``result()`` calls parked on these jobs (a commit finished them)."""
+        results = self.results
+        for job_id in ids:
+            for future in results.pop(job_id, ()):
+                if not future.done():
+                    future.set_result(None)
+
     async def _race(self, fut: asyncio.Future[None], timeout_s: float) -> None:
         sleeper = asyncio.ensure_future(self._clock.sleep(timeout_s))
         try:
@@ -75,7 +120,8 @@ class Waiters:
                 w.future.set_result(None)
 
     def release(self) -> None:
-        """Wake every parked claim (the broker stops or steps down)."""
+        """Wake every parked claim and ``result()`` (the broker stops or steps down)."""
         for w in self.parked:
             if not w.future.done():
                 w.future.set_result(None)
+        self.wake_finished(list(self.results))

@@ -32,6 +32,7 @@ from osqueue.cli import (
     exits,
     jobs,
     push,
+    result,
     status,
     top,
     work,
@@ -130,6 +131,7 @@ app.command("dashboard", rich_help_panel=_INSPECT)(dashboard.dashboard)
 app.command("jobs", rich_help_panel=_INSPECT)(jobs.jobs)
 app.command("dead", rich_help_panel=_INSPECT)(dead.dead)
 app.command("cancel", rich_help_panel=_INSPECT)(cancel.cancel)
+app.command("result", rich_help_panel=_INSPECT)(result.result)
 app.command("archive", rich_help_panel=_INSPECT)(archive.archive)
 app.command("bench", rich_help_panel=_INSPECT)(bench.bench)
 

@@ -89,6 +89,7 @@ class SyncClient:
     fail = blocking(SyncClientProtocol.fail)
     release = blocking(SyncClientProtocol.release)
     cancel = blocking(SyncClientProtocol.cancel)
+    result = blocking(SyncClientProtocol.result)
     stats = blocking(SyncClientProtocol.stats)
     retry_dead = blocking(SyncClientProtocol.retry_dead)
     purge_dead = blocking(SyncClientProtocol.purge_dead)

@@ -25,7 +25,15 @@ import grpc
 import msgspec
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient
+from osqueue.api import (
+    CompletesAndClaims,
+    EncodedResult,
+    Job,
+    JobResult,
+    NewJob,
+    PushOptions,
+    QueueClient,
+)
 from osqueue.errors import (
     BrokerMoved,
     BrokerUnavailable,
@@ -35,8 +43,15 @@ from osqueue.errors import (
     Unauthenticated,
 )
 from osqueue.server.limits import Admission, Limits, RequestChecker
+from osqueue.state import validate
 from osqueue.wire._pb import queue_pb2 as pb
-from osqueue.wire.convert import job_from_ref, job_to_pb, stats_to_pb
+from osqueue.wire.convert import (
+    job_from_ref,
+    job_result_to_pb,
+    job_to_pb,
+    result_from_pb,
+    stats_to_pb,
+)
 from osqueue.wire.status import OK, grpc_code, to_status, trailers
 
 log = logging.getLogger(__name__)
@@ -70,7 +85,16 @@ class BatchPush(Protocol):
 class BatchHolder(Protocol):
     async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]: ...
 
-    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]: ...
+    async def complete_many(
+        self, jobs: Sequence[Job], results: Sequence[object] | None = None
+    ) -> list[OsqueueError | None]: ...
+
+
+@runtime_checkable
+class EncodedResults(Protocol):
+    async def encoded_result(
+        self, job_id: str, *, wait_s: float = 0.0
+    ) -> tuple[JobResult, EncodedResult | None]: ...
 
 
 @runtime_checkable
@@ -101,7 +125,7 @@ class QueueService:
         self._client: QueueClient | None = None
         self._push_all: Callable[[list[NewJob]], Awaitable[Outcomes]]
         self._heartbeat_all: Callable[[list[Job]], Awaitable[Outcomes]]
-        self._complete_all: Callable[[list[Job]], Awaitable[Outcomes]]
+        self._complete_all: Callable[[list[Completion]], Awaitable[Outcomes]]
         if client is not None:
             self.attach(client)
 
@@ -113,10 +137,10 @@ class QueueService:
             self._push_all = _gathering(self._push_one)
         if isinstance(client, BatchHolder):
             self._heartbeat_all = client.heartbeat_many
-            self._complete_all = client.complete_many
+            self._complete_all = _completing_many(client)
         else:
             self._heartbeat_all = _gathering(client.heartbeat)
-            self._complete_all = _gathering(client.complete)
+            self._complete_all = _gathering(_completing_one(client))
         self._client = client
 
     def _ensure_serving(self) -> None:
@@ -146,6 +170,7 @@ class QueueService:
             "Stats": self._unary(pb.StatsRequest, self.stats, pb.StatsResponse),
             "RetryDead": self._unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
             "PurgeDead": self._unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
+            "Result": self._unary(pb.ResultRequest, self.result, pb.ResultResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 
@@ -234,7 +259,7 @@ class QueueService:
     # ------------------------------------------------------------------ RPCs
 
     async def push(self, request: pb.PushRequest, context: Context) -> pb.PushResponse:
-        statuses = await self._each("jobs", request.jobs, self.check.new_job, self._push_all)
+        statuses = await self._each("jobs", request.jobs, self._new_job, self._push_all)
         return pb.PushResponse(
             results=[
                 pb.PushResult(id=job.id, status=status)
@@ -242,9 +267,19 @@ class QueueService:
             ]
         )
 
+    def _new_job(self, job: pb.NewJob, field: str) -> NewJob:
+        new = self.check.new_job(job, field)
+        if new.result_ttl_s is not None:
+            validate.seconds(
+                new.result_ttl_s, f"{field}.result_ttl_s", maximum=validate.MAX_RESULT_TTL_S
+            )
+        return new
+
     async def _push_one(self, job: NewJob) -> str:
         options = msgspec.structs.asdict(job)
         payload = options.pop("payload")
+        if options["result_ttl_s"] is None:  # the default (also for a client without it)
+            del options["result_ttl_s"]
         return await self.client.push(payload, **cast(PushOptions, options))
 
     def _wait_budget_s(self, wait_s: float, context: Context) -> float:
@@ -281,19 +316,25 @@ class QueueService:
         worker, queues, max_jobs = request.worker, list(request.queues), request.max_jobs
         claimed: list[Job] | None = None
 
-        async def run(jobs: list[Job]) -> Outcomes:
+        async def run(completions: list[Completion]) -> Outcomes:
             nonlocal claimed
             if isinstance(client, CompletesAndClaims):
-                errors, claimed = await client.complete_and_claim(
-                    jobs, worker, queues, max_jobs=max_jobs
-                )
+                jobs, results = _split(completions)
+                if results is None:  # a client that predates results takes this too
+                    errors, claimed = await client.complete_and_claim(
+                        jobs, worker, queues, max_jobs=max_jobs
+                    )
+                else:
+                    errors, claimed = await client.complete_and_claim(
+                        jobs, worker, queues, max_jobs=max_jobs, results=results
+                    )
                 return errors
             outcomes, claimed = await asyncio.gather(
-                self._complete_all(jobs), client.claim(worker, queues, max_jobs=max_jobs)
+                self._complete_all(completions), client.claim(worker, queues, max_jobs=max_jobs)
             )
             return outcomes
 
-        statuses = await self._each("complete", request.complete, self._ref, run)
+        statuses = await self._each("complete", request.complete, self._completion, run)
         if claimed is None:  # no completion was well-formed: the claim alone
             claimed = await client.claim(worker, queues, max_jobs=max_jobs)
         return claimed, statuses
@@ -352,12 +393,19 @@ class QueueService:
         self.check.job_ref(ref, field)
         return job_from_ref(ref)
 
+    def _completion(self, ref: pb.JobRef, field: str) -> Completion:
+        """A job to complete, with the result its reference carries (if any)."""
+        job = self._ref(ref, field)
+        if not ref.HasField("result"):
+            return job, None
+        return job, result_from_pb(ref.result, f"{field}.result")
+
     async def heartbeat(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
         statuses = await self._each("jobs", request.jobs, self._ref, self._heartbeat_all)
         return pb.ResultsResponse(results=statuses)
 
     async def complete(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._ref, self._complete_all)
+        statuses = await self._each("jobs", request.jobs, self._completion, self._complete_all)
         return pb.ResultsResponse(results=statuses)
 
     async def release(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
@@ -389,6 +437,18 @@ class QueueService:
     async def stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
         return stats_to_pb(await self.client.stats())
 
+    async def result(self, request: pb.ResultRequest, context: Context) -> pb.ResultResponse:
+        job_id = self.check.job_id(request.id, "id")
+        wait_s = self.check.seconds(request.wait_s, "wait_s", validate.MAX_DELAY_S)
+        wait_s = self._wait_budget_s(wait_s, context)
+        client = self.client
+        if isinstance(client, EncodedResults):  # the value as stored: not decoded here
+            result, value = await client.encoded_result(job_id, wait_s=wait_s)
+        else:
+            result = await client.result(job_id, wait_s=wait_s)
+            value = EncodedResult.of(result.value)
+        return job_result_to_pb(result, value)
+
     async def _dead_admin(self, context: Context) -> DeadAdmin:
         if isinstance(self.client, DeadAdmin):
             return self.client
@@ -409,6 +469,39 @@ class QueueService:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+#: A job to complete and its result (None: none).
+Completion = tuple[Job, EncodedResult | None]
+
+
+def _split(completions: Sequence[Completion]) -> tuple[list[Job], list[object] | None]:
+    """The jobs, and their results (None when no completion carries one)."""
+    jobs = [job for job, _ in completions]
+    if all(result is None for _, result in completions):
+        return jobs, None
+    return jobs, [result for _, result in completions]
+
+
+def _completing_many(client: BatchHolder) -> Callable[[list[Completion]], Awaitable[Outcomes]]:
+    async def run(completions: list[Completion]) -> Outcomes:
+        jobs, results = _split(completions)
+        if results is None:
+            return await client.complete_many(jobs)
+        return await client.complete_many(jobs, results)
+
+    return run
+
+
+def _completing_one(client: QueueClient) -> Callable[[Completion], Awaitable[None]]:
+    async def run(completion: Completion) -> None:
+        job, result = completion
+        if result is None:
+            await client.complete(job)
+        else:
+            await client.complete(job, result=result)
+
+    return run
 
 
 def _parse(request_type: type[Req], raw: bytes) -> Req:

@@ -1,5 +1,9 @@
 """The queue document and its transitions: pure values and functions, no I/O.
 
+How jobs finished, and their results, are kept in the record of finished jobs
+(:mod:`~osqueue.state.finished`); :func:`finished` answers from it
+(:mod:`~osqueue.state.results`).
+
 Deep backlogs live in segment objects the document references: the model and
 claim order in :mod:`~osqueue.state.segments`, the ops in
 :mod:`~osqueue.state.spill`, the objects' bytes in
@@ -9,6 +13,7 @@ in :mod:`~osqueue.state.planning`.
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document
+from osqueue.state.finished import RESULT_PREFIX, FinishedJob, FinishedRecord, ResultData
 from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
@@ -54,6 +59,7 @@ from osqueue.state.planning import (
     plan_loads,
     plan_spills,
 )
+from osqueue.state.results import finished
 from osqueue.state.segment_codec import (
     SEGMENT_PREFIX,
     SegmentHeader,
@@ -83,6 +89,7 @@ __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
     "PAYLOAD_PREFIX",
+    "RESULT_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
     "Cancel",
@@ -94,6 +101,8 @@ __all__ = [
     "Counters",
     "Document",
     "Fail",
+    "FinishedJob",
+    "FinishedRecord",
     "Heartbeat",
     "HistorySample",
     "JobStatus",
@@ -110,6 +119,7 @@ __all__ = [
     "Removed",
     "RestartHeartbeats",
     "Result",
+    "ResultData",
     "RetryDead",
     "SegmentHeader",
     "SegmentRef",
@@ -130,6 +140,7 @@ __all__ = [
     "decode_segment",
     "encode",
     "encode_segment",
+    "finished",
     "jobs_ahead",
     "live_jobs",
     "load_op",

@@ -15,6 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.document import Document, parse_second
+from osqueue.state.finished import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.model import (
     READABLE_FORMATS,
     BrokerInfo,
@@ -52,6 +53,7 @@ def encode(doc: Document) -> bytes:
     head = doc.header_bytes()
     tombstones = doc.recent_section()
     segments = doc.segments
+    finished = doc.finished
     return b"".join(
         (
             head[:-1],
@@ -59,6 +61,9 @@ def encode(doc: Document) -> bytes:
             tombstones,
             b"]}" if tombstones else b"}",  # close the last second's list, then the map
             b',"queues":{' + segments.section() + b"}" if segments else b"",
+            b',"finished":[' if finished else b"",
+            finished.section() if finished else b"",
+            b"]" if finished else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -153,6 +158,7 @@ def decode(data: bytes) -> Document:
         jobs=jobs,
         segments=_segments(wire),
         history=wire.history,
+        finished=_finished(wire),
     )
 
 
@@ -318,3 +324,37 @@ def _check_ref_ids(where: str, ref: SegmentRef) -> None:
     for j, payload in enumerate(ref.payload_refs):
         if not payload:
             raise _fail(f"{where}.payload_refs[{j}]", "must not be empty")
+
+
+def _finished(wire: WireDocument) -> FinishedRecord:
+    """The record of finished jobs, each entry checked."""
+    record = FinishedRecord()
+    for i, entry in enumerate(wire.finished):
+        where = f"$.finished[{i}]"
+        if not entry.id:
+            raise _fail(f"{where}.id", "must not be empty")
+        if entry.id in record:
+            raise _fail(f"{where}.id", f"{entry.id!r} is recorded twice")
+        if not 0 <= entry.ttl_s < _MAX_INT or entry.ttl_s != entry.ttl_s:
+            raise _fail(f"{where}.ttl_s", f"{entry.ttl_s} is out of range")
+        if entry.attempts < 0:
+            raise _fail(f"{where}.attempts", f"{entry.attempts} is negative")
+        if entry.result is not None:
+            _check_result(where, entry)
+        record.add(entry)
+    return record
+
+
+def _check_result(where: str, entry: FinishedJob) -> None:
+    result = entry.result
+    assert result is not None
+    if entry.status != "done":
+        raise _fail(f"{where}.result", f"a {entry.status} job has no result")
+    if (result.value is None) == (result.ref is None):
+        raise _fail(f"{where}.result", "a result has a value or a ref")
+    if result.value is not None and len(result.value) != result.size:
+        raise _fail(f"{where}.result.size", f"{result.size} is not the value's length")
+    if result.ref is not None and not result.ref.startswith(f"{RESULT_PREFIX}{entry.id}="):
+        raise _fail(f"{where}.result.ref", f"{result.ref!r} is not this job's object")
+    if result.size < 0:
+        raise _fail(f"{where}.result.size", f"{result.size} is negative")

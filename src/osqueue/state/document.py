@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.finished import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, PLAIN_FORMAT, BrokerInfo, Counters, Header, StoredJob
@@ -44,6 +45,7 @@ HEAD_SLACK_BYTES = 64
 _TOMBSTONES_OPEN = len(b',"tombstones":{')
 _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
+_FINISHED_OPEN = len(b',"finished":[')
 
 
 class Document:
@@ -55,6 +57,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "finished",
         "format",
         "history",
         "index",
@@ -87,6 +90,7 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
+        finished: FinishedRecord | None = None,
     ) -> None:
         self.format = format
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
@@ -102,6 +106,8 @@ class Document:
         self.index = index if index is not None else Index.build(self.jobs.values())
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
+        #: the record of finished jobs and their results (:mod:`osqueue.state.finished`)
+        self.finished = finished if finished is not None else FinishedRecord()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -145,6 +151,7 @@ class Document:
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
             jobs_bytes=self._jobs_bytes,
             history=self.history,
+            finished=self.finished.copy(),
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -305,6 +312,8 @@ class Document:
         )
         if self.segments:
             size += _QUEUES_OPEN + len(self.segments.section()) + 1
+        if self.finished:
+            size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size
 
     # -- reading ------------------------------------------------------------------
@@ -329,6 +338,7 @@ class Document:
             and self.history == other.history
             and self.recent == other.recent
             and self.segments == other.segments
+            and self.finished == other.finished
             and list(self.jobs.items()) == list(other.jobs.items())
         )
 

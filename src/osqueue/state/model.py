@@ -16,6 +16,7 @@ from typing import Literal
 
 import msgspec
 
+from osqueue.state.finished import FinishedJob
 from osqueue.state.history import HistorySample
 
 #: The newest format this osqueue writes.  Format 3 adds the segment references
@@ -79,6 +80,8 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
+    #: how long its record of finishing (and result) is kept (None: the broker's default)
+    result_ttl_s: float | None = None
 
     @property
     def payload_size(self) -> int:
@@ -103,6 +106,8 @@ class Counters(msgspec.Struct, frozen=True):
     failed: int = 0
     reclaimed: int = 0
     cancelled: int = 0
+    #: records of finished jobs dropped before their TTL (the record's caps)
+    finished_evicted: int = 0
 
 
 class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -192,3 +197,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     history: tuple[HistorySample, ...] = ()
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
+    #: the record of finished jobs (any format; older releases ignore it)
+    finished: list[FinishedJob] = []

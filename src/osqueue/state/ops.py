@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
+from osqueue.state.finished import ResultData
 from osqueue.state.model import BrokerInfo, SegmentRef, StoredJob
 from osqueue.state.validate import MAX_ERROR_CHARS
 
@@ -40,6 +41,18 @@ class Policy:
     #: a stream spills once this many of its ready jobs sit in the document
     #: behind its head and segments (None: never)
     spill_above_jobs: int | None = 20_000
+    # Results and the record of finished jobs (osqueue.state.finished).
+    #: how long a finished job's record (and result) is kept, unless its push said
+    result_ttl_s: float = 3600.0
+    #: results up to this size sit in the document; larger ones in result objects
+    result_inline_max_bytes: int = 1024
+    #: the largest result accepted at all
+    max_result_bytes: int = 64 * 1024 * 1024
+    #: the record holds at most this many finished jobs (the soonest to expire go first)
+    max_finished_jobs: int = 10_000
+    #: and at most this many bytes (fewer when the document nears max_document_bytes:
+    #: the record yields to jobs)
+    max_finished_bytes: int = 2 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- ops
@@ -59,6 +72,8 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     #: caller chose the id (it may send this push again); an id the in-process
     #: client made up is never re-sent, so its job needs none.
     dedupe: bool = True
+    #: how long the job's record of finishing (and result) is kept (None: the policy's)
+    result_ttl_s: float | None = None
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):
@@ -78,6 +93,8 @@ class Heartbeat(msgspec.Struct, frozen=True, gc=False):
 class Complete(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     token: int
+    #: the job's result: inline, or the result object written before this op
+    result: ResultData | None = None
 
 
 class Fail(msgspec.Struct, frozen=True, gc=False):

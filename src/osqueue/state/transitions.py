@@ -31,6 +31,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
+from osqueue.state import results as finishing
 from osqueue.state import spill, validate
 from osqueue.state.document import Document, encode_job
 from osqueue.state.history import HistorySample, minute_of, record
@@ -91,6 +92,9 @@ class Transition:
     starved: set[Stream] = field(default_factory=set)
     #: segment objects no reference names any more (fully loaded: delete them)
     dropped_segments: list[str] = field(default_factory=list)
+    #: ids of jobs that finished in this version: done, dead or cancelled (their
+    #: ``result()`` long polls are answered now)
+    finished: list[str] = field(default_factory=list)
 
 
 def backoff_s(attempts: int, policy: Policy) -> float:
@@ -116,6 +120,7 @@ class _Tx:
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
+        self.finished: list[str] = []
 
     # -- helpers ------------------------------------------------------------------
 
@@ -148,6 +153,7 @@ class _Tx:
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
+            finishing.record(self, job, "dead", error=error)
             return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
         run_at = to_datetime(self.now + delay) if delay > 0 else None
@@ -161,6 +167,9 @@ class _Tx:
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
         delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
+        ttl = op.result_ttl_s
+        if ttl is not None:
+            ttl = validate.seconds(ttl, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
         size = len(op.payload) if op.payload is not None else op.payload_size
         if size > self.policy.max_payload_bytes:
             raise InvalidInput(
@@ -201,12 +210,15 @@ class _Tx:
             max_attempts=op.max_attempts,
             key=op.key,
             dedupe=op.dedupe is not False,
+            result_ttl_s=ttl,
         )
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
         frag = encode_job(job)
-        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1)
+        # The record of finished jobs yields to jobs (the sweep evicts from it), so its
+        # bytes do not count here.
+        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1) - doc.finished.size_bytes()
         if doc.size_upper() + len(frag) + 1 + room > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
@@ -215,6 +227,8 @@ class _Tx:
             )
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
+        if doc.finished and op.id in doc.finished:  # pushed again after its dedupe window
+            doc.finished.remove(op.id)
         self.stats["pushed"] += 1
         return Pushed(op.id, True)
 
@@ -279,7 +293,10 @@ class _Tx:
             and job.claim.token == op.token
         ):
             return _OK  # the same holder retrying a completion that landed
+        if op.result is not None:
+            finishing.check_result(op.result, op.job_id, self.policy)
         job = self._held(op.job_id, op.token)
+        finishing.record(self, job, "done", result=op.result)
         done = _replace(
             job, status="done", payload=None, done_version=self.version, done_at=self.now_dt
         )
@@ -311,9 +328,12 @@ class _Tx:
         if job is None and op.segment is not None:
             removed = spill.cancel_spilled(self.doc, op)
             self.stats["cancelled"] += 1
+            spilled = StoredJob(op.job_id, "", 0, "queued", self.now_dt)  # as far as known
+            finishing.record(self, spilled, "cancelled")
             return removed
         if job is None or job.status == "done":
             raise JobNotFound(f"no live job {op.job_id}")
+        finishing.record(self, job, "cancelled")
         self._leave(job)
         self.stats["cancelled"] += 1
         return Removed((job,))
@@ -334,6 +354,7 @@ class _Tx:
     def retry_dead(self, op: RetryDead) -> OpResult:
         found = self._dead(op.ids)
         for job in found:
+            self.doc.finished.remove(job.id)  # live again
             self._put(_replace(job, status="queued", attempts=0, run_at=None))
         return Counted(len(found))
 
@@ -374,6 +395,8 @@ class _Tx:
     # -- the sweep that rides along with every commit ------------------------------
 
     def sweep(self) -> None:
+        if self.doc.finished:
+            self.stats["finished_evicted"] += finishing.sweep(self.doc, self.now, self.policy)
         index = self.doc.index
         if not index.claimed:
             self._prune_recent()
@@ -484,7 +507,14 @@ def transition(
     if owner is not None:
         new.broker = owner
     return Transition(
-        new, results, tx.completed, tx.removed, tx.reclaimed, tx.starved, tx.dropped_segments
+        new,
+        results,
+        tx.completed,
+        tx.removed,
+        tx.reclaimed,
+        tx.starved,
+        tx.dropped_segments,
+        finished=tx.finished,
     )
 
 

@@ -19,6 +19,8 @@ NAME_RE = re.compile(rf"^[0-9A-Za-z_.:/\-]{{1,{MAX_QUEUE_CHARS}}}$")
 MAX_KEY_CHARS = 512
 MAX_WORKER_CHARS = 256
 MAX_DELAY_S = 366 * 24 * 3600.0
+#: The longest a finished job's record (and result) may be kept: 30 days.
+MAX_RESULT_TTL_S = 30 * 24 * 3600.0
 MAX_ATTEMPTS = 1000
 MAX_CLAIM = 10_000
 MAX_ERROR_CHARS = 4096

@@ -1,4 +1,4 @@
-"""Between the API's values (``NewJob``, ``Job``, ``Stats``) and their wire messages.
+"""Between the API's values (``NewJob``, ``Job``, ``Stats``, results) and their wire messages.
 
 The remote client converts with the ``*_to_pb`` functions and the server with
 the ``*_from_pb`` ones (and the other way round for answers); neither imports
@@ -7,8 +7,25 @@ the other.
 
 from __future__ import annotations
 
-from osqueue.api import DEFAULT_MAX_ATTEMPTS, Job, NewJob, QueueStats, Stats
+from osqueue.api import (
+    DEFAULT_MAX_ATTEMPTS,
+    EncodedResult,
+    Job,
+    JobResult,
+    NewJob,
+    QueueStats,
+    ResultKind,
+    Stats,
+)
+from osqueue.errors import InvalidInput
 from osqueue.wire._pb import queue_pb2 as pb
+
+_KIND_TO_PB: dict[ResultKind, pb.ResultKind.ValueType] = {
+    "bytes": pb.RESULT_KIND_BYTES,
+    "text": pb.RESULT_KIND_TEXT,
+    "json": pb.RESULT_KIND_JSON,
+}
+_KIND_FROM_PB: dict[int, ResultKind] = {int(v): k for k, v in _KIND_TO_PB.items()}
 
 
 def new_job_to_pb(job: NewJob, job_id: str, payload: bytes, delay_s: float) -> pb.NewJob:
@@ -23,6 +40,8 @@ def new_job_to_pb(job: NewJob, job_id: str, payload: bytes, delay_s: float) -> p
     )
     if job.key is not None:
         msg.key = job.key
+    if job.result_ttl_s is not None:
+        msg.result_ttl_s = job.result_ttl_s
     return msg
 
 
@@ -36,6 +55,7 @@ def new_job_from_pb(msg: pb.NewJob) -> NewJob:
         key=msg.key if msg.HasField("key") else None,
         max_attempts=msg.max_attempts if msg.HasField("max_attempts") else DEFAULT_MAX_ATTEMPTS,
         id=msg.id,
+        result_ttl_s=msg.result_ttl_s if msg.HasField("result_ttl_s") else None,
     )
 
 
@@ -78,6 +98,42 @@ def job_ref(job: Job) -> pb.JobRef:
     return pb.JobRef(id=job.id, token=job.token)
 
 
+def result_to_pb(result: EncodedResult) -> pb.ResultValue:
+    return pb.ResultValue(kind=_KIND_TO_PB[result.kind], data=result.data)
+
+
+def result_from_pb(msg: pb.ResultValue, field: str = "result") -> EncodedResult:
+    """The result a message carries; a kind this release does not know is
+    ``InvalidInput`` naming ``field``."""
+    kind = _KIND_FROM_PB.get(int(msg.kind))
+    if kind is None:
+        raise InvalidInput(f"{msg.kind} is not a result kind", field=f"{field}.kind")
+    return EncodedResult(kind, msg.data)
+
+
+def job_result_to_pb(result: JobResult, value: EncodedResult | None) -> pb.ResultResponse:
+    """The answer to a Result call: ``result`` with its ``value`` (encoded)."""
+    msg = pb.ResultResponse(status=result.status, attempts=result.attempts)
+    if value is not None:
+        msg.value.CopyFrom(result_to_pb(value))
+    if result.error is not None:
+        msg.error = result.error
+    if result.finished_at is not None:
+        msg.finished_at = result.finished_at
+    return msg
+
+
+def job_result_from_pb(msg: pb.ResultResponse) -> JobResult:
+    value = result_from_pb(msg.value, "value").decode() if msg.HasField("value") else None
+    return JobResult(
+        status=msg.status,
+        value=value,
+        error=msg.error if msg.HasField("error") else None,
+        attempts=msg.attempts,
+        finished_at=msg.finished_at if msg.HasField("finished_at") else None,
+    )
+
+
 def stats_to_pb(stats: Stats) -> pb.StatsResponse:
     msg = pb.StatsResponse(
         version=stats.version,
@@ -88,6 +144,8 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         broker_epoch=stats.broker_epoch,
         document_bytes=stats.document_bytes,
         tombstones=stats.tombstones,
+        finished=stats.finished,
+        finished_evicted=stats.finished_evicted,
     )
     for name, q in stats.queues.items():
         entry = msg.queues[name]
@@ -130,4 +188,6 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
         lease_until=msg.lease_until if msg.HasField("lease_until") else None,
         document_bytes=msg.document_bytes,
         tombstones=msg.tombstones,
+        finished=msg.finished,
+        finished_evicted=msg.finished_evicted,
     )

@@ -53,7 +53,10 @@ class Batches:
             **common,
         )
         self.completions: Batcher[pb.JobRef, None] = Batcher(
-            self._holder_sender(lambda s: s.Complete, "complete"), name="complete", **common
+            self._holder_sender(lambda s: s.Complete, "complete"),
+            name="complete",
+            size_of=lambda ref: len(ref.result.data),
+            **common,
         )
         self.releases: Batcher[pb.JobRef, None] = Batcher(
             self._holder_sender(lambda s: s.Release, "release"), name="release", **common

@@ -28,7 +28,7 @@ from contextlib import aclosing
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast
 
-from osqueue.api import Job, NewJob, PushOptions, Stats
+from osqueue.api import Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.client.discovery import BrokerLocation
 from osqueue.client.remote.batches import Batches
 from osqueue.client.remote.config import RemoteConfig
@@ -37,10 +37,13 @@ from osqueue.client.remote.failover import Attempt, Failover, StreamCall
 from osqueue.client.remote.failures import errors_of, holder_result
 from osqueue.client.remote.requests import (
     claim_request,
+    completion_ref,
+    completion_refs,
     dead_request,
     fail_item,
     holder_ref,
     push_message,
+    result_request,
 )
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import OsqueueError, ShuttingDown
@@ -49,7 +52,7 @@ from osqueue.storage.port import Storage
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 from osqueue.wire.auth import bearer_metadata
-from osqueue.wire.convert import job_from_pb, stats_from_pb
+from osqueue.wire.convert import job_from_pb, job_result_from_pb, stats_from_pb
 
 R = TypeVar("R")
 
@@ -214,8 +217,10 @@ class RemoteClient:
         queues: Sequence[str] = ("default",),
         *,
         max_jobs: int = 1,
+        results: Sequence[object] | None = None,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
-        """Complete ``jobs`` and claim up to ``max_jobs`` in one Claim call (one commit).
+        """Complete ``jobs`` (with ``results``, one per job) and claim up to
+        ``max_jobs`` in one Claim call (one commit).
 
         A broker that predates this answers no completion results; the
         completions then go out with Complete.  Retried like a claim; a
@@ -225,14 +230,25 @@ class RemoteClient:
         call; the claim takes at most ``max_claim_jobs``, as :meth:`claim` does."""
         self._check_open()
         limit = self.config.max_batch
+        refs = completion_refs(jobs, results, self.config.max_payload_bytes)
         if len(jobs) > limit:  # the rest go out with Complete, beside this call
             (errors, claimed), more = await asyncio.gather(
-                self.complete_and_claim(jobs[:limit], worker, queues, max_jobs=max_jobs),
-                self.complete_many(jobs[limit:]),
+                self._complete_and_claim(jobs[:limit], refs[:limit], worker, queues, max_jobs),
+                self._complete_refs(refs[limit:]),
             )
             return errors + more, claimed
+        return await self._complete_and_claim(jobs, refs, worker, queues, max_jobs)
+
+    async def _complete_and_claim(
+        self,
+        jobs: Sequence[Job],
+        refs: list[pb.JobRef],
+        worker: str,
+        queues: Sequence[str],
+        max_jobs: int,
+    ) -> tuple[list[OsqueueError | None], list[Job]]:
         request, _ = claim_request(worker, queues, max_jobs, 0.0, self.config.max_claim_jobs)
-        request.complete.extend(holder_ref(job) for job in jobs)
+        request.complete.extend(refs)
         maybe = False
 
         def lost_answer() -> None:
@@ -252,7 +268,7 @@ class RemoteClient:
         )
         claimed = [job_from_pb(job) for job in response.jobs]
         if len(response.completed) != len(jobs):  # an older broker ignored `complete`
-            return await self.complete_many(jobs), claimed
+            return await self._complete_refs(refs), claimed
         outcomes = [
             holder_result("complete", job.id, status, maybe)
             for job, status in zip(jobs, response.completed, strict=True)
@@ -297,9 +313,9 @@ class RemoteClient:
         self._check_open()
         await self.heartbeats.submit(holder_ref(job))
 
-    async def complete(self, job: Job) -> None:
+    async def complete(self, job: Job, *, result: object = None) -> None:
         self._check_open()
-        await self.completions.submit(holder_ref(job))
+        await self.completions.submit(completion_ref(job, result, self.config.max_payload_bytes))
 
     async def release(self, job: Job) -> None:
         self._check_open()
@@ -309,9 +325,17 @@ class RemoteClient:
         self._check_open()
         return errors_of(await self.heartbeats.submit_many([holder_ref(job) for job in jobs]))
 
-    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
+    async def complete_many(
+        self, jobs: Sequence[Job], results: Sequence[object] | None = None
+    ) -> list[OsqueueError | None]:
+        """Complete ``jobs`` (with ``results``, one per job, None for none)."""
         self._check_open()
-        return errors_of(await self.completions.submit_many([holder_ref(job) for job in jobs]))
+        return await self._complete_refs(
+            completion_refs(jobs, results, self.config.max_payload_bytes)
+        )
+
+    async def _complete_refs(self, refs: list[pb.JobRef]) -> list[OsqueueError | None]:
+        return errors_of(await self.completions.submit_many(refs))
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
         self._check_open()
@@ -324,6 +348,27 @@ class RemoteClient:
     async def cancel(self, job_id: str) -> None:
         self._check_open()
         await self.cancels.submit(validate.job_id(job_id, "job_id"))
+
+    async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
+        """How ``job_id`` finished, waiting up to ``wait_s`` (see
+        :meth:`osqueue.api.QueueClient.result`); retried and failed over like a
+        claim, the wait counted once across attempts."""
+        self._check_open()
+        request, wait = result_request(job_id, wait_s)
+        failover = self.failover
+        start = self.clock.monotonic()
+
+        async def attempt(conn: Conn, deadline: float) -> JobResult:
+            request.wait_s = max(0.0, wait - (self.clock.monotonic() - start))
+            response = await conn.stub.Result(
+                request,
+                timeout=failover.attempt_timeout(deadline, request.wait_s),
+                metadata=self._metadata,
+            )
+            return job_result_from_pb(response)
+
+        result, _ = await failover.call(attempt, deadline=failover.deadline(wait))
+        return result
 
     async def _unary(self, attempt: Attempt[R]) -> R:
         """One unary call, retried like every call until the default deadline."""

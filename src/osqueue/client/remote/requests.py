@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from osqueue.api import Job, NewJob
+from osqueue.api import EncodedResult, Job, NewJob
 from osqueue.errors import InvalidInput
 from osqueue.ids import new_id
 from osqueue.state import validate
 from osqueue.wire._pb import queue_pb2 as pb
-from osqueue.wire.convert import job_ref, new_job_to_pb
+from osqueue.wire.convert import job_ref, new_job_to_pb, result_to_pb
 
 
 def push_message(job: NewJob, max_payload_bytes: int) -> pb.NewJob:
@@ -33,6 +33,8 @@ def push_message(job: NewJob, max_payload_bytes: int) -> pb.NewJob:
         )
     job_id = validate.job_id(job.id, "id") if job.id is not None else new_id()
     delay_s = validate.new_job(job.queue, job.priority, job.delay_s, job.key, job.max_attempts)
+    if job.result_ttl_s is not None:
+        validate.seconds(job.result_ttl_s, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
     return new_job_to_pb(job, job_id, payload, delay_s)
 
 
@@ -64,6 +66,42 @@ def holder_ref(job: Job) -> pb.JobRef:
     if not isinstance(job, Job):
         raise InvalidInput(f"must be a claimed Job, not {type(job).__name__}", field="job")
     return job_ref(job)
+
+
+def completion_ref(job: Job, result: object, max_result_bytes: int) -> pb.JobRef:
+    """What a completion sends: the job's reference with its ``result`` encoded
+    (:meth:`EncodedResult.of <osqueue.api.EncodedResult.of>`; None: none), at
+    most ``max_result_bytes``."""
+    ref = holder_ref(job)
+    encoded = EncodedResult.of(result)
+    if encoded is not None:
+        if len(encoded.data) > max_result_bytes:
+            raise InvalidInput(
+                f"is {len(encoded.data)} bytes encoded; at most {max_result_bytes}",
+                field="result",
+            )
+        ref.result.CopyFrom(result_to_pb(encoded))
+    return ref
+
+
+def completion_refs(
+    jobs: Sequence[Job], results: Sequence[object] | None, max_result_bytes: int
+) -> list[pb.JobRef]:
+    """The references of completions of ``jobs`` with ``results`` (one per job)."""
+    if results is None:
+        return [holder_ref(job) for job in jobs]
+    if len(results) != len(jobs):
+        raise InvalidInput(
+            f"{len(results)} results for {len(jobs)} jobs; give one per job", field="results"
+        )
+    return [completion_ref(j, r, max_result_bytes) for j, r in zip(jobs, results, strict=True)]
+
+
+def result_request(job_id: str, wait_s: float) -> tuple[pb.ResultRequest, float]:
+    """A Result call's message, and its wait in seconds."""
+    validate.job_id(job_id, "job_id")
+    wait = validate.seconds(wait_s, "wait_s") or 0.0
+    return pb.ResultRequest(id=job_id, wait_s=wait), wait
 
 
 def fail_item(

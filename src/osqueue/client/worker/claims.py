@@ -148,10 +148,17 @@ class ClaimLoop:
         interrupted by stop: it does not wait); None when stopping (jobs it got are
         released)."""
         assert self._fused is not None
+        done = [ride.job for ride in rides]
+        results = [ride.result for ride in rides]
         try:
-            errors, jobs = await self._fused.complete_and_claim(
-                [ride.job for ride in rides], self._worker_id, self._queues, max_jobs=free
-            )
+            if any(result is not None for result in results):
+                errors, jobs = await self._fused.complete_and_claim(
+                    done, self._worker_id, self._queues, max_jobs=free, results=results
+                )
+            else:  # also for a client that predates results
+                errors, jobs = await self._fused.complete_and_claim(
+                    done, self._worker_id, self._queues, max_jobs=free
+                )
         except BaseException as exc:
             answer_all(rides, Failed(exc) if isinstance(exc, OsqueueError) else SEND_ALONE)
             raise

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from osqueue.api import Job
+from osqueue.api import EncodedResult, Job
 from osqueue.errors import OsqueueError
 
 
@@ -59,6 +59,8 @@ class Ride:
 
     job: Job
     answer: asyncio.Future[RideAnswer]
+    #: the job's result (None: none)
+    result: EncodedResult | None = None
 
 
 class CompletionRelay:
@@ -88,10 +90,11 @@ class CompletionRelay:
         """The worker is stopping: queue no more (what is queued is still taken)."""
         self._closed = True
 
-    def queue(self, job: Job) -> asyncio.Future[RideAnswer]:
-        """Queue ``job``'s completion for the next claim (only while :attr:`open`)."""
+    def queue(self, job: Job, result: EncodedResult | None = None) -> asyncio.Future[RideAnswer]:
+        """Queue ``job``'s completion (with its ``result``) for the next claim (only
+        while :attr:`open`)."""
         answer: asyncio.Future[RideAnswer] = asyncio.get_running_loop().create_future()
-        self._queued.append(Ride(job, answer))
+        self._queued.append(Ride(job, answer, result))
         return answer
 
     def take(self) -> list[Ride]:

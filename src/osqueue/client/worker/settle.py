@@ -1,6 +1,12 @@
 """Settling: a unit's jobs are completed, failed or retried once its handler returned,
 and held jobs are released at shutdown.
 
+A job handler's return value is the job's result (:class:`~osqueue.api.EncodedResult`:
+bytes as they are, str as text, anything else as JSON; None: no result).  A
+value that cannot be kept (not JSON-serialisable, or above the broker's
+limit) is logged and dropped: the job still completes.  A batch handler's
+return value is its per-job errors, so batch jobs complete without results.
+
 A completion rides with the claim loop's next claim when the
 :class:`~osqueue.client.worker.relay.CompletionRelay` is open, and goes out
 with ``complete()`` otherwise (or when the relay answers
@@ -15,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from osqueue.api import Job, QueueClient
+from osqueue.api import EncodedResult, Job, QueueClient
 from osqueue.client.worker.config import WorkerCounters
 from osqueue.client.worker.handlers import BatchHandler, Retry, error_line
 from osqueue.client.worker.relay import CompletionRelay, Failed, RideAnswer, SendAlone, Sent
@@ -26,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Answers to a heartbeat or settle call that mean the job is no longer ours.
 GONE_ERRORS: tuple[type[OsqueueError], ...] = (LeaseLost, JobNotFound)
+#: A completion whose result is larger than this goes out on its own, not with a
+#: claim (a result refused for its size then costs no other job anything).
+RIDE_MAX_RESULT_BYTES = 64 * 1024
 
 
 def note_lost(counters: WorkerCounters, job: Job, exc: OsqueueError) -> None:
@@ -56,13 +65,18 @@ class Settler:
         """Complete or fail the unit's jobs (its slot is already free).  The
         completions are queued on the relay first, to ride with the next claim."""
         results = _per_job_errors(unit, outcome)
+        value = None if isinstance(unit.handler, BatchHandler) else outcome.result
+        kept = _encoded(unit.jobs[0], value) if outcome.error is None else None
         rides = {
-            job.id: self._relay.queue(job)
+            job.id: self._relay.queue(job, kept)
             for job, error in results
-            if error is None and not unit.context.is_lost(job.id) and self._relay.open
+            if error is None
+            and not unit.context.is_lost(job.id)
+            and self._relay.open
+            and (kept is None or len(kept.data) <= RIDE_MAX_RESULT_BYTES)
         }
         await asyncio.gather(
-            *(self._settle_job(unit, job, err, rides.get(job.id)) for job, err in results)
+            *(self._settle_job(unit, job, err, kept, rides.get(job.id)) for job, err in results)
         )
 
     async def _settle_job(
@@ -70,13 +84,14 @@ class Settler:
         unit: Unit,
         job: Job,
         error: BaseException | None,
+        result: EncodedResult | None,
         ride: asyncio.Future[RideAnswer] | None = None,
     ) -> None:
         if unit.context.is_lost(job.id):
             return
         try:
             if error is None:
-                await self._complete(job, ride)
+                await self._complete(job, result, ride)
                 self._counters.processed += 1
             elif isinstance(error, Retry):
                 await self._client.fail(job, error=error_line(error), retry_after_s=error.after_s)
@@ -101,18 +116,31 @@ class Settler:
                 extra={"action": "settle", "job": job.id, "error": error_line(exc)},
             )
 
-    async def _complete(self, job: Job, ride: asyncio.Future[RideAnswer] | None) -> None:
-        """Complete ``job``: with the next claim if it rides there (unless the claim
-        loop answers :class:`SendAlone`), else on its own."""
-        if ride is not None:
-            match await ride:
-                case Sent():
-                    return
-                case Failed(error):
-                    raise error
-                case SendAlone():
-                    pass
-        await self._client.complete(job)
+    async def _complete(
+        self, job: Job, result: EncodedResult | None, ride: asyncio.Future[RideAnswer] | None
+    ) -> None:
+        """Complete ``job`` (with ``result``): with the next claim if it rides there
+        (unless the claim loop answers :class:`SendAlone`), else on its own.  A
+        result the broker refuses is dropped and the job completed without it."""
+        try:
+            if ride is not None:
+                match await ride:
+                    case Sent():
+                        return
+                    case Failed(error):
+                        raise error
+                    case SendAlone():
+                        pass
+            if result is None:
+                await self._client.complete(job)
+            else:
+                await self._client.complete(job, result=result)
+        except InvalidInput as exc:
+            field = exc.field or ""
+            if result is None or not (field.startswith("result") or ".result" in field):
+                raise
+            _dropped(job, exc)
+            await self._client.complete(job)
 
     async def release(self, jobs: list[Job]) -> None:
         """Give ``jobs`` back untouched (no attempt counted) so another worker takes them."""
@@ -135,6 +163,26 @@ class Settler:
             "released held jobs",
             extra={"action": "release", "worker": self._worker_id, "count": len(jobs)},
         )
+
+
+def _encoded(job: Job, value: object) -> EncodedResult | None:
+    """A handler's return value as the job's result; None (and a warning) if it
+    cannot be one."""
+    try:
+        return EncodedResult.of(value)
+    except InvalidInput as exc:
+        _dropped(job, exc)
+        return None
+
+
+def _dropped(job: Job, exc: OsqueueError) -> None:
+    log.warning(
+        "job %s: its handler's return value cannot be kept as its result; "
+        "completing it without one: %s",
+        job.id,
+        exc.message,
+        extra={"action": "result_dropped", "job": job.id, "error": exc.message},
+    )
 
 
 def _per_job_errors(unit: Unit, outcome: Outcome) -> list[tuple[Job, BaseException | None]]:

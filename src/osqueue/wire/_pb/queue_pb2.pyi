@@ -124,6 +124,32 @@ REASON_CORRUPT_DOCUMENT: Reason.ValueType  # 14
 REASON_STORAGE_ERROR: Reason.ValueType  # 15
 Global___Reason: _TypeAlias = Reason  # noqa: Y015
 
+class _ResultKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResultKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResultKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESULT_KIND_UNSPECIFIED: _ResultKind.ValueType  # 0
+    RESULT_KIND_BYTES: _ResultKind.ValueType  # 1
+    """as they are"""
+    RESULT_KIND_TEXT: _ResultKind.ValueType  # 2
+    """UTF-8 text"""
+    RESULT_KIND_JSON: _ResultKind.ValueType  # 3
+    """a JSON value"""
+
+class ResultKind(_ResultKind, metaclass=_ResultKindEnumTypeWrapper):
+    """How a result's bytes are to be read."""
+
+RESULT_KIND_UNSPECIFIED: ResultKind.ValueType  # 0
+RESULT_KIND_BYTES: ResultKind.ValueType  # 1
+"""as they are"""
+RESULT_KIND_TEXT: ResultKind.ValueType  # 2
+"""UTF-8 text"""
+RESULT_KIND_JSON: ResultKind.ValueType  # 3
+"""a JSON value"""
+Global___ResultKind: _TypeAlias = ResultKind  # noqa: Y015
+
 @_typing.final
 class Status(_message.Message):
     """The outcome of one item, or (in the `osqueue-status-bin` trailer) of a call."""
@@ -180,6 +206,7 @@ class NewJob(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    RESULT_TTL_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Chosen by the client (a ULID) before the first send; required."""
     queue: _builtins.str
@@ -189,6 +216,11 @@ class NewJob(_message.Message):
     max_attempts: _builtins.int
     """Unset means the broker's default (5)."""
     payload: _builtins.bytes
+    result_ttl_s: _builtins.float
+    """How long the job's result (and how it finished) is kept after it
+    finishes.  Unset: the broker's result_ttl_s.  (Numbered from 20 on: the
+    results fields.)
+    """
     def __init__(
         self,
         *,
@@ -199,19 +231,24 @@ class NewJob(_message.Message):
         key: _builtins.str | None = ...,
         max_attempts: _builtins.int | None = ...,
         payload: _builtins.bytes = ...,
+        result_ttl_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "key", b"key", "max_attempts", b"max_attempts"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "key", b"key", "max_attempts", b"max_attempts", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "delay_s", b"delay_s", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "delay_s", b"delay_s", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__result_ttl_s: _TypeAlias = _typing.Literal["result_ttl_s"]  # noqa: Y015
+    _WhichOneofArgType__result_ttl_s: _TypeAlias = _typing.Literal["_result_ttl_s", b"_result_ttl_s"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__result_ttl_s) -> _WhichOneofReturnType__result_ttl_s | None: ...
 
 Global___NewJob: _TypeAlias = NewJob  # noqa: Y015
 
@@ -400,21 +437,122 @@ class JobRef(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     token: _builtins.int
+    @_builtins.property
+    def result(self) -> Global___ResultValue:
+        """Complete (and ClaimRequest.complete) only: the job's result.  A broker
+        that predates results ignores it (the job completes without one).
+        """
+
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         token: _builtins.int = ...,
+        result: Global___ResultValue | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "result", b"result", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobRef: _TypeAlias = JobRef  # noqa: Y015
+
+@_typing.final
+class ResultValue(_message.Message):
+    """A job's result: what its handler returned, encoded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    kind: Global___ResultKind.ValueType
+    data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        kind: Global___ResultKind.ValueType = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResultValue: _TypeAlias = ResultValue  # noqa: Y015
+
+@_typing.final
+class ResultRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    WAIT_S_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    wait_s: _builtins.float
+    """Wait up to this long for the job to finish (0: answer at once)."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        wait_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "wait_s", b"wait_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResultRequest: _TypeAlias = ResultRequest  # noqa: Y015
+
+@_typing.final
+class ResultResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    status: _builtins.str
+    """"done", "dead" or "cancelled"; or, when the wait ran out first, the job's
+    live status ("queued", "claimed", ...).
+    """
+    error: _builtins.str
+    """A dead job's last error."""
+    attempts: _builtins.int
+    finished_at: _builtins.float
+    """Broker time the job finished, seconds since the Unix epoch."""
+    @_builtins.property
+    def value(self) -> Global___ResultValue:
+        """A done job's result, if its completion carried one."""
+
+    def __init__(
+        self,
+        *,
+        status: _builtins.str = ...,
+        value: Global___ResultValue | None = ...,
+        error: _builtins.str | None = ...,
+        attempts: _builtins.int = ...,
+        finished_at: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "_finished_at", b"_finished_at", "error", b"error", "finished_at", b"finished_at", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "_finished_at", b"_finished_at", "attempts", b"attempts", "error", b"error", "finished_at", b"finished_at", "status", b"status", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error: _TypeAlias = _typing.Literal["error"]  # noqa: Y015
+    _WhichOneofArgType__error: _TypeAlias = _typing.Literal["_error", b"_error"]  # noqa: Y015
+    _WhichOneofReturnType__finished_at: _TypeAlias = _typing.Literal["finished_at"]  # noqa: Y015
+    _WhichOneofArgType__finished_at: _TypeAlias = _typing.Literal["_finished_at", b"_finished_at"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error) -> _WhichOneofReturnType__error | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__finished_at) -> _WhichOneofReturnType__finished_at | None: ...
+
+Global___ResultResponse: _TypeAlias = ResultResponse  # noqa: Y015
 
 @_typing.final
 class JobRefsRequest(_message.Message):
@@ -612,6 +750,8 @@ class StatsResponse(_message.Message):
     LEASE_UNTIL_FIELD_NUMBER: _builtins.int
     DOCUMENT_BYTES_FIELD_NUMBER: _builtins.int
     TOMBSTONES_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
+    FINISHED_EVICTED_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     pushed: _builtins.int
     completed: _builtins.int
@@ -623,6 +763,11 @@ class StatsResponse(_message.Message):
     lease_until: _builtins.float
     document_bytes: _builtins.int
     tombstones: _builtins.int
+    finished: _builtins.int
+    """Jobs the record of finished jobs holds, and those it dropped before
+    their TTL to stay under its caps.
+    """
+    finished_evicted: _builtins.int
     @_builtins.property
     def queues(self) -> _containers.MessageMap[_builtins.str, Global___QueueStats]: ...
     def __init__(
@@ -640,10 +785,12 @@ class StatsResponse(_message.Message):
         lease_until: _builtins.float | None = ...,
         document_bytes: _builtins.int = ...,
         tombstones: _builtins.int = ...,
+        finished: _builtins.int = ...,
+        finished_evicted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_id", b"broker_id", "lease_until", b"lease_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "claimed", b"claimed", "completed", b"completed", "dead", b"dead", "document_bytes", b"document_bytes", "lease_until", b"lease_until", "pushed", b"pushed", "queues", b"queues", "tombstones", b"tombstones", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address", "_broker_id", b"_broker_id", "_lease_until", b"_lease_until", "broker_address", b"broker_address", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "claimed", b"claimed", "completed", b"completed", "dead", b"dead", "document_bytes", b"document_bytes", "finished", b"finished", "finished_evicted", b"finished_evicted", "lease_until", b"lease_until", "pushed", b"pushed", "queues", b"queues", "tombstones", b"tombstones", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__broker_address: _TypeAlias = _typing.Literal["broker_address"]  # noqa: Y015
     _WhichOneofArgType__broker_address: _TypeAlias = _typing.Literal["_broker_address", b"_broker_address"]  # noqa: Y015

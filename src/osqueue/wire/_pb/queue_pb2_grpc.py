@@ -89,6 +89,11 @@ class QueueStub:
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
                 response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
                 _registered_method=True)
+        self.Result = channel.unary_unary(
+                '/osqueue.v1.Queue/Result',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.ResultRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.ResultResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -126,7 +131,7 @@ class QueueServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Complete(self, request, context):
-        """Mark claimed jobs done.
+        """Mark claimed jobs done (each with its result, if it carries one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -169,6 +174,15 @@ class QueueServicer:
 
     def PurgeDead(self, request, context):
         """Delete dead-lettered jobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Result(self, request, context):
+        """How a job finished, waiting up to wait_s for it to finish (long poll: the
+        answer comes with the commit that finishes it).  An unknown or expired id
+        fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,6 +245,11 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.PurgeDead,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.FromString,
                     response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
+            ),
+            'Result': grpc.unary_unary_rpc_method_handler(
+                    servicer.Result,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.ResultRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.ResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -530,6 +549,33 @@ class Queue:
             '/osqueue.v1.Queue/PurgeDead',
             osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
             osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Result(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/Result',
+            osqueue_dot_v1_dot_queue__pb2.ResultRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.ResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,7 +58,7 @@ class QueueStub:
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]
     """Extend claims (the broker stamps its own time)."""
     Complete: _grpc.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]
-    """Mark claimed jobs done."""
+    """Mark claimed jobs done (each with its result, if it carries one)."""
     Fail: _grpc.UnaryUnaryMultiCallable[_queue_pb2.FailRequest, _queue_pb2.ResultsResponse]
     """Fail claimed jobs: retry later, or dead-letter at max_attempts."""
     Release: _grpc.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]
@@ -71,6 +71,11 @@ class QueueStub:
     """Put dead-lettered jobs back in their queues."""
     PurgeDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]
     """Delete dead-lettered jobs."""
+    Result: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ResultRequest, _queue_pb2.ResultResponse]
+    """How a job finished, waiting up to wait_s for it to finish (long poll: the
+    answer comes with the commit that finishes it).  An unknown or expired id
+    fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
+    """
 
 @_typing.type_check_only
 class QueueAsyncStub(QueueStub):
@@ -89,7 +94,7 @@ class QueueAsyncStub(QueueStub):
     Heartbeat: _aio.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]  # type: ignore[assignment]
     """Extend claims (the broker stamps its own time)."""
     Complete: _aio.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]  # type: ignore[assignment]
-    """Mark claimed jobs done."""
+    """Mark claimed jobs done (each with its result, if it carries one)."""
     Fail: _aio.UnaryUnaryMultiCallable[_queue_pb2.FailRequest, _queue_pb2.ResultsResponse]  # type: ignore[assignment]
     """Fail claimed jobs: retry later, or dead-letter at max_attempts."""
     Release: _aio.UnaryUnaryMultiCallable[_queue_pb2.JobRefsRequest, _queue_pb2.ResultsResponse]  # type: ignore[assignment]
@@ -102,6 +107,11 @@ class QueueAsyncStub(QueueStub):
     """Put dead-lettered jobs back in their queues."""
     PurgeDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
     """Delete dead-lettered jobs."""
+    Result: _aio.UnaryUnaryMultiCallable[_queue_pb2.ResultRequest, _queue_pb2.ResultResponse]  # type: ignore[assignment]
+    """How a job finished, waiting up to wait_s for it to finish (long poll: the
+    answer comes with the commit that finishes it).  An unknown or expired id
+    fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
+    """
 
 class QueueServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -147,7 +157,7 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         request: _queue_pb2.JobRefsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.ResultsResponse, _abc.Awaitable[_queue_pb2.ResultsResponse]]:
-        """Mark claimed jobs done."""
+        """Mark claimed jobs done (each with its result, if it carries one)."""
 
     @_abc_1.abstractmethod
     def Fail(
@@ -196,5 +206,16 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
         """Delete dead-lettered jobs."""
+
+    @_abc_1.abstractmethod
+    def Result(
+        self,
+        request: _queue_pb2.ResultRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ResultResponse, _abc.Awaitable[_queue_pb2.ResultResponse]]:
+        """How a job finished, waiting up to wait_s for it to finish (long poll: the
+        answer comes with the commit that finishes it).  An unknown or expired id
+        fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
+        """
 
 def add_QueueServicer_to_server(servicer: QueueServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
