@@ -112,6 +112,17 @@ def broker(
             rich_help_panel=_BROKER,
         ),
     ] = 3600.0,
+    result_ttl_s: Annotated[
+        float,
+        typer.Option(
+            "--result-ttl-s",
+            envvar="OSQUEUE_RESULT_TTL_S",
+            min=0.0,
+            help="Keep a finished job's result (and how it finished) this long, unless its"
+            " push says (0: keep none).",
+            rich_help_panel=_BROKER,
+        ),
+    ] = 3600.0,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
@@ -122,6 +133,7 @@ def broker(
         heartbeat_timeout_s=heartbeat_timeout_s,
         drain_timeout_s=drain_timeout_s,
         payload_sweep_interval_s=payload_sweep_s or None,
+        result_ttl_s=result_ttl_s,
     )
 
     def announce(server: BrokerServer) -> None:
