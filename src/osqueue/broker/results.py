@@ -90,19 +90,37 @@ class ResultObjects:
             raise InvalidInput(
                 f"{len(results)} results for {len(jobs)} jobs; give one per job", field="results"
             )
-        ops: list[Complete | OsqueueError] = []
+        if results is None:
+            return [Complete(job.id, job.token) for job in jobs]
+        outcomes = await self._all_data(jobs, results)
+        return [
+            outcome if isinstance(outcome, OsqueueError) else Complete(job.id, job.token, outcome)
+            for job, outcome in zip(jobs, outcomes, strict=True)
+        ]
+
+    async def _all_data(
+        self, jobs: Sequence[Job], results: Sequence[object]
+    ) -> list[ResultData | OsqueueError | None]:
+        """Each job's result (:meth:`data`), the uploads made concurrently.  If the
+        caller is cancelled meanwhile, the objects that landed are left to the sweep."""
+        tasks = [
+            asyncio.ensure_future(self._data_or_error(job.id, result))
+            for job, result in zip(jobs, results, strict=True)
+        ]
         try:
-            for i, job in enumerate(jobs):
-                try:
-                    data = await self.data(job.id, results[i] if results is not None else None)
-                except OsqueueError as exc:
-                    ops.append(exc)
-                    continue
-                ops.append(Complete(job.id, job.token, data))
-        except BaseException:  # cancelled mid-upload: nothing was submitted
-            self.answered(_refs(ops))
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            landed = await asyncio.gather(*tasks, return_exceptions=True)
+            self.answered(d.ref for d in landed if isinstance(d, ResultData))
             raise
-        return ops
+
+    async def _data_or_error(self, job_id: str, result: object) -> ResultData | OsqueueError | None:
+        try:
+            return await self.data(job_id, result)
+        except OsqueueError as exc:
+            return exc
 
     async def submit(
         self,
