@@ -109,8 +109,9 @@ class MetricsEndpoint:
         self._registry = registry
         self._host, self._port = split_host_port(listen, "metrics_listen")
         self._server: asyncio.Server | None = None
-        self._requests: set[asyncio.Task[object]] = set()
-        #: ``host:port`` it listens on, once started
+        #: the connections being answered (closed by :meth:`close`)
+        self._requests: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        #: ``host:port`` it listens on, from :meth:`start` until :meth:`close`
         self.address: str | None = None
 
     async def start(self) -> None:
@@ -134,11 +135,12 @@ class MetricsEndpoint:
         server, self._server = self._server, None
         if server is None:
             return
+        self.address = None
         server.close()
-        requests = list(self._requests)
-        for task in requests:
-            task.cancel()
-        await asyncio.gather(*requests, return_exceptions=True)
+        requests = list(self._requests.items())
+        for _, writer in requests:
+            writer.close()  # its read or write fails, and the request ends
+        await asyncio.gather(*(task for task, _ in requests), return_exceptions=True)
         await server.wait_closed()
 
     async def __aenter__(self) -> MetricsEndpoint:
@@ -151,9 +153,9 @@ class MetricsEndpoint:
     # ------------------------------------------------------------------ requests
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
+        task: asyncio.Task[None] | None = asyncio.current_task()  # type: ignore[assignment]
         assert task is not None
-        self._requests.add(task)
+        self._requests[task] = writer
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
             writer.write(self._respond(head).encode())
@@ -165,7 +167,7 @@ class MetricsEndpoint:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
         finally:
-            self._requests.discard(task)
+            self._requests.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
