@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from osqueue.address import join_host_port, split_host_port
 from osqueue.errors import MissingExtra
@@ -110,7 +111,7 @@ class MetricsEndpoint:
         self._host, self._port = split_host_port(listen, "metrics_listen")
         self._server: asyncio.Server | None = None
         #: the connections being answered (closed by :meth:`close`)
-        self._requests: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._requests: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         #: ``host:port`` it listens on, from :meth:`start` until :meth:`close`
         self.address: str | None = None
 
@@ -153,7 +154,7 @@ class MetricsEndpoint:
     # ------------------------------------------------------------------ requests
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task: asyncio.Task[None] | None = asyncio.current_task()  # type: ignore[assignment]
+        task = asyncio.current_task()
         assert task is not None
         self._requests[task] = writer
         try:
