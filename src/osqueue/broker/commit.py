@@ -212,13 +212,14 @@ class CommitLoop:
                 await self._retry.wait(attempt, exc)
                 attempt += 1
             else:
+                seconds = self._clock.monotonic() - started
                 self._committed(t, etag, futures, len(data))
-                self._record(batch, t, started)
+                self._record(batch, t, seconds)  # once its ops are answered
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
-                landed = self._settle(verdict, sent, futures, maybe)
-                self._record(batch, landed, started)
+                seconds = self._clock.monotonic() - started
+                self._record(batch, self._settle(verdict, sent, futures, maybe), seconds)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
 
@@ -246,15 +247,16 @@ class CommitLoop:
         answer_all(futures, error)
         return error
 
-    def _record(self, batch: list[Op], outcome: Transition | OsqueueError, started: float) -> None:
-        """Record a batch's commit (or the error its ops got) for the metrics, if on."""
+    def _record(self, batch: list[Op], outcome: Transition | OsqueueError, seconds: float) -> None:
+        """Record a batch's commit that took ``seconds`` (or the error its ops got,
+        when it did not commit) for the metrics, if they are on."""
         records = self._counters.records
         if records is None:
             return
         if isinstance(outcome, OsqueueError):
             records.answered(batch, type(outcome))
         else:
-            records.commit(batch, outcome.results, self._clock.monotonic() - started)
+            records.commit(batch, outcome.results, seconds)
 
     def _committed(self, t: Transition, etag: str, futures: Futures, size: int) -> None:
         self._lease.wrote(t.doc, etag)
