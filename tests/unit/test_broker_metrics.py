@@ -29,7 +29,7 @@ from osqueue.state import DOCUMENT_KEY, Heartbeat
 from osqueue.storage import MemoryStorage
 from osqueue.storage.port import Storage
 
-QUEUE_GAUGES = ("depth", "ready", "delayed", "claimed", "dead")
+QUEUE_GAUGES = ("depth", "ready", "delayed", "claimed", "dead", "spilled")
 
 
 def config(**kw: object) -> osqueue.BrokerConfig:
@@ -155,7 +155,7 @@ async def test_a_scrape_counts_the_ops_and_shows_every_queue_as_stats_does() -> 
     # The queues and the document: what stats() answers, at the same (manual) time.
     assert set(stats.queues) == {"emails", "reports"}
     for name, qs in stats.queues.items():
-        expected = (qs.depth, qs.depth - qs.delayed, qs.delayed, qs.claimed, qs.dead)
+        expected = (qs.depth, qs.depth - qs.delayed, qs.delayed, qs.claimed, qs.dead, qs.spilled)
         got = tuple(value(after, f"osqueue_queue_{g}", queue=name) for g in QUEUE_GAUGES)
         assert got == expected, name
         oldest = value(after, "osqueue_queue_oldest_waiting_seconds", queue=name)

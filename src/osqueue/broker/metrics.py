@@ -49,18 +49,20 @@ from osqueue.state import (
     Document,
     Fail,
     Heartbeat,
+    Load,
     MarkArchived,
     PurgeDead,
     Push,
     Release,
     RestartHeartbeats,
     RetryDead,
+    Spill,
     stats_of,
 )
 
 __all__ = ["BrokerCollector"]
 
-#: The ``kind`` label of each op type (the last two are the broker's own ops).
+#: The ``kind`` label of each op type (from ``mark_archived`` on: the broker's own ops).
 OP_KINDS: dict[type, str] = {
     Push: "push",
     ClaimOp: "claim",
@@ -73,6 +75,8 @@ OP_KINDS: dict[type, str] = {
     PurgeDead: "purge_dead",
     MarkArchived: "mark_archived",
     RestartHeartbeats: "restart_heartbeats",
+    Spill: "spill",
+    Load: "load",
 }
 #: Shown from the first scrape (at 0), so that ``rate()`` sees the first op.
 _CLIENT_KINDS = ("push", "claim", "heartbeat", "complete", "fail", "release", "cancel")
@@ -255,11 +259,12 @@ class BrokerCollector:
             value=stats.completed,
         )
         families = {
-            "depth": "Jobs queued (ready and delayed).",
-            "ready": "Jobs claimable now.",
+            "depth": "Jobs queued (ready and delayed), those in segment objects included.",
+            "ready": "Jobs queued and not delayed, those in segment objects included.",
             "delayed": "Jobs queued with a delay or a retry backoff still running.",
             "claimed": "Jobs held by workers.",
             "dead": "Jobs that ran out of attempts (dead letters).",
+            "spilled": "Jobs queued in segment objects (a deep backlog), out of depth.",
         }
         gauges = {
             name: GaugeMetricFamily(f"osqueue_queue_{name}", text, labels=["queue"])
@@ -271,7 +276,7 @@ class BrokerCollector:
             labels=["queue"],
         )
         for queue, q in stats.queues.items():
-            values = (q.depth, q.depth - q.delayed, q.delayed, q.claimed, q.dead)
+            values = (q.depth, q.depth - q.delayed, q.delayed, q.claimed, q.dead, q.spilled)
             for gauge, value in zip(gauges.values(), values, strict=True):
                 gauge.add_metric([queue], value)
             oldest.add_metric([queue], q.oldest_age_s or 0.0)
