@@ -605,6 +605,36 @@ def test_broker_serves_metrics_while_it_runs(qdir: Path, procs: list[Proc]) -> N
 
 
 @pytest.mark.slow
+def test_worker_serves_metrics_while_it_runs(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    start_broker(procs, handlers_dir, qdir)
+    subprocess.run([*OSQUEUE, "push", url_of(qdir), "--data", "w"], check=True, timeout=TIMEOUT_S)
+    worker = spawn(
+        procs,
+        handlers_dir,
+        "work",
+        url_of(qdir),
+        "-H",
+        "cli_handlers:blocking",
+        "--shutdown-grace-period-s",
+        "0.2",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    metrics = worker.expect(worker.err, r"metrics at (http://127\.0\.0\.1:\d+/metrics)")
+    worker.expect(worker.out, r"started ")  # the handler holds the job
+    with urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S) as answer:
+        body = answer.read().decode()
+    assert "osqueue_worker_slots_busy 1.0" in body
+    assert 'osqueue_worker_claimed_jobs_total{queue="default"} 1.0' in body
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S)
+
+
+@pytest.mark.slow
 def test_sigterm_on_a_worker_releases_what_it_holds(
     qdir: Path, handlers_dir: Path, procs: list[Proc]
 ) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from osqueue.address import join_host_port, split_host_port
-from osqueue.errors import MissingExtra
+from osqueue.errors import InvalidInput, MissingExtra
 from osqueue.metrics.histogram import Histogram
 
 try:
@@ -119,9 +119,13 @@ class MetricsEndpoint:
         """Listen (the port is bound when this returns)."""
         if self._server is not None:
             return
-        server = await asyncio.start_server(
-            self._serve, self._host, self._port, limit=_MAX_HEAD_BYTES
-        )
+        try:
+            server = await asyncio.start_server(
+                self._serve, self._host, self._port, limit=_MAX_HEAD_BYTES
+            )
+        except OSError as exc:  # in use, or not an address of this machine
+            where = join_host_port(self._host, self._port)
+            raise InvalidInput(f"cannot listen on {where}: {exc}", field="metrics_listen") from exc
         self._server = server
         port = server.sockets[0].getsockname()[1]
         self.address = join_host_port(self._host, port)
