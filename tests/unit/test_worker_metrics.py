@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from osqueue.api import Job, NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.client.worker import Retry, Worker, WorkerConfig
 from osqueue.clock import ManualClock
-from osqueue.errors import InvalidInput
+from osqueue.errors import InvalidInput, MissingExtra
 from osqueue.ids import new_id
 
 JOBS = "osqueue_worker_jobs_total"
@@ -225,3 +226,15 @@ def test_metrics_listen_must_be_host_port() -> None:
     with pytest.raises(InvalidInput) as caught:
         WorkerConfig(metrics_listen="9100")
     assert caught.value.field == "metrics_listen"
+
+
+def test_without_the_extra_metrics_listen_is_a_clear_error(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    for name in ("osqueue.metrics.exposition", "osqueue.client.worker.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(MissingExtra) as caught:
+        env.worker(lambda job: None)
+    assert "pip install 'osqueue[metrics]'" in str(caught.value)
+    env.worker(lambda job: None, metrics_listen=None)  # no endpoint: no need
