@@ -76,7 +76,7 @@ class PayloadSweeper:
             try:
                 suspects = await self.sweep_once(suspects)
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("payload_sweep")
                 log.warning(
                     "%s sweep failed; trying again in %gs: %s",
                     self.what,
