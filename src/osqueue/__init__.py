@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from osqueue.api import Job, NewJob, QueueClient, QueueStats, Stats
+from osqueue.api import EncodedResult, Job, JobResult, NewJob, QueueClient, QueueStats, Stats
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.broker.local import LocalClient
 from osqueue.errors import (
@@ -71,9 +71,11 @@ __all__ = [
     "CorruptDocument",
     "DocumentGone",
     "DuplicateKey",
+    "EncodedResult",
     "InvalidInput",
     "Job",
     "JobNotFound",
+    "JobResult",
     "LeaseLost",
     "LocalClient",
     "MaybeCommitted",
