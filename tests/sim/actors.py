@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from osqueue.api import Job, NewJob
+from osqueue.api import EncodedResult, Job, NewJob
 from osqueue.broker import Broker, BrokerConfig, State
 from osqueue.broker.local import LocalClient
 from osqueue.errors import (
@@ -33,6 +33,7 @@ from osqueue.errors import (
 from osqueue.state import BrokerInfo
 from sim.history import Kind
 from sim.node import Gate, NodeClock
+from sim.results import sim_result
 from sim.store import DOCUMENT_KEY, NodeStorage
 
 if TYPE_CHECKING:
@@ -410,7 +411,10 @@ class Worker(Client):
         elif sim.rng.random() < 0.5:  # the worker runtime's way: settle and claim in one commit
             return await self._complete_and_claim(job)
         else:
-            await self._holder_call(job, Kind.COMPLETE_OK, lambda c: c.complete(job))
+            result = sim_result(job.id, job.token)
+            await self._holder_call(
+                job, Kind.COMPLETE_OK, lambda c: c.complete(job, result=result), result
+            )
         return []
 
     async def _complete_and_claim(self, job: Job) -> list[Job]:
@@ -418,11 +422,16 @@ class Worker(Client):
         sim = self.sim
         give_up = self.clock.monotonic() + sim.cfg.heartbeat_timeout_s
         attempt = 0
+        result = sim_result(job.id, job.token)
         while True:
             try:
                 (errors, jobs), seq = await self.call(
                     lambda c: c.complete_and_claim(
-                        [job], self.name, sim.cfg.queues, max_jobs=sim.cfg.claim_max
+                        [job],
+                        self.name,
+                        sim.cfg.queues,
+                        max_jobs=sim.cfg.claim_max,
+                        results=[result],
                     )
                 )
             except NotFound:  # a claimed job's payload object vanished (see run)
@@ -437,9 +446,15 @@ class Worker(Client):
             break
         (error,) = errors
         if error is None:
-            sim.history.add(sim.now(), Kind.COMPLETE_OK, self.name, job.id, job.token, seq=seq)
+            sim.history.add(
+                sim.now(), Kind.COMPLETE_OK, self.name, job.id, job.token, seq=seq, result=result
+            )
         elif isinstance(error, LeaseLost):
             sim.history.add(sim.now(), Kind.LEASE_LOST, self.name, job.id, job.token)
+        elif isinstance(error, Retryable):  # its result object was not stored: not applied
+            await self._holder_call(
+                job, Kind.COMPLETE_OK, lambda c: c.complete(job, result=result), result
+            )
         else:
             sim.unexpected(f"complete_and_claim of {job.id} answered {error!r}")
         for claimed in jobs:
@@ -447,7 +462,11 @@ class Worker(Client):
         return jobs
 
     async def _holder_call(
-        self, job: Job, kind: Kind, fn: Callable[[LocalClient], Awaitable[None]]
+        self,
+        job: Job,
+        kind: Kind,
+        fn: Callable[[LocalClient], Awaitable[None]],
+        result: EncodedResult | None = None,
     ) -> bool | None:
         """True: accepted.  False: LeaseLost.  None: gave up (the job will be reclaimed)."""
         sim = self.sim
@@ -465,5 +484,5 @@ class Worker(Client):
                 await self.backoff(attempt)
                 attempt += 1
                 continue
-            sim.history.add(sim.now(), kind, self.name, job.id, job.token, seq=seq)
+            sim.history.add(sim.now(), kind, self.name, job.id, job.token, seq=seq, result=result)
             return True

@@ -16,7 +16,9 @@ The history has two halves:
 * I2: no job appears that was never pushed; a job exists once (never
   re-created, never revived after it left the document, archived at most once);
 * I3: at most one completion is accepted per job, and what the archive holds
-  was completed in a version that really landed, under that token;
+  was completed in a version that really landed, under that token; a
+  completed job's result is kept until its TTL, exactly as its accepted
+  completion carried it (``result-kept``, :mod:`sim.results`);
 * I4: a claim token is handed out once; a job's token only moves forward; a
   stale token never completes, heartbeats or fails a job;
 * I5: every version that landed decodes and ``version`` strictly increases.
@@ -31,6 +33,7 @@ from enum import Enum
 
 import msgspec
 
+from osqueue.api import EncodedResult
 from osqueue.errors import CorruptDocument
 from osqueue.state import Document, decode
 from sim.store import Landed
@@ -58,6 +61,8 @@ class Event:
     actor: str
     job: str
     token: int = 0
+    #: COMPLETE_OK: the result the completion carried
+    result: EncodedResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +94,16 @@ class History:
         return self._seq
 
     def add(
-        self, at: float, kind: Kind, actor: str, job: str, token: int = 0, seq: int = 0
+        self,
+        at: float,
+        kind: Kind,
+        actor: str,
+        job: str,
+        token: int = 0,
+        seq: int = 0,
+        result: EncodedResult | None = None,
     ) -> None:
-        self.events.append(Event(seq or self.stamp(), at, kind, actor, job, token))
+        self.events.append(Event(seq or self.stamp(), at, kind, actor, job, token, result))
 
     def of(self, kind: Kind) -> list[Event]:
         return [e for e in self.events if e.kind is kind]
@@ -108,6 +120,8 @@ class Outcome:
     archive: list[ArchiveRecord]
     #: the keys under payloads/ at the end
     payload_objects: frozenset[str] = frozenset()
+    #: the objects under results/ at the end, by key
+    result_objects: dict[str, bytes] = field(default_factory=dict)
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)
@@ -135,6 +149,9 @@ def check(history: History, landed: list[Landed], outcome: Outcome) -> list[Viol
     _check_counters(history, outcome, out)
     _check_no_loss(history, docs, outcome, out)
     _check_payloads(outcome, out)
+    from sim.results import check_results  # the rule's module names this one's types
+
+    out += check_results(history, docs, outcome.result_objects)
     return out
 
 

@@ -37,6 +37,7 @@ from sim.actors import BrokerNode, Producer, Worker
 from sim.config import SimConfig, config_for
 from sim.history import History, Kind, Outcome, Violation, check, parse_archive
 from sim.loop import SimulationStuck, run_virtual
+from sim.results import sim_ttl
 from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
@@ -174,6 +175,7 @@ class Sim:
                     key=key,
                     max_attempts=4 if poison else cfg.max_attempts,
                     id=job_id,
+                    result_ttl_s=sim_ttl(job_id),
                 )
             )
         return jobs
@@ -381,7 +383,8 @@ class Sim:
         with contextlib.suppress(OsqueueError):
             final = decode((await inner.read(DOCUMENT_KEY)).data)
         payloads = frozenset(await inner.list("payloads/"))
-        self.outcome = Outcome(final, parse_archive(objects), payloads)
+        results = {key: await inner.get(key) for key in await inner.list("results/")}
+        self.outcome = Outcome(final, parse_archive(objects), payloads, results)
 
     def report(self) -> Report:
         outcome = getattr(self, "outcome", None)

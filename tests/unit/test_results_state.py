@@ -29,7 +29,7 @@ from osqueue.state import (
     finished,
     transition,
 )
-from osqueue.state.finished import PRUNE_SLACK_S, FinishedJob
+from osqueue.state.finished_jobs import PRUNE_SLACK_S, FinishedJob
 from osqueue.state.results import answer
 
 T0 = 1_800_000_000.0

@@ -3,7 +3,7 @@
 A completion whose result is above ``result_inline_max_bytes`` stores it
 first, as an object of its own (``results/<job id>=<upload id>``: every
 upload has a key of its own), and the completion carries the reference; the
-record of finished jobs keeps it (:mod:`osqueue.state.finished`).  The object
+record of finished jobs keeps it (:mod:`osqueue.state.finished_jobs`).  The object
 is read back by ``result()``.
 
 Objects nothing references are deleted by the orphan sweep

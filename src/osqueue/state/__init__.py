@@ -1,7 +1,7 @@
 """The queue document and its transitions: pure values and functions, no I/O.
 
 How jobs finished, and their results, are kept in the record of finished jobs
-(:mod:`~osqueue.state.finished`); :func:`finished` answers from it
+(:mod:`~osqueue.state.finished_jobs`); :func:`finished` answers from it
 (:mod:`~osqueue.state.results`).
 
 Deep backlogs live in segment objects the document references: the model and
@@ -13,7 +13,7 @@ in :mod:`~osqueue.state.planning`.
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document
-from osqueue.state.finished import RESULT_PREFIX, FinishedJob, FinishedRecord, ResultData
+from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord, ResultData
 from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,

@@ -15,7 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.document import Document, parse_second
-from osqueue.state.finished import RESULT_PREFIX, FinishedJob, FinishedRecord
+from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.model import (
     READABLE_FORMATS,
     BrokerInfo,

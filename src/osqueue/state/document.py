@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from osqueue.state.finished import FinishedRecord
+from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, PLAIN_FORMAT, BrokerInfo, Counters, Header, StoredJob
@@ -106,7 +106,7 @@ class Document:
         self.index = index if index is not None else Index.build(self.jobs.values())
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
-        #: the record of finished jobs and their results (:mod:`osqueue.state.finished`)
+        #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")

@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from osqueue.state.finished import FinishedJob
+from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
 
 #: The newest format this osqueue writes.  Format 3 adds the segment references

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
-from osqueue.state.finished import ResultData
+from osqueue.state.finished_jobs import ResultData
 from osqueue.state.model import BrokerInfo, SegmentRef, StoredJob
 from osqueue.state.validate import MAX_ERROR_CHARS
 
@@ -41,7 +41,7 @@ class Policy:
     #: a stream spills once this many of its ready jobs sit in the document
     #: behind its head and segments (None: never)
     spill_above_jobs: int | None = 20_000
-    # Results and the record of finished jobs (osqueue.state.finished).
+    # Results and the record of finished jobs (osqueue.state.finished_jobs).
     #: how long a finished job's record (and result) is kept, unless its push said
     result_ttl_s: float = 3600.0
     #: results up to this size sit in the document; larger ones in result objects

@@ -7,7 +7,7 @@
 * :func:`check_result`: a completion's result is well-formed (the rules the
   document's entries follow).
 
-The record itself is :class:`~osqueue.state.finished.FinishedRecord`
+The record itself is :class:`~osqueue.state.finished_jobs.FinishedRecord`
 (``doc.finished``).
 """
 
@@ -22,7 +22,7 @@ import msgspec
 from osqueue.api import RESULT_KINDS, EncodedResult, FinishedStatus, JobResult
 from osqueue.errors import InvalidInput
 from osqueue.state.document import Document
-from osqueue.state.finished import FINISHED_ERROR_CHARS, RESULT_PREFIX, FinishedJob, ResultData
+from osqueue.state.finished_jobs import FINISHED_ERROR_CHARS, RESULT_PREFIX, FinishedJob, ResultData
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Policy
 from osqueue.storage.keys import check_key
@@ -38,7 +38,7 @@ def finished(doc: Document, job_id: str) -> FinishedStatus | None:
     job still in the document answers by its status: ``done`` until its
     archive object is written, ``dead`` until it is retried or purged.  Pure:
     an entry past its expiry counts until the sweep prunes it (within
-    :data:`~osqueue.state.finished.PRUNE_SLACK_S`).  A ``dead`` answer can turn
+    :data:`~osqueue.state.finished_jobs.PRUNE_SLACK_S`).  A ``dead`` answer can turn
     live again (``osqueue dead URL retry`` re-queues the job and drops its
     entry); ``done`` and ``cancelled`` are final.
     """
