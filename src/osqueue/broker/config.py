@@ -67,9 +67,9 @@ class BrokerConfig:
     #: The largest result accepted.
     max_result_bytes: int = 64 * 1024 * 1024
     #: The record of finished jobs holds at most this many (the soonest to expire go first).
-    max_finished_jobs: int = 10_000
+    max_finished_jobs: int = 5_000
     #: ... and at most this many bytes of the document (fewer near max_document_bytes).
-    max_finished_bytes: int = 2 * 1024 * 1024
+    max_finished_bytes: int = 1024 * 1024
     #: results/ objects nothing references (expired, evicted, or never committed) are
     #: deleted once two sweeps this far apart both found them; None: off.
     result_sweep_interval_s: float | None = 600.0

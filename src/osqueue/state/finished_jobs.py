@@ -89,7 +89,7 @@ class FinishedRecord:
     leaves a stale heap item that is skipped).
     """
 
-    __slots__ = ("_blob", "_bytes", "_frags", "_heap", "entries")
+    __slots__ = ("_blob", "_bytes", "_expires", "_frags", "_heap", "entries")
 
     def __init__(self, entries: Iterable[FinishedJob] = ()) -> None:
         self.entries: dict[str, FinishedJob] = {}
@@ -98,6 +98,8 @@ class FinishedRecord:
         #: the summed length of the fragments
         self._bytes = 0
         self._heap: list[tuple[float, str]] = []
+        #: id -> its entry's expiry (a heap item is current while it matches)
+        self._expires: dict[str, float] = {}
         #: the encoded section (fragments joined by commas), grown by appending;
         #: None after a removal until :meth:`section` rebuilds it
         self._blob: bytearray | None = None
@@ -110,6 +112,7 @@ class FinishedRecord:
         new._frags = dict(self._frags)
         new._bytes = self._bytes
         new._heap = list(self._heap)
+        new._expires = dict(self._expires)
         new._blob = None if self._blob is None else bytearray(self._blob)
         return new
 
@@ -166,10 +169,12 @@ class FinishedRecord:
         if entry.id in self.entries:
             self.remove(entry.id)
         frag = _encode(entry)
+        expires = entry.expires_at
         self.entries[entry.id] = entry
         self._frags[entry.id] = frag
+        self._expires[entry.id] = expires
         self._bytes += len(frag)
-        heapq.heappush(self._heap, (entry.expires_at, entry.id))
+        heapq.heappush(self._heap, (expires, entry.id))
         blob = self._blob
         if blob is not None:
             if len(self._frags) > 1:
@@ -180,26 +185,24 @@ class FinishedRecord:
         entry = self.entries.pop(job_id, None)
         if entry is not None:
             self._bytes -= len(self._frags.pop(job_id))
+            del self._expires[job_id]
             self._blob = None
         return entry
 
     def _pop_soonest(self) -> FinishedJob | None:
         """Remove and return the entry closest to expiry (skipping stale heap items)."""
-        heap = self._heap
+        heap, current = self._heap, self._expires
         while heap:
             expires, job_id = heapq.heappop(heap)
-            entry = self.entries.get(job_id)
-            if entry is not None and entry.expires_at == expires:
-                self.remove(job_id)
-                return entry
+            if current.get(job_id) == expires:
+                return self.remove(job_id)
         return None
 
     def _soonest(self) -> float | None:
-        heap, entries = self._heap, self.entries
+        heap, current = self._heap, self._expires
         while heap:
             expires, job_id = heap[0]
-            entry = entries.get(job_id)
-            if entry is not None and entry.expires_at == expires:
+            if current.get(job_id) == expires:
                 return expires
             heapq.heappop(heap)
         return None

@@ -49,10 +49,10 @@ class Policy:
     #: the largest result accepted at all
     max_result_bytes: int = 64 * 1024 * 1024
     #: the record holds at most this many finished jobs (the soonest to expire go first)
-    max_finished_jobs: int = 10_000
+    max_finished_jobs: int = 5_000
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
-    max_finished_bytes: int = 2 * 1024 * 1024
+    max_finished_bytes: int = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- ops
