@@ -43,6 +43,7 @@ def _as_json(report: Report) -> str:
             "dead": report.dead,
             "deliveries": report.deliveries,
             "versions": report.versions,
+            "checked": dict(report.checked),
             "virtual_s": round(report.virtual_s, 3),
             "fingerprint": report.fingerprint,
             "summary": report.summary(),

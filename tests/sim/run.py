@@ -32,11 +32,14 @@ from typing import Any
 from osqueue.api import NewJob
 from osqueue.broker import Broker
 from osqueue.errors import OsqueueError
+from osqueue.ids import deterministic_ids
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from sim.actors import BrokerNode, Producer, Worker
+from sim.checker import judge
 from sim.config import SimConfig, config_for
-from sim.history import History, Kind, Outcome, Violation, check, parse_archive
+from sim.history import History, Kind, Outcome, Problem, Violation, parse_archive
 from sim.loop import SimulationStuck, run_virtual
+from sim.node import EPOCH_S
 from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
@@ -72,6 +75,8 @@ class Report:
     versions: int = 0
     #: payload objects the brokers' sweeps deleted
     payloads_swept: int = 0
+    #: what the checker's rules looked at (versions, claims, delayed claims...)
+    checked: Counter[str] = field(default_factory=Counter)
     virtual_s: float = 0.0
     fingerprint: str = ""
 
@@ -141,10 +146,10 @@ class Sim:
         detail = ""
         if exc is not None and not isinstance(exc, OsqueueError):
             detail = "\n" + "".join(traceback.format_exception(exc)).rstrip()
-        self.problems.append(Violation("error", what + detail))
+        self.problems.append(Violation(Problem.UNEXPECTED, what + detail))
 
     def broker_failed(self, node: BrokerNode, exc: OsqueueError) -> None:
-        self.problems.append(Violation("broker", f"{node.broker_id} stopped: {exc!r}"))
+        self.problems.append(Violation(Problem.BROKER_FAILED, f"{node.broker_id} stopped: {exc!r}"))
 
     # -- building ---------------------------------------------------------------------
 
@@ -360,7 +365,7 @@ class Sim:
             if self.now() > deadline:
                 self.problems.append(
                     Violation(
-                        "I1",
+                        Problem.NOT_SETTLED,
                         f"acknowledged jobs not settled within {self.cfg.drain_limit_s:g}s "
                         "after the faults stopped",
                     )
@@ -376,19 +381,16 @@ class Sim:
 
     async def _collect(self) -> None:
         inner = self.store.inner
-        objects = {key: await inner.get(key) for key in await inner.list("archive/")}
+        self.archive_objects = {key: await inner.get(key) for key in await inner.list("archive/")}
         final: Document | None = None
         with contextlib.suppress(OsqueueError):
             final = decode((await inner.read(DOCUMENT_KEY)).data)
         payloads = frozenset(await inner.list("payloads/"))
-        self.outcome = Outcome(final, parse_archive(objects), payloads)
+        self.outcome = Outcome(final, parse_archive(self.archive_objects), payloads)
 
-    def report(self) -> Report:
-        outcome = getattr(self, "outcome", None)
-        violations = list(self.problems)
-        if outcome is not None:
-            violations += check(self.history, self.store.landed, outcome)
-        final = outcome.final if outcome else None
+    def fingerprint(self) -> str:
+        """A digest of everything the run produced: every version that landed, every
+        answer, the archive objects and the payload keys at the end."""
         digest = hashlib.sha256()
         for item in self.store.landed:
             digest.update(item.data)
@@ -396,6 +398,22 @@ class Sim:
             digest.update(
                 repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode()
             )
+        for key, data in sorted(getattr(self, "archive_objects", {}).items()):
+            digest.update(key.encode() + b"\0" + data)
+        outcome = getattr(self, "outcome", None)
+        for key in sorted(outcome.payload_objects if outcome else ()):
+            digest.update(key.encode())
+        return digest.hexdigest()[:16]
+
+    def report(self) -> Report:
+        outcome = getattr(self, "outcome", None)
+        violations = list(self.problems)
+        checked: Counter[str] = Counter()
+        if outcome is not None:
+            findings = judge(self.history, self.store.landed, outcome)
+            violations += findings.violations
+            checked = findings.checked
+        final = outcome.final if outcome else None
         return Report(
             seed=self.cfg.seed,
             family=self.cfg.family,
@@ -407,7 +425,8 @@ class Sim:
             deliveries=len(self.history.of(Kind.CLAIMED)),
             versions=len(self.store.landed),
             payloads_swept=sum(b.counters.payloads_swept for b in self.incarnations),
-            fingerprint=digest.hexdigest()[:16],
+            checked=checked,
+            fingerprint=self.fingerprint(),
         )
 
 
@@ -434,10 +453,14 @@ def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) ->
         await sim.run()
         started.append(asyncio.get_running_loop().time())
 
+    # Every id the run makes (payload upload ids above all) comes from the seed and
+    # the virtual clock, so a seed replays byte for byte.
+    ids = random.Random(f"osqueue-sim-ids/{cfg.seed}")
     try:
-        run_virtual(main())
+        with deterministic_ids(ids, _virtual_wall_time):
+            run_virtual(main())
     except SimulationStuck as exc:
-        sim.problems.append(Violation("liveness", str(exc)))
+        sim.problems.append(Violation(Problem.STUCK, str(exc)))
     except Exception as exc:  # a bug in the code under test or in the simulator
         sim.unexpected(f"the run raised {exc!r}", exc)
     finally:
@@ -445,6 +468,14 @@ def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) ->
     report = sim.report()
     report.virtual_s = started[-1] - started[0] if len(started) == 2 else 0.0
     return report
+
+
+def _virtual_wall_time() -> float:
+    """The simulated wall clock (seconds since the epoch) where ids are made."""
+    try:
+        return EPOCH_S + asyncio.get_running_loop().time()
+    except RuntimeError:  # outside the loop (setting up): the start of simulated time
+        return EPOCH_S
 
 
 def run_seed(seed: int, family: str | None = None) -> Report:
