@@ -1,6 +1,9 @@
 """``python -m sim``: run seeds, or replay one loudly.
 
 * ``python -m sim sweep START COUNT`` prints one JSON line per seed;
+* ``python -m sim sweep --storage moto|azurite START COUNT`` runs them over a
+  real server (started for the sweep) through a faulty proxy, each run
+  shortened (:mod:`sim.realstore`);
 * ``python -m sim replay SEED`` prints the run's history (every answer
   the clients got and every version that landed) and its verdict; exits 1 on
   a violation.
@@ -12,12 +15,14 @@ themselves with ``PYTHONHASHSEED=0`` when it is not set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from sim import realstore
 from sim.config import config_for
 from sim.run import Report, Sim, quiet_logs, run_config
 
@@ -35,6 +40,7 @@ def _as_json(report: Report) -> str:
         {
             "seed": report.seed,
             "family": report.family,
+            "storage": report.storage,
             "ok": report.ok,
             "violations": [str(v) for v in report.violations],
             "faults": dict(report.faults),
@@ -44,6 +50,7 @@ def _as_json(report: Report) -> str:
             "deliveries": report.deliveries,
             "versions": report.versions,
             "checked": dict(report.checked),
+            "answers": dict(report.answers),
             "virtual_s": round(report.virtual_s, 3),
             "fingerprint": report.fingerprint,
             "summary": report.summary(),
@@ -52,11 +59,14 @@ def _as_json(report: Report) -> str:
     )
 
 
-def sweep(start: int, count: int) -> int:
-    with quiet_logs():
+def sweep(start: int, count: int, storage: str = "memory") -> int:
+    with quiet_logs(), contextlib.ExitStack() as stack:
+        real = None if storage == "memory" else stack.enter_context(realstore.started(storage))
         for seed in range(start, start + count):
             cfg, rng = config_for(seed)
-            print(_as_json(run_config(cfg, rng)), flush=True)
+            if real is not None:
+                cfg = realstore.trimmed(cfg)
+            print(_as_json(run_config(cfg, rng, real=real)), flush=True)
     return 0
 
 
@@ -78,10 +88,18 @@ def replay(seed: int) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    usage = "usage: python -m sim sweep START COUNT | replay SEED"
-    if len(argv) == 3 and argv[0] == "sweep":
+    usage = "usage: python -m sim sweep [--storage memory|moto|azurite] START COUNT | replay SEED"
+    args = list(argv)
+    storage = "memory"
+    if args[:1] == ["sweep"] and len(args) == 5 and args[1] == "--storage":
+        storage = args[2]
+        del args[1:3]
+        if storage not in ("memory", *realstore.BACKENDS):
+            print(f"unknown storage {storage!r}\n{usage}", file=sys.stderr)
+            return 2
+    if len(args) == 3 and args[0] == "sweep":
         _ensure_fixed_hashing(argv)
-        return sweep(int(argv[1]), int(argv[2]))
+        return sweep(int(args[1]), int(args[2]), storage)
     if len(argv) == 2 and argv[0] == "replay":
         _ensure_fixed_hashing(argv)
         return replay(int(argv[1]))

@@ -34,12 +34,14 @@ from osqueue.broker import Broker
 from osqueue.errors import OsqueueError
 from osqueue.ids import deterministic_ids
 from osqueue.state import DOCUMENT_KEY, Document, decode
+from sim import realstore
 from sim.actors import BrokerNode, Producer, Worker
 from sim.checker import judge
 from sim.config import SimConfig, config_for
 from sim.history import History, Kind, Outcome, Problem, Violation, parse_archive
 from sim.loop import SimulationStuck, run_virtual
 from sim.node import EPOCH_S
+from sim.realstore import RealServer
 from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
@@ -66,6 +68,8 @@ class Report:
 
     seed: int
     family: str
+    #: where the shared store was: ``memory``, or a real server (``moto``, ``azurite``)
+    storage: str = "memory"
     violations: list[Violation] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     acknowledged: int = 0
@@ -77,6 +81,8 @@ class Report:
     payloads_swept: int = 0
     #: what the checker's rules looked at (versions, claims, delayed claims...)
     checked: Counter[str] = field(default_factory=Counter)
+    #: a real server's answers to document writes (see ``SharedStore.answers``)
+    answers: Counter[str] = field(default_factory=Counter)
     virtual_s: float = 0.0
     fingerprint: str = ""
 
@@ -112,7 +118,13 @@ class Report:
 class Sim:
     """The cluster of one run (see the module docstring)."""
 
-    def __init__(self, cfg: SimConfig, rng: random.Random) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        rng: random.Random,
+        *,
+        real: realstore.Backend | None = None,
+    ) -> None:
         self.cfg = cfg
         self.rng = rng
         self.history = History()
@@ -120,7 +132,11 @@ class Sim:
             f"sim-{cfg.seed}-{next(_runs)}",
             etag_mode=cfg.etag_mode,
             min_write_interval_s=cfg.min_write_interval_s,
+            backend=real.proxied if real else None,
+            observer=real.direct if real else None,
         )
+        #: a real server's faulty network (the simulation over real storage)
+        self.network = real.network if real else None
         self.faults = self.store.faults
         self.rates: FaultRates = cfg.rates
         self.inline_max = rng.choice((64, 4096))
@@ -331,6 +347,8 @@ class Sim:
 
     def _heal(self) -> None:
         self.rates = self.cfg.rates.calm()
+        if self.network is not None:
+            self.network.enable(False)
         for task in list(self._nemesis_tasks):
             task.cancel()
         for node in self.brokers:
@@ -380,12 +398,13 @@ class Sim:
             node.crash(fault=False)  # the end of the run, not a fault
 
     async def _collect(self) -> None:
-        inner = self.store.inner
-        self.archive_objects = {key: await inner.get(key) for key in await inner.list("archive/")}
+        store = self.store
+        await store.quiesce()
+        self.archive_objects = {key: await store.get(key) for key in await store.list("archive/")}
         final: Document | None = None
         with contextlib.suppress(OsqueueError):
-            final = decode((await inner.read(DOCUMENT_KEY)).data)
-        payloads = frozenset(await inner.list("payloads/"))
+            final = decode((await store.read(DOCUMENT_KEY)).data)
+        payloads = frozenset(await store.list("payloads/"))
         self.outcome = Outcome(final, parse_archive(self.archive_objects), payloads)
 
     def fingerprint(self) -> str:
@@ -414,11 +433,15 @@ class Sim:
             violations += findings.violations
             checked = findings.checked
         final = outcome.final if outcome else None
+        faults = Counter(self.faults)
+        if self.network is not None:
+            faults.update(self.network.faults)
         return Report(
             seed=self.cfg.seed,
             family=self.cfg.family,
+            storage=self.network.kind if self.network is not None else "memory",
             violations=violations,
-            faults=Counter(self.faults),
+            faults=faults,
             acknowledged=len(self.history.ids(Kind.PUSH_ACK)),
             completed=len(outcome.archive) if outcome else 0,
             dead=sum(1 for j in final.jobs.values() if j.status == "dead") if final else 0,
@@ -426,6 +449,7 @@ class Sim:
             versions=len(self.store.landed),
             payloads_swept=sum(b.counters.payloads_swept for b in self.incarnations),
             checked=checked,
+            answers=Counter(self.store.answers),
             fingerprint=self.fingerprint(),
         )
 
@@ -443,9 +467,18 @@ def quiet_logs(enabled: bool = True) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) -> Report:
-    """Run one configured simulation to the end and check it (``sim``: built already)."""
-    sim = sim or Sim(cfg, rng)
+def run_config(
+    cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None, real: RealServer | None = None
+) -> Report:
+    """Run one configured simulation to the end and check it (``sim``: built already;
+    ``real``: a real server to run it over, see :mod:`sim.realstore`)."""
+    if real is None:
+        return _run(cfg, sim or Sim(cfg, rng))
+    with realstore.backend(real, cfg.seed) as backend:
+        return _run(cfg, Sim(cfg, rng, real=backend))
+
+
+def _run(cfg: SimConfig, sim: Sim) -> Report:
     started: list[float] = []
 
     async def main() -> None:
