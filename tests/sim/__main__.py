@@ -16,7 +16,6 @@ themselves with ``PYTHONHASHSEED=0`` when it is not set.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -24,7 +23,7 @@ from collections.abc import Sequence
 
 from sim import realstore
 from sim.config import config_for
-from sim.run import Report, Sim, quiet_logs, run_config
+from sim.run import Sim, quiet_logs, run_config
 
 HASH_SEED = "0"
 
@@ -35,30 +34,6 @@ def _ensure_fixed_hashing(argv: Sequence[str]) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "sim", *argv], env)
 
 
-def _as_json(report: Report) -> str:
-    return json.dumps(
-        {
-            "seed": report.seed,
-            "family": report.family,
-            "storage": report.storage,
-            "ok": report.ok,
-            "violations": [str(v) for v in report.violations],
-            "faults": dict(report.faults),
-            "acknowledged": report.acknowledged,
-            "completed": report.completed,
-            "dead": report.dead,
-            "deliveries": report.deliveries,
-            "versions": report.versions,
-            "checked": dict(report.checked),
-            "answers": dict(report.answers),
-            "virtual_s": round(report.virtual_s, 3),
-            "fingerprint": report.fingerprint,
-            "summary": report.summary(),
-        },
-        sort_keys=True,
-    )
-
-
 def sweep(start: int, count: int, storage: str = "memory") -> int:
     with quiet_logs(), contextlib.ExitStack() as stack:
         real = None if storage == "memory" else stack.enter_context(realstore.started(storage))
@@ -66,7 +41,7 @@ def sweep(start: int, count: int, storage: str = "memory") -> int:
             cfg, rng = config_for(seed)
             if real is not None:
                 cfg = realstore.trimmed(cfg)
-            print(_as_json(run_config(cfg, rng, real=real)), flush=True)
+            print(run_config(cfg, rng, real=real).as_json(), flush=True)
     return 0
 
 

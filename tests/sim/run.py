@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import json
 import logging
 import os
 import random
@@ -97,6 +98,30 @@ class Report:
     @property
     def replay(self) -> str:
         return REPLAY.format(seed=self.seed)
+
+    def as_json(self) -> str:
+        """One JSON line: what ``python -m sim sweep`` prints for each seed."""
+        return json.dumps(
+            {
+                "seed": self.seed,
+                "family": self.family,
+                "storage": self.storage,
+                "ok": self.ok,
+                "violations": [str(v) for v in self.violations],
+                "faults": dict(self.faults),
+                "acknowledged": self.acknowledged,
+                "completed": self.completed,
+                "dead": self.dead,
+                "deliveries": self.deliveries,
+                "versions": self.versions,
+                "checked": dict(self.checked),
+                "answers": dict(self.answers),
+                "virtual_s": round(self.virtual_s, 3),
+                "fingerprint": self.fingerprint,
+                "summary": self.summary(),
+            },
+            sort_keys=True,
+        )
 
     def summary(self) -> str:
         faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"

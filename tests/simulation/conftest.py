@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import pytest
 
 DEFAULT_SEEDS = 600
@@ -34,6 +36,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"how many seeds (from 0) run over each real server (default {DEFAULT_REAL_SEEDS})",
     )
     group.addoption(
+        "--sim-report",
+        default=None,
+        metavar="PATH",
+        help="append every simulated seed's report to PATH as JSON lines (for figures)",
+    )
+    group.addoption(
         "--seed",
         type=int,
         action="append",
@@ -62,3 +70,16 @@ def real_seeds(request: pytest.FixtureRequest) -> range:
     """The seeds the simulation runs over each real server."""
     count: int = request.config.getoption("--real-seeds")
     return range(count)
+
+
+@pytest.fixture
+def keep_reports(request: pytest.FixtureRequest) -> Callable[[Iterable[str]], None]:
+    """Append JSON report lines to ``--sim-report`` (a no-op without it)."""
+    path: str | None = request.config.getoption("--sim-report")
+
+    def keep(lines: Iterable[str]) -> None:
+        if path:
+            with open(path, "a", encoding="utf-8") as out:
+                out.writelines(line + "\n" for line in lines)
+
+    return keep

@@ -18,6 +18,7 @@ the server and the proxy answer in real time).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 
 import pytest
 from sim import config_for, quiet_logs, run_config
@@ -27,7 +28,10 @@ from sim.realstore import BACKENDS, reach, trimmed
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_seeds_over_real_storage(
-    backend: str, real_seeds: range, request: pytest.FixtureRequest
+    backend: str,
+    real_seeds: range,
+    request: pytest.FixtureRequest,
+    keep_reports: Callable[[Iterable[str]], None],
 ) -> None:
     real = reach(request.getfixturevalue(f"{backend}_server"))
     reports = []
@@ -35,6 +39,7 @@ def test_seeds_over_real_storage(
         for seed in real_seeds:
             cfg, rng = config_for(seed)
             reports.append(run_config(trimmed(cfg), rng, real=real))
+    keep_reports(r.as_json() for r in reports)
     bad = [r for r in reports if not r.ok]
     assert bad == [], "\n\n".join(r.summary() for r in bad) + (
         f"\n\nre-run one with: python -m sim sweep --storage {backend} {bad[0].seed} 1"
