@@ -432,23 +432,6 @@ class Sim:
         payloads = frozenset(await store.list("payloads/"))
         self.outcome = Outcome(final, parse_archive(self.archive_objects), payloads)
 
-    def fingerprint(self) -> str:
-        """A digest of everything the run produced: every version that landed, every
-        answer, the archive objects and the payload keys at the end."""
-        digest = hashlib.sha256()
-        for item in self.store.landed:
-            digest.update(item.data)
-        for e in self.history.events:
-            digest.update(
-                repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode()
-            )
-        for key, data in sorted(getattr(self, "archive_objects", {}).items()):
-            digest.update(key.encode() + b"\0" + data)
-        outcome = getattr(self, "outcome", None)
-        for key in sorted(outcome.payload_objects if outcome else ()):
-            digest.update(key.encode())
-        return digest.hexdigest()[:16]
-
     def report(self) -> Report:
         outcome = getattr(self, "outcome", None)
         violations = list(self.problems)
@@ -475,8 +458,24 @@ class Sim:
             payloads_swept=sum(b.counters.payloads_swept for b in self.incarnations),
             checked=checked,
             answers=Counter(self.store.answers),
-            fingerprint=self.fingerprint(),
+            fingerprint=_fingerprint(self),
         )
+
+
+def _fingerprint(sim: Sim) -> str:
+    """A digest of everything a run produced: every version that landed, every answer,
+    the archive objects and the payload keys at the end."""
+    digest = hashlib.sha256()
+    for item in sim.store.landed:
+        digest.update(item.data)
+    for e in sim.history.events:
+        digest.update(repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode())
+    for key, data in sorted(getattr(sim, "archive_objects", {}).items()):
+        digest.update(key.encode() + b"\0" + data)
+    outcome = getattr(sim, "outcome", None)
+    for key in sorted(outcome.payload_objects if outcome else ()):
+        digest.update(key.encode())
+    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager

@@ -17,11 +17,14 @@ the server and the proxy answer in real time).
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
 import pytest
-from sim import config_for, quiet_logs, run_config
+from sim import VirtualTimeLoop, config_for, quiet_logs, run_config, run_virtual
 from sim.realstore import BACKENDS, reach, trimmed
 
 
@@ -56,3 +59,33 @@ def test_seeds_over_real_storage(
     if len(reports) >= 2:  # seed 1 is a bootstrap race: three brokers create at once
         assert answers["refused"] > 0, "the server never refused a conditional write"
     assert all(r.acknowledged and r.versions for r in reports)
+
+
+def test_virtual_time_stands_still_while_a_real_request_is_out() -> None:
+    """The loop waits for a real answer for real: a timer due in 10 virtual seconds does
+    not fire while a request (here a thread taking 0.2 real seconds) is out."""
+    fired: list[float] = []
+
+    async def main() -> tuple[float, list[float]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        answer: asyncio.Future[str] = loop.create_future()
+
+        def server() -> None:  # a slow server: the latency is the point, not a sync
+            time.sleep(0.2)
+            loop.call_soon_threadsafe(answer.set_result, "ok")
+
+        loop.call_later(10.0, lambda: fired.append(loop.time()))
+        loop.real_io += 1
+        threading.Thread(target=server).start()
+        try:
+            assert await answer == "ok"
+        finally:
+            loop.real_io -= 1
+        at = loop.time()
+        await asyncio.sleep(20.0)  # no request out: virtual time jumps again
+        return at, list(fired)
+
+    answered_at, fired_after = run_virtual(main())
+    assert answered_at < 0.01
+    assert fired_after == [pytest.approx(10.0, abs=0.01)]
