@@ -2,8 +2,8 @@
 
 ``run_seed(seed)`` builds the cluster the seed describes (brokers, standbys,
 producers, workers over a fault-injecting store), runs it on virtual time,
-heals it, and checks the history against invariants I1 to I5.  A failing
-report names the one command that replays the seed.
+heals it, and checks the history by every rule of :mod:`sim.checker` (I1 to
+I9).  A failing report names the one command that replays the seed.
 """
 
 from sim.checker import check

@@ -6,7 +6,7 @@ A run has three phases on virtual time:
    faults and the nemesis crashes, pauses, stops and skews processes;
 2. **heal**: faults stop, paused processes resume, crashed ones restart;
 3. **drain**: the run waits (bounded) until every acknowledged job is archived
-   or dead, then stops everything and checks the history (I1 to I5).
+   or dead, then stops everything and checks the history (I1 to I9, :mod:`sim.checker`).
 
 ``run_seed(seed)`` is the whole API; the report prints the one command that
 replays the seed exactly.
