@@ -77,11 +77,14 @@ class Job(msgspec.Struct, frozen=True, gc=False):
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
+    #: queued jobs, those in segments included
     depth: int
     claimed: int
     dead: int
     delayed: int
     oldest_age_s: float | None
+    #: queued jobs that sit in segment objects (deep backlogs), out of ``depth``
+    spilled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +101,8 @@ class Stats:
     broker_address: str | None = None
     broker_epoch: int = 0
     lease_until: float | None = None
-    #: what counts against ``max_document_bytes`` (jobs estimated from above,
-    #: dedupe tombstones exactly, plus an allowance for the rest)
+    #: the document's encoded size: what is written, and what counts against
+    #: ``max_document_bytes``
     document_bytes: int = 0
     #: ids remembered for ``dedupe_window_s`` after their jobs left
     tombstones: int = 0

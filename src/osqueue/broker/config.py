@@ -22,7 +22,8 @@ class BrokerConfig:
     inline_payload_max_bytes: int = 64 * 1024
     #: Largest payload accepted at all.
     max_payload_bytes: int = 64 * 1024 * 1024
-    #: Pushes beyond this document size are refused with QueueFull.
+    #: The written document stays under this: pushes are refused with QueueFull
+    #: once it would pass it with every queued job claimed and completed.
     max_document_bytes: int = 256 * 1024 * 1024
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 300.0
@@ -47,15 +48,37 @@ class BrokerConfig:
     #: A serving broker logs its activity (commits, ops, errors) at INFO this often.
     stats_log_interval_s: float | None = 60.0
     broker_id: str | None = None
+    #: Deep backlogs: jobs per segment object.
+    segment_jobs: int = 20_000
+    #: Ready jobs a queue (per priority) keeps in the document ahead of its segments.
+    head_jobs: int = 2_000
+    #: Jobs one load puts back into the document.
+    load_jobs: int = 2_000
+    #: A queue (per priority) spills once this many ready jobs wait in the document
+    #: behind its head and segments; None: never.
+    spill_above_jobs: int | None = 20_000
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
             if not getattr(self, name) > 0:
                 raise InvalidInput(f"must be > 0, got {getattr(self, name)}", field=name)
-        for name in ("max_batch_ops", "max_pending_ops", "archive_concurrency"):
+        for name in (
+            "max_batch_ops",
+            "max_pending_ops",
+            "archive_concurrency",
+            "segment_jobs",
+            "head_jobs",
+            "load_jobs",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
+        above = self.spill_above_jobs
+        if above is not None and (type(above) is not int or above < 1):
+            raise InvalidInput(
+                f"must be a whole number >= 1 (or None: off), got {above!r}",
+                field="spill_above_jobs",
+            )
         for name in ("payload_sweep_interval_s", "stats_log_interval_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -82,4 +105,8 @@ class BrokerConfig:
             max_inline_payload_bytes=self.inline_payload_max_bytes,
             max_document_bytes=self.max_document_bytes,
             dedupe_window_s=self.dedupe_window_s,
+            segment_jobs=self.segment_jobs,
+            head_jobs=self.head_jobs,
+            load_jobs=self.load_jobs,
+            spill_above_jobs=self.spill_above_jobs,
         )

@@ -1,13 +1,22 @@
-"""The queue document and its transitions: pure values and functions, no I/O."""
+"""The queue document and its transitions: pure values and functions, no I/O.
+
+Deep backlogs live in segment objects the document references: the model and
+claim order in :mod:`~osqueue.state.segments`, the ops in
+:mod:`~osqueue.state.spill`, the objects' bytes in
+:mod:`~osqueue.state.segment_codec`, and what the broker should spill or load
+in :mod:`~osqueue.state.planning`.
+"""
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document
+from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
     Claim,
     Counters,
     JobStatus,
+    SegmentRef,
     StoredJob,
     to_datetime,
 )
@@ -19,6 +28,7 @@ from osqueue.state.ops import (
     Counted,
     Fail,
     Heartbeat,
+    Load,
     MarkArchived,
     Ok,
     Op,
@@ -31,7 +41,29 @@ from osqueue.state.ops import (
     RestartHeartbeats,
     Result,
     RetryDead,
+    Spill,
 )
+from osqueue.state.planning import (
+    LoadPlan,
+    SpillPlan,
+    cancel_op,
+    candidates,
+    jobs_ahead,
+    live_jobs,
+    load_op,
+    plan_loads,
+    plan_spills,
+)
+from osqueue.state.segment_codec import (
+    SEGMENT_PREFIX,
+    SegmentHeader,
+    build_segment,
+    check_object,
+    decode_segment,
+    encode_segment,
+    segment_key,
+)
+from osqueue.state.segments import Segments, Stream
 from osqueue.state.stats import stats_of
 from osqueue.state.transitions import (
     Transition,
@@ -51,6 +83,7 @@ __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
     "PAYLOAD_PREFIX",
+    "SEGMENT_PREFIX",
     "BrokerInfo",
     "Cancel",
     "Claim",
@@ -62,7 +95,10 @@ __all__ = [
     "Document",
     "Fail",
     "Heartbeat",
+    "HistorySample",
     "JobStatus",
+    "Load",
+    "LoadPlan",
     "MarkArchived",
     "Ok",
     "Op",
@@ -75,14 +111,32 @@ __all__ = [
     "RestartHeartbeats",
     "Result",
     "RetryDead",
+    "SegmentHeader",
+    "SegmentRef",
+    "Segments",
+    "Spill",
+    "SpillPlan",
     "StoredJob",
+    "Stream",
     "Transition",
     "apply",
     "backoff_s",
+    "build_segment",
+    "cancel_op",
+    "candidates",
+    "check_object",
     "claimable",
     "decode",
+    "decode_segment",
     "encode",
+    "encode_segment",
+    "jobs_ahead",
+    "live_jobs",
+    "load_op",
     "next_wakeup",
+    "plan_loads",
+    "plan_spills",
+    "segment_key",
     "stats_of",
     "to_datetime",
     "transition",

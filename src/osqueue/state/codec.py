@@ -13,16 +13,19 @@ import re
 
 import msgspec
 
-from osqueue.errors import CorruptDocument
+from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.document import Document, parse_second
 from osqueue.state.model import (
-    FORMAT,
     READABLE_FORMATS,
     BrokerInfo,
-    Header,
+    SegmentRef,
     StoredJob,
     WireDocument,
 )
+from osqueue.state.segment_codec import SEGMENT_PREFIX
+from osqueue.state.segments import Segments
+from osqueue.state.validate import PRIORITY_MAX, PRIORITY_MIN
+from osqueue.storage.keys import check_key
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WireDocument)
@@ -39,28 +42,23 @@ def encode(doc: Document) -> bytes:
     """The document's bytes; deterministic for equal documents.
 
     Jobs are joined from their cached encodings (only jobs changed since the
-    last encode are re-encoded) and the dedupe tombstones (ids grouped by
-    second) from a section that grows by appending, so a commit's encode cost
-    is dominated by a byte join.  It always writes :data:`FORMAT`.
+    last encode are re-encoded), the dedupe tombstones (ids grouped by second)
+    from a section that grows by appending, and the segment references from
+    a section cached until one changes, so a commit's encode cost is
+    dominated by a byte join.  It writes :data:`FORMAT` when the document has
+    segment references, else :data:`PLAIN_FORMAT` (which the release before
+    segments reads too).  ``len(encode(doc)) == doc.size_bytes()``.
     """
-    head = _encoder.encode(
-        Header(
-            format=FORMAT,
-            version=doc.version,
-            broker=doc.broker,
-            next_token=doc.next_token,
-            next_seq=doc.next_seq,
-            archived_through=doc.archived_through,
-            stats=doc.stats,
-        )
-    )
+    head = doc.header_bytes()
     tombstones = doc.recent_section()
+    segments = doc.segments
     return b"".join(
         (
             head[:-1],
             b',"tombstones":{',
             tombstones,
             b"]}" if tombstones else b"}",  # close the last second's list, then the map
+            b',"queues":{' + segments.section() + b"}" if segments else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -153,6 +151,8 @@ def decode(data: bytes) -> Document:
         stats=wire.stats,
         recent=_tombstones(wire),
         jobs=jobs,
+        segments=_segments(wire),
+        history=wire.history,
     )
 
 
@@ -237,3 +237,84 @@ def _validate_job(where: str, job: StoredJob, wire: WireDocument) -> None:
         raise _fail(f"{where}.done_version", "a done job must record its version")
     if job.payload is not None and job.payload_ref is not None:
         raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")
+
+
+def _segments(wire: WireDocument) -> Segments:
+    """The segment references, checked: each one on its own, the seq order and
+    overlap per stream, and key and id uniqueness across them."""
+    if wire.queues and wire.format < 3:
+        raise _fail("$.queues", f"a format {wire.format} document has no segment references")
+    segments = Segments()
+    live_keys = {
+        job.key for job in wire.jobs if job.key is not None and job.status in ("queued", "claimed")
+    }
+    for queue, section in wire.queues.items():
+        if not queue:
+            raise _fail("$.queues['']", "a queue name must not be empty")
+        for i, ref in enumerate(section.segments):
+            where = f"$.queues[{queue!r}].segments[{i}]"
+            if ref.queue != queue:
+                raise _fail(f"{where}.queue", f"{ref.queue!r} is not the queue it is listed under")
+            _check_ref(where, ref, wire.next_seq)
+            if segments.find(ref.key) is not None:
+                raise _fail(f"{where}.key", f"{ref.key!r} is referenced twice")
+            last = segments.last(ref.stream)
+            if last is not None and ref.first_seq <= last.last_seq:
+                raise _fail(
+                    f"{where}.first_seq",
+                    f"{ref.first_seq} is not after the stream's previous segment "
+                    f"(last_seq {last.last_seq})",
+                )
+            for job_id, key in ref.keyed.items():
+                if key in live_keys or key in segments.keys:
+                    raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
+            segments.append(ref)
+    return segments
+
+
+def _check_ref(where: str, ref: SegmentRef, next_seq: int) -> None:
+    """One reference's fields, each against the others."""
+    try:
+        check_key(ref.key)
+    except InvalidInput as exc:
+        raise _fail(f"{where}.key", str(exc)) from exc
+    if not ref.key.startswith(SEGMENT_PREFIX):
+        raise _fail(f"{where}.key", f"{ref.key!r} is not under {SEGMENT_PREFIX}")
+    if not PRIORITY_MIN <= ref.priority <= PRIORITY_MAX:
+        raise _fail(f"{where}.priority", f"{ref.priority} is out of range")
+    if not 0 <= ref.first_seq <= ref.last_seq < next_seq:
+        raise _fail(
+            f"{where}.last_seq",
+            f"first_seq {ref.first_seq} <= last_seq {ref.last_seq} < next_seq {next_seq} fails",
+        )
+    if not 0 < ref.count <= ref.last_seq - ref.first_seq + 1:
+        raise _fail(f"{where}.count", f"{ref.count} jobs do not fit its seq range")
+    if ref.size_bytes < 0:
+        raise _fail(f"{where}.bytes", f"{ref.size_bytes} is negative")
+    if not 0 <= ref.loaded < ref.count:
+        raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
+    if not ref.first_seq <= ref.next_seq <= ref.last_seq or (ref.loaded == 0) != (
+        ref.next_seq == ref.first_seq
+    ):
+        raise _fail(f"{where}.next_seq", f"{ref.next_seq} does not fit first_seq and loaded")
+    if not ref.min_id or ref.max_id < ref.min_id:
+        raise _fail(f"{where}.min_id", "ids are bounded by a non-empty min_id <= max_id")
+    _check_ref_ids(where, ref)
+
+
+def _check_ref_ids(where: str, ref: SegmentRef) -> None:
+    if len(ref.cancelled) > ref.count - ref.loaded:
+        raise _fail(f"{where}.cancelled", "more cancelled jobs than jobs left to load")
+    if len(set(ref.cancelled)) != len(ref.cancelled):
+        raise _fail(f"{where}.cancelled", "an id is listed twice")
+    for j, job_id in enumerate(ref.cancelled):
+        if not ref.min_id <= job_id <= ref.max_id:
+            raise _fail(f"{where}.cancelled[{j}]", f"{job_id!r} is outside min_id..max_id")
+    for job_id, key in ref.keyed.items():
+        if not ref.min_id <= job_id <= ref.max_id or not key or job_id in ref.cancelled:
+            raise _fail(
+                f"{where}.keyed[{job_id!r}]", "a live spilled job's id (in min_id..max_id) and key"
+            )
+    for j, payload in enumerate(ref.payload_refs):
+        if not payload:
+            raise _fail(f"{where}.payload_refs[{j}]", "must not be empty")

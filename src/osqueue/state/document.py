@@ -1,9 +1,20 @@
-"""The in-memory queue document: header fields, jobs by id, and their index.
+"""The in-memory queue document: header fields, jobs by id, their index, and
+the segment references.
 
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
 a new one (or, for the broker's hot path, updates one it owns outright).  Each
 job's encoded bytes are cached, so encoding a large document re-encodes only
 the jobs a commit changed.
+
+Size accounting (``max_document_bytes``, ``stats().document_bytes``): the
+document knows the exact encoded size of every cached fragment (jobs,
+tombstones, references), and only jobs changed since their last encode are
+not cached.  :meth:`Document.size_bytes` encodes those (work the next encode
+would do anyway; they stay cached) and is the exact length of
+:func:`~osqueue.state.codec.encode`'s output.  :meth:`Document.size_upper`,
+what a push is checked against, is the same but for the header, taken from
+its last encoding plus a slack for digits that grew since, so it never
+falls below what is written and is within a few dozen bytes of it.
 """
 
 from __future__ import annotations
@@ -15,37 +26,44 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
-from osqueue.state.model import FORMAT, BrokerInfo, Counters, StoredJob
+from osqueue.state.model import FORMAT, PLAIN_FORMAT, BrokerInfo, Counters, Header, StoredJob
+from osqueue.state.segments import Segments
 
+_encoder = msgspec.json.Encoder()
+#: a job's (or any value's) JSON bytes, as the document stores them
+encode_job: Callable[[StoredJob], bytes] = _encoder.encode
 #: a tombstone id as a JSON string (quoted and escaped)
-_encode_id = msgspec.json.Encoder().encode
+_encode_id = _encoder.encode
 
-#: an upper estimate of everything in the document but its jobs and tombstones
-#: (format, version, the broker's id, address and lease, counters, punctuation)
-HEAD_BYTES = 2048
-
-
-def job_size(job: StoredJob) -> int:
-    """A cheap upper estimate of a job's encoded size (for the document size cap)."""
-    payload, key = job.payload, job.key
-    return 360 + (len(payload) * 4 // 3 if payload is not None else 0) + (len(key) if key else 0)
+#: The header's encoded length may grow after it was measured (a version, a
+#: counter or a seq gains digits); this covers that in :meth:`Document.size_upper`.
+HEAD_SLACK_BYTES = 64
+#: ``,"tombstones":{`` ... ``,"jobs":[`` ... ``]}``: the punctuation around the sections
+_TOMBSTONES_OPEN = len(b',"tombstones":{')
+_JOBS_OPEN = len(b',"jobs":[')
+_QUEUES_OPEN = len(b',"queues":{')
 
 
 class Document:
     __slots__ = (
         "_dirty",
         "_frags",
+        "_head_len",
+        "_jobs_bytes",
         "_recent_blob",
-        "approx_bytes",
         "archived_through",
         "broker",
         "format",
+        "history",
         "index",
         "jobs",
         "next_seq",
         "next_token",
         "recent",
+        "segments",
+        "spill_scanned",
         "stats",
         "version",
     )
@@ -62,13 +80,17 @@ class Document:
         recent: dict[str, int] | None = None,
         jobs: dict[str, StoredJob] | None = None,
         index: Index | None = None,
+        segments: Segments | None = None,
         frags: dict[str, bytes] | None = None,
         format: int = FORMAT,
-        approx_bytes: int | None = None,
         dirty_ids: set[str] | None = None,
         recent_blob: bytearray | None = None,
+        jobs_bytes: int | None = None,
+        history: tuple[HistorySample, ...] = (),
     ) -> None:
         self.format = format
+        #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
+        self.history = history
         self.version = version
         self.broker = broker
         self.next_token = next_token
@@ -78,21 +100,27 @@ class Document:
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
+        #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
+        self.segments = segments if segments is not None else Segments()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
         else:
             dirty = set(dirty_ids) if dirty_ids is not None else set()
-        #: encoded bytes per job, in the same order as ``jobs``; ``_dirty`` ids are stale
+        #: encoded bytes per job, in the same order as ``jobs``; ``_dirty`` ids are
+        #: stale and hold ``b""``
         self._frags: dict[str, bytes] = frags
         self._dirty: set[str] = dirty
+        #: the summed length of the cached fragments
+        self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
-        self.approx_bytes = (
-            approx_bytes
-            if approx_bytes is not None
-            else sum(job_size(j) for j in self.jobs.values())
-        )
+        #: the header's length when it was last encoded
+        self._head_len: int | None = None
+        #: the spill planner's memo (queue -> its queued count, ready heap size and
+        #: ``segments.changes`` when a scan found nothing to spill); not part of
+        #: the document's value
+        self.spill_scanned: dict[str, tuple[int, int, int]] = {}
 
     @classmethod
     def empty(cls) -> Document:
@@ -100,7 +128,7 @@ class Document:
 
     def copy(self) -> Document:
         """A copy that shares the (immutable) jobs but none of the containers."""
-        return Document(
+        new = Document(
             version=self.version,
             broker=self.broker,
             next_token=self.next_token,
@@ -110,12 +138,17 @@ class Document:
             recent=dict(self.recent),
             jobs=dict(self.jobs),
             index=self.index.copy(),
+            segments=self.segments.copy(),
             frags=dict(self._frags),
             format=self.format,
-            approx_bytes=self.approx_bytes,
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
+            jobs_bytes=self._jobs_bytes,
+            history=self.history,
         )
+        new._head_len = self._head_len
+        new.spill_scanned = dict(self.spill_scanned)
+        return new
 
     # -- job updates keep the index and the encoding cache in step ------------
 
@@ -124,32 +157,75 @@ class Document:
         jobs = self.jobs
         old = jobs.get(job_id)
         jobs[job_id] = job
-        if old is None:
-            self._frags[job_id] = b""
-            self.approx_bytes += job_size(job)
-        else:
-            if old.payload is not job.payload or old.key is not job.key:  # what sizes depend on
-                self.approx_bytes += job_size(job) - job_size(old)
+        frags = self._frags
+        if old is not None:
+            frag = frags[job_id]
+            if frag:
+                self._jobs_bytes -= len(frag)
             self.index.remove(old)
+        frags[job_id] = b""
         self._dirty.add(job_id)
+        self.index.add(job, now_s)
+
+    def put_encoded(self, job: StoredJob, frag: bytes, now_s: float) -> None:
+        """Add a new job whose encoding the caller has already made (a push)."""
+        self.jobs[job.id] = job
+        self._frags[job.id] = frag
+        self._jobs_bytes += len(frag)
         self.index.add(job, now_s)
 
     def drop_job(self, job_id: str) -> StoredJob | None:
         old = self.jobs.pop(job_id, None)
         if old is not None:
             self.index.remove(old)
-            self._frags.pop(job_id, None)
+            self._jobs_bytes -= len(self._frags.pop(job_id))
             self._dirty.discard(job_id)
-            self.approx_bytes -= job_size(old)
         return old
 
-    def fragments(self, encode_job: Callable[[StoredJob], bytes]) -> Iterable[bytes]:
+    def fragments(self, encode: Callable[[StoredJob], bytes] = encode_job) -> Iterable[bytes]:
         """Every job's encoded bytes in document order (re-encoding only changed jobs)."""
-        frags, jobs = self._frags, self.jobs
-        for job_id in self._dirty:
-            frags[job_id] = encode_job(jobs[job_id])
-        self._dirty.clear()
-        return frags.values()
+        self._flush(encode)
+        return self._frags.values()
+
+    def encoded_job(self, job_id: str) -> bytes:
+        """One job's encoded bytes (cached; a segment object reuses them)."""
+        frag = self._frags[job_id]
+        if not frag:
+            frag = self._frags[job_id] = encode_job(self.jobs[job_id])
+            self._jobs_bytes += len(frag)
+            self._dirty.discard(job_id)
+        return frag
+
+    def _flush(self, encode: Callable[[StoredJob], bytes] = encode_job) -> None:
+        dirty = self._dirty
+        if dirty:
+            frags, jobs = self._frags, self.jobs
+            added = 0
+            for job_id in dirty:
+                frag = frags[job_id] = encode(jobs[job_id])
+                added += len(frag)
+            self._jobs_bytes += added
+            dirty.clear()
+
+    # -- the header ----------------------------------------------------------------
+
+    def header_bytes(self) -> bytes:
+        """Everything but the jobs, tombstones and references, as one JSON object
+        (what :func:`~osqueue.state.codec.encode` starts from)."""
+        head = _encoder.encode(
+            Header(
+                format=FORMAT if self.segments else PLAIN_FORMAT,
+                version=self.version,
+                broker=self.broker,
+                next_token=self.next_token,
+                next_seq=self.next_seq,
+                archived_through=self.archived_through,
+                stats=self.stats,
+                history=self.history,
+            )
+        )
+        self._head_len = len(head)
+        return head
 
     # -- dedupe tombstones ----------------------------------------------------------
     #
@@ -191,10 +267,45 @@ class Document:
                 last = second
         return blob
 
+    # -- size -----------------------------------------------------------------------
+
+    def set_history(self, history: tuple[HistorySample, ...]) -> None:
+        """Replace the per-minute history (the header's cached length is stale then)."""
+        if history is not self.history:
+            self.history = history
+            self._head_len = None
+
     def size_bytes(self) -> int:
-        """What counts against ``max_document_bytes``: the jobs by an upper estimate,
-        the tombstones by their encoded size, the rest by a fixed allowance."""
-        return HEAD_BYTES + self.approx_bytes + len(self.recent_section())
+        """The exact length of the document's encoding (jobs changed since the last
+        encode are encoded now, and stay cached for the next)."""
+        return self._body_bytes() + len(self.header_bytes())
+
+    def size_upper(self) -> int:
+        """What a push is checked against ``max_document_bytes`` with: at least
+        :meth:`size_bytes`, and at most :data:`HEAD_SLACK_BYTES` above it."""
+        head = self._head_len
+        if head is None:
+            head = len(self.header_bytes())
+        return self._body_bytes() + head + HEAD_SLACK_BYTES
+
+    def _body_bytes(self) -> int:
+        """The encoding's length but the header's (see ``codec.encode``)."""
+        self._flush()
+        tombstones = len(self.recent_section())
+        n = len(self._frags)
+        size = (
+            -1  # the header's closing brace
+            + _TOMBSTONES_OPEN
+            + tombstones
+            + (2 if tombstones else 1)
+            + _JOBS_OPEN
+            + self._jobs_bytes
+            + max(0, n - 1)
+            + 2
+        )
+        if self.segments:
+            size += _QUEUES_OPEN + len(self.segments.section()) + 1
+        return size
 
     # -- reading ------------------------------------------------------------------
 
@@ -215,14 +326,19 @@ class Document:
             and self.next_seq == other.next_seq
             and self.archived_through == other.archived_through
             and self.stats == other.stats
+            and self.history == other.history
             and self.recent == other.recent
+            and self.segments == other.segments
             and list(self.jobs.items()) == list(other.jobs.items())
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"Document(version={self.version}, jobs={len(self.jobs)}, broker={self.broker!r})"
+        return (
+            f"Document(version={self.version}, jobs={len(self.jobs)}, "
+            f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
+        )
 
 
 def _append_tombstone(blob: bytearray, job_id: str, second: int, last: int | None) -> None:

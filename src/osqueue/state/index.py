@@ -9,7 +9,8 @@
 * ``heartbeat_floor``: no claimed job's last heartbeat is older than this
   (``None``: not known), so the sweep walks them only when one may have expired.
 * ``done``: ids of done jobs waiting for their archive object.
-* ``counts``: ``(queue, status) -> n`` for O(queues) stats.
+* ``counts``: ``(queue, status) -> n`` for O(queues) stats; ``queued``: the
+  queued jobs of all queues.
 
 Heaps are lazy: an entry whose job changed (claimed, cancelled, delayed again)
 is dropped when it reaches the top, so every update is O(log n).
@@ -37,6 +38,7 @@ class Index:
     done: set[str] = field(default_factory=set)
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     heartbeat_floor: datetime | None = None
+    queued: int = 0
 
     @classmethod
     def build(cls, jobs: Iterable[StoredJob]) -> Index:
@@ -44,6 +46,7 @@ class Index:
         for job in jobs:
             index._count(job, 1)
             if job.status == "queued":
+                index.queued += 1
                 if job.run_at is None:
                     index.ready.setdefault(job.queue, []).append((job.priority, job.seq, job.id))
                 else:
@@ -71,6 +74,7 @@ class Index:
             done=set(self.done),
             counts=dict(self.counts),
             heartbeat_floor=self.heartbeat_floor,
+            queued=self.queued,
         )
 
     def _lower_floor(self, job: StoredJob) -> None:
@@ -104,7 +108,9 @@ class Index:
             counts[k] = n
         else:
             del counts[k]
-        if status == "claimed":
+        if status == "queued":
+            self.queued -= 1
+        elif status == "claimed":
             self.claimed.discard(job.id)
         elif status == "done":
             self.done.discard(job.id)
@@ -118,6 +124,7 @@ class Index:
         k = (job.queue, status)
         counts[k] = counts.get(k, 0) + 1
         if status == "queued":
+            self.queued += 1
             run_at = job.run_at
             if run_at is None or run_at.timestamp() <= now_s:
                 ready = self.ready.get(job.queue)
@@ -155,6 +162,20 @@ class Index:
                 return entry
             heapq.heappop(heap)
         return None
+
+    def compact(self, queue: str, jobs: dict[str, StoredJob]) -> None:
+        """Drop the stale entries of ``queue``'s ready heap at once.  After a spill
+        its jobs' entries would otherwise stay, stale, until the claims reach
+        their seqs: a deep backlog's worth of memory."""
+        heap = self.ready.get(queue)
+        if heap:
+            live = []
+            for entry in heap:
+                job = jobs.get(entry[2])
+                if job is not None and job.status == "queued" and job.seq == entry[1]:
+                    live.append(entry)
+            heap[:] = live
+            heapq.heapify(heap)
 
     def pop(self, queue: str) -> None:
         heapq.heappop(self.ready[queue])

@@ -16,11 +16,18 @@ from typing import Literal
 
 import msgspec
 
-#: The format this osqueue writes.  Format 2 stores dedupe tombstones grouped by
-#: second (``"tombstones": {"<second>Z": [ids]}``); format 1 stored one time per
-#: id (``"recent": {id: time}``).  Both are read; the first write upgrades.
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+from osqueue.state.history import HistorySample
+
+#: The newest format this osqueue writes.  Format 3 adds the segment references
+#: (``"queues": {"<queue>": {"segments": [...]}}``); a document without any is
+#: written as format 2, so the release before segments can still read it until
+#: the first spill.  Format 2 stores dedupe tombstones grouped by second
+#: (``"tombstones": {"<second>Z": [ids]}``); format 1 stored one time per id
+#: (``"recent": {id: time}``).  All three are read; the first write upgrades.
+FORMAT = 3
+#: What a document without segment references is written as.
+PLAIN_FORMAT = 2
+READABLE_FORMATS = (1, 2, 3)
 
 JobStatus = Literal["queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("queued", "claimed", "done", "dead")
@@ -98,7 +105,61 @@ class Counters(msgspec.Struct, frozen=True):
     cancelled: int = 0
 
 
-class Header(msgspec.Struct, frozen=True):
+class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """The document's reference to one segment object: a run of ready queued jobs
+    of one stream (queue and priority), in seq order, that lives outside the
+    document (see :mod:`osqueue.state.segments`).
+
+    The object never changes; this reference does, as loads take its jobs back
+    (``loaded``, ``next_seq``) and cancels strike them (``cancelled``).  The
+    jobs not loaded yet are those at positions ``loaded..count-1`` of the
+    object, the first of which has seq ``next_seq``.
+    """
+
+    #: the object's key (``segments/...``, unique per written object)
+    key: str
+    queue: str
+    priority: int
+    #: seqs of the object's first and last job
+    first_seq: int
+    last_seq: int
+    #: jobs in the object
+    count: int
+    #: the object's size (stats, planning)
+    size_bytes: int = msgspec.field(name="bytes")
+    #: seq of the first job not loaded yet: the stream's claims stop here
+    next_seq: int
+    #: creation time of the job at ``next_seq`` (for ``oldest_age_s``)
+    next_created_at: datetime
+    #: lexicographic bounds of the object's ids (to find a spilled id's segment)
+    min_id: str
+    max_id: str
+    #: how many of the object's jobs, in order, are back in the document
+    loaded: int = 0
+    #: ids of jobs not loaded yet that were cancelled while spilled (skipped on load)
+    cancelled: tuple[str, ...] = ()
+    #: id -> idempotency key of the jobs not loaded yet that carry one
+    keyed: dict[str, str] = {}
+    #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
+    payload_refs: tuple[str, ...] = ()
+
+    @property
+    def stream(self) -> tuple[str, int]:
+        return (self.queue, self.priority)
+
+    @property
+    def remaining(self) -> int:
+        """Jobs still in the object that are live (not loaded, not cancelled)."""
+        return self.count - self.loaded - len(self.cancelled)
+
+
+class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the document keeps per queue (format 3): its segment references."""
+
+    segments: list[SegmentRef] = []
+
+
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything in the document but the jobs (encoded once per commit)."""
 
     format: int
@@ -108,6 +169,8 @@ class Header(msgspec.Struct, frozen=True):
     next_seq: int
     archived_through: int
     stats: Counters
+    #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
+    history: tuple[HistorySample, ...] = ()
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -125,3 +188,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     recent: dict[str, datetime] = {}
     #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
     tombstones: dict[str, list[str]] = {}
+    #: one sample per minute for the last hour (any format; older releases ignore it)
+    history: tuple[HistorySample, ...] = ()
+    #: format 3's per-queue sections (segment references)
+    queues: dict[str, QueueSection] = {}

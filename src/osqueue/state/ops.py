@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
-from osqueue.state.model import BrokerInfo, StoredJob
+from osqueue.state.model import BrokerInfo, SegmentRef, StoredJob
 from osqueue.state.validate import MAX_ERROR_CHARS
 
 
@@ -28,6 +28,18 @@ class Policy:
     max_document_bytes: int = 256 * 1024 * 1024
     max_error_chars: int = MAX_ERROR_CHARS
     dedupe_window_s: float = 120.0
+    # Deep backlogs (osqueue.state.planning): the transitions follow Spill and
+    # Load ops; these say when the broker makes them.
+    #: jobs per segment object (one Spill moves this many out of the document)
+    segment_jobs: int = 20_000
+    #: ready jobs a stream keeps in the document ahead of its segments: a spill
+    #: leaves them, and a load is due once fewer are left
+    head_jobs: int = 2_000
+    #: jobs one Load puts back
+    load_jobs: int = 2_000
+    #: a stream spills once this many of its ready jobs sit in the document
+    #: behind its head and segments (None: never)
+    spill_above_jobs: int | None = 20_000
 
 
 # --------------------------------------------------------------------------- ops
@@ -83,7 +95,12 @@ class Release(msgspec.Struct, frozen=True, gc=False):
 
 
 class Cancel(msgspec.Struct, frozen=True, gc=False):
+    """Cancel a live job.  A job that sits in a segment is named by the segment's
+    key and its seq there (the broker finds both by reading the object)."""
+
     job_id: str
+    segment: str | None = None
+    seq: int | None = None
 
 
 class RetryDead(msgspec.Struct, frozen=True, gc=False):
@@ -108,6 +125,31 @@ class RestartHeartbeats(msgspec.Struct, frozen=True, gc=False):
     """After a takeover: every claimed job's heartbeat clock restarts now."""
 
 
+class Spill(msgspec.Struct, frozen=True):
+    """The broker wrote a segment object holding ``jobs`` (a snapshot of ready jobs
+    of one stream, in seq order): drop them from the document and reference the
+    object instead.  Applied only if every job is still in the document
+    unchanged and ``ref`` comes after the stream's last reference; otherwise it
+    fails alone (``Conflict``) and the object is left to the orphan sweep."""
+
+    ref: SegmentRef
+    jobs: tuple[StoredJob, ...]
+
+
+class Load(msgspec.Struct, frozen=True):
+    """Put the next jobs of the segment ``key`` back into the document: ``jobs`` are
+    the object's jobs at positions ``from_loaded..`` (cancelled ones included;
+    they are skipped), ``next_job`` the one after them (``None``: ``jobs`` end the
+    object, whose reference is then dropped).  Applied only if the reference is
+    its stream's first and has loaded exactly ``from_loaded`` jobs; otherwise it
+    fails alone (``Conflict``)."""
+
+    key: str
+    from_loaded: int
+    jobs: tuple[StoredJob, ...]
+    next_job: StoredJob | None = None
+
+
 Op = (
     Push
     | ClaimOp
@@ -120,6 +162,8 @@ Op = (
     | PurgeDead
     | MarkArchived
     | RestartHeartbeats
+    | Spill
+    | Load
 )
 
 
@@ -162,6 +206,7 @@ __all__ = [
     "Counted",
     "Fail",
     "Heartbeat",
+    "Load",
     "MarkArchived",
     "Ok",
     "Op",
@@ -175,4 +220,5 @@ __all__ = [
     "RestartHeartbeats",
     "Result",
     "RetryDead",
+    "Spill",
 ]

@@ -3,27 +3,33 @@ the document and calls this; a broker calls it on the document it holds)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
 
 
 def stats_of(doc: Document, now: float) -> Stats:
-    """Counts per queue and for the whole document, as of ``doc.version``."""
-    index = doc.index
+    """Counts per queue and for the whole document, as of ``doc.version``.
+
+    Jobs in segments count from their references (``depth`` includes them,
+    ``spilled`` counts them), so no segment object is read."""
+    index, segments = doc.index, doc.segments
+    names = index.queues()
+    if segments:
+        names = sorted(set(names) | segments.queues())
     queues: dict[str, QueueStats] = {}
-    for q in index.queues():
-        oldest: float | None = None
-        head = index.head(q, doc.jobs)
-        if head is not None:
-            oldest = max(0.0, now - doc.jobs[head[2]].created_at.timestamp())
+    for q in names:
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ()))
+        spilled = segments.spilled(q) if segments else 0
         queues[q] = QueueStats(
-            depth=queued,
+            depth=queued + spilled,
             claimed=index.count(q, "claimed"),
             dead=index.count(q, "dead"),
             delayed=max(0, queued - ready),
-            oldest_age_s=oldest,
+            oldest_age_s=_oldest_age_s(doc, q, now),
+            spilled=spilled,
         )
     owner = doc.broker
     return Stats(
@@ -40,3 +46,28 @@ def stats_of(doc: Document, now: float) -> Stats:
         document_bytes=doc.size_bytes(),
         tombstones=len(doc.recent),
     )
+
+
+def depths(doc: Document) -> dict[str, int]:
+    """Jobs waiting per queue (queued, delayed and spilled), queues with none left out."""
+    index, segments = doc.index, doc.segments
+    out: dict[str, int] = {}
+    for q in sorted(set(index.queues()) | (segments.queues() if segments else set())):
+        n = index.count(q, "queued") + (segments.spilled(q) if segments else 0)
+        if n:
+            out[q] = n
+    return out
+
+
+def _oldest_age_s(doc: Document, queue: str, now: float) -> float | None:
+    """The age of the next job in claim order (in the document or a segment)."""
+    created: datetime | None = None
+    head = doc.index.head(queue, doc.jobs)
+    if head is not None:
+        created = doc.jobs[head[2]].created_at
+    barrier = doc.segments.barriers.get(queue)
+    if barrier is not None and (head is None or head > barrier):
+        ref = doc.segments.first((queue, barrier[0]))
+        if ref is not None:
+            created = ref.next_created_at
+    return None if created is None else max(0.0, now - created.timestamp())

@@ -5,6 +5,11 @@ claims are reclaimed, old dedupe tombstones dropped), bumps ``version`` by one
 and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
 result.  No I/O, no clock: ``now`` is passed in.
+
+Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
+segment in claim order that is not loaded yet and reports its stream in
+:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
+applied by :mod:`osqueue.state.spill`.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import validate
-from osqueue.state.document import Document, job_size
+from osqueue.state import spill, validate
+from osqueue.state.document import Document, encode_job
+from osqueue.state.history import HistorySample, minute_of, record
+from osqueue.state.index import ReadyEntry
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -37,6 +44,7 @@ from osqueue.state.ops import (
     Counted,
     Fail,
     Heartbeat,
+    Load,
     MarkArchived,
     Ok,
     Op,
@@ -50,10 +58,21 @@ from osqueue.state.ops import (
     RestartHeartbeats,
     Result,
     RetryDead,
+    Spill,
 )
+from osqueue.state.segments import Barrier, Stream
+from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
+
+#: What a claim and its completion add to a queued job at most (the claim record,
+#: attempts, first_claimed_at, done_version, done_at; for a worker name of up to
+#: 24 characters and tokens and versions of up to 12 digits).  A push is
+#: admitted only if the document stays under ``max_document_bytes`` with every
+#: queued job grown by this, so claims and completions never take a written
+#: document past the cap (a failure's error text still can).
+CLAIM_RESERVE_BYTES = 280
 
 
 @dataclass(slots=True)
@@ -68,6 +87,10 @@ class Transition:
     removed: list[StoredJob] = field(default_factory=list)
     #: ids reclaimed by the heartbeat sweep
     reclaimed: list[str] = field(default_factory=list)
+    #: streams whose claims stopped at a segment not loaded yet (load them now)
+    starved: set[Stream] = field(default_factory=set)
+    #: segment objects no reference names any more (fully loaded: delete them)
+    dropped_segments: list[str] = field(default_factory=list)
 
 
 def backoff_s(attempts: int, policy: Policy) -> float:
@@ -91,6 +114,8 @@ class _Tx:
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
+        self.starved: set[Stream] = set()
+        self.dropped_segments: list[str] = []
 
     # -- helpers ------------------------------------------------------------------
 
@@ -157,6 +182,8 @@ class _Tx:
             return Pushed(op.id, False)
         if op.key is not None:
             holder = doc.index.keys.get(op.key)
+            if holder is None and doc.segments.keys:
+                holder = doc.segments.keys.get(op.key)
             if holder is not None:
                 raise DuplicateKey(
                     f"key {op.key!r} is held by live job {holder}", existing_id=holder
@@ -175,14 +202,19 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
-        # tombstones count too: they stay for dedupe_window_s after their jobs left
-        if doc.size_bytes() + job_size(job) > self.policy.max_document_bytes:
+        # The bound is the written size (tombstones and references count too) with
+        # room for every queued job to be claimed and completed; the job's encoding
+        # is made here once and kept for the commit's encode.
+        frag = encode_job(job)
+        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1)
+        if doc.size_upper() + len(frag) + 1 + room > self.policy.max_document_bytes:
             raise QueueFull(
                 f"the queue document would exceed max_document_bytes="
-                f"{self.policy.max_document_bytes}; retry when workers have caught up"
+                f"{self.policy.max_document_bytes} once its queued jobs are claimed; "
+                "retry when workers have caught up"
             )
         doc.next_seq += 1
-        self._put(job)
+        doc.put_encoded(job, frag, self.now)
         self.stats["pushed"] += 1
         return Pushed(op.id, True)
 
@@ -199,17 +231,16 @@ class _Tx:
         if len(queues) > 1:
             queues = tuple(dict.fromkeys(queues))
         single = queues[0] if len(queues) == 1 else None
+        barriers = doc.segments.barriers  # queues with segments: where claims stop
         out: list[StoredJob] = []
         while len(out) < max_jobs:
-            best: tuple[int, int, str] | None = None
-            best_queue = ""
-            if single is not None:
+            if single is not None and not barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
             else:
-                for q in queues:
-                    entry = index.head(q, jobs)
-                    if entry is not None and (best is None or entry < best):
-                        best, best_queue = entry, q
+                best, best_queue, starved = _next_in_order(doc, queues, barriers)
+                if starved is not None:
+                    self.starved.add(starved)
+                    break
             if best is None:
                 break
             index.pop(best_queue)
@@ -277,6 +308,10 @@ class _Tx:
     def cancel(self, op: Cancel) -> OpResult:
         validate.job_id(op.job_id, "job_id")
         job = self.doc.jobs.get(op.job_id)
+        if job is None and op.segment is not None:
+            removed = spill.cancel_spilled(self.doc, op)
+            self.stats["cancelled"] += 1
+            return removed
         if job is None or job.status == "done":
             raise JobNotFound(f"no live job {op.job_id}")
         self._leave(job)
@@ -325,6 +360,16 @@ class _Tx:
             assert job.claim is not None
             self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
         return _OK
+
+    def spill(self, op: Spill) -> OpResult:
+        return spill.spill(self.doc, op, self.now, self.policy)
+
+    def load(self, op: Load) -> OpResult:
+        result, skipped, dropped = spill.load(self.doc, op, self.now)
+        self.removed.extend(skipped)
+        if dropped is not None:
+            self.dropped_segments.append(dropped)
+        return result
 
     # -- the sweep that rides along with every commit ------------------------------
 
@@ -397,6 +442,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PurgeDead: _Tx.purge_dead,
     MarkArchived: _Tx.mark_archived,
     RestartHeartbeats: _Tx.restart_heartbeats,
+    Spill: _Tx.spill,
+    Load: _Tx.load,
 }
 
 
@@ -433,9 +480,22 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
+    new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
-    return Transition(new, results, tx.completed, tx.removed, tx.reclaimed)
+    return Transition(
+        new, results, tx.completed, tx.removed, tx.reclaimed, tx.starved, tx.dropped_segments
+    )
+
+
+def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
+    """The document's history with this minute's sample (one comparison when the
+    minute already has one)."""
+    history = doc.history
+    if history and history[-1].at.timestamp() >= minute_of(now):
+        return history
+    c = doc.stats
+    return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
 
 def apply(
@@ -452,10 +512,37 @@ def apply(
 
 
 def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
-    """Would a claim on ``queues`` at ``now`` get a job?"""
+    """Would a claim on ``queues`` at ``now`` get a job?  (Not while the next job in
+    claim order sits in a segment: it becomes claimable when a load commits.)"""
     index = doc.index
     index.promote_due(doc.jobs, now)
-    return any(index.head(q, doc.jobs) is not None for q in queues)
+    barriers = doc.segments.barriers
+    if not barriers:
+        return any(index.head(q, doc.jobs) is not None for q in queues)
+    return _next_in_order(doc, queues, barriers)[0] is not None
+
+
+def _next_in_order(
+    doc: Document, queues: Sequence[str], barriers: dict[str, Barrier]
+) -> tuple[ReadyEntry | None, str, Stream | None]:
+    """The next job in claim order across ``queues``, and its queue; or, when that
+    job sits in a segment, ``(None, "", its stream)``: the claim stops there."""
+    index, jobs = doc.index, doc.jobs
+    best: ReadyEntry | None = None
+    best_queue = ""
+    stop: Barrier | None = None  # the first barrier in claim order
+    stop_queue = ""
+    for q in queues:
+        entry = index.head(q, jobs)
+        barrier = barriers.get(q) if barriers else None
+        if barrier is not None and (entry is None or entry > barrier):
+            if stop is None or barrier < stop:
+                stop, stop_queue = barrier, q
+        elif entry is not None and (best is None or entry < best):
+            best, best_queue = entry, q
+    if stop is not None and (best is None or stop < best):
+        return None, "", (stop_queue, stop[0])
+    return best, best_queue, None
 
 
 def next_wakeup(doc: Document, policy: Policy) -> float | None:

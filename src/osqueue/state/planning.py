@@ -1,0 +1,211 @@
+"""What the broker should spill, load and read ahead: pure helpers it calls between
+commits (they read the document it holds; no I/O, nothing written).
+
+The broker's rhythm (phase 2 does the I/O)::
+
+    after each commit:
+      for plan in plan_spills(doc, policy):       # a stream's tail passed spill_above_jobs
+          ref, data = plan.build(new_id())        # the object and its reference
+          await storage.put(ref.key, data)        # whole, under a key of its own
+          submit(Spill(ref, plan.jobs))           # the next commit references it
+      for plan in plan_loads(doc, policy, t.starved):
+          jobs = cached object of plan.ref, else read it (prefetch: start the read now)
+          if plan.due: submit(load_op(plan.ref, jobs, policy.load_jobs))
+      delete t.dropped_segments (fully loaded objects)
+
+Thresholds (:class:`~osqueue.state.ops.Policy`):
+
+* ``spill_above_jobs``: a stream spills once this many of its ready jobs sit in
+  the document behind its segments (with none: behind its first ``head_jobs``).
+  The spill takes the oldest ``segment_jobs`` of them, so the head that claims
+  read is never spilled.
+* ``head_jobs``: a load is due once fewer ready jobs than this come before the
+  stream's barrier in claim order (and at once when a claim starved); the
+  object is read ahead once fewer than twice this are left.
+* ``load_jobs``: jobs one ``Load`` puts back, so the document holds about
+  ``head_jobs`` to ``head_jobs + load_jobs`` of a deep stream's jobs.
+
+:func:`plan_spills` counts cheaply first (a queue's queued jobs) and scans a
+queue's ready jobs only when that count could hold a tail to spill; a scan
+that finds none is remembered (``Document.spill_scanned``) until the queue
+grows by an eighth of a segment or a reference changes, so a queue of
+delayed jobs is not scanned on every commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from osqueue.state.document import Document
+from osqueue.state.model import SegmentRef, StoredJob
+from osqueue.state.ops import Cancel, Load, Policy, Spill
+from osqueue.state.segment_codec import build_segment
+from osqueue.state.segments import Barrier, Stream
+
+
+@dataclass(frozen=True, slots=True)
+class SpillPlan:
+    """Ready jobs of one stream to move into a segment object (a snapshot)."""
+
+    queue: str
+    priority: int
+    jobs: tuple[StoredJob, ...]
+    #: their encodings, from the document's cache (the object reuses them)
+    lines: tuple[bytes, ...]
+
+    def build(self, unique: str) -> tuple[Spill, bytes]:
+        """The ``Spill`` op to submit once ``data`` is stored under ``op.ref.key``."""
+        ref, data = build_segment(self.jobs, unique, self.lines)
+        return Spill(ref, self.jobs), data
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """A stream whose first segment is needed soon (read it) or now (``due``: load)."""
+
+    ref: SegmentRef
+    due: bool
+
+
+def plan_spills(doc: Document, policy: Policy) -> list[SpillPlan]:
+    """The streams whose tail passed ``spill_above_jobs``, each with its oldest
+    ``segment_jobs`` tail jobs (at most one plan per stream)."""
+    above = policy.spill_above_jobs
+    if above is None:
+        return []
+    index = doc.index
+    step = max(1, min(above, policy.segment_jobs) // 8)
+    plans: list[SpillPlan] = []
+    for queue, heap in index.ready.items():
+        queued = index.count(queue, "queued")
+        if queued < above:
+            continue
+        memo = doc.spill_scanned.get(queue)
+        if (
+            memo is not None
+            and queued < memo[0] + step
+            and len(heap) < memo[1] + step
+            and memo[2] == doc.segments.changes
+        ):
+            continue
+        found = _plan_queue(doc, queue, policy, above)
+        if found:
+            doc.spill_scanned.pop(queue, None)
+            plans.extend(found)
+        else:
+            doc.spill_scanned[queue] = (queued, len(heap), doc.segments.changes)
+    return plans
+
+
+def _plan_queue(doc: Document, queue: str, policy: Policy, above: int) -> list[SpillPlan]:
+    jobs = doc.jobs
+    streams: dict[int, list[StoredJob]] = {}
+    seen: set[str] = set()
+    for priority, seq, job_id in doc.index.ready[queue]:
+        job = jobs.get(job_id)
+        if (
+            job is None
+            or job.seq != seq
+            or job.status != "queued"
+            or job.run_at is not None
+            or job_id in seen
+        ):
+            continue
+        seen.add(job_id)
+        streams.setdefault(priority, []).append(job)
+    plans: list[SpillPlan] = []
+    for priority, ready in sorted(streams.items()):
+        if len(ready) < above:
+            continue
+        ready.sort(key=_seq)
+        last = doc.segments.last((queue, priority))
+        if last is None:
+            tail = ready[policy.head_jobs :]
+        else:
+            tail = [job for job in ready if job.seq > last.last_seq]
+        if len(tail) < above:
+            continue
+        chosen = tuple(tail[: policy.segment_jobs])
+        lines = tuple(doc.encoded_job(job.id) for job in chosen)
+        plans.append(SpillPlan(queue, priority, chosen, lines))
+    return plans
+
+
+def _seq(job: StoredJob) -> int:
+    return job.seq
+
+
+def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) -> list[LoadPlan]:
+    """Every stream whose first segment is needed: ``due`` when fewer than
+    ``head_jobs`` ready jobs come before its barrier in claim order (or a claim
+    starved on it), read-ahead only when fewer than twice that."""
+    plans: list[LoadPlan] = []
+    for stream, refs in doc.segments.streams.items():
+        first = refs[0]
+        if stream in starved:
+            plans.append(LoadPlan(first, due=True))
+            continue
+        ahead = jobs_ahead(doc, stream[0], (stream[1], first.next_seq), 2 * policy.head_jobs)
+        if ahead < 2 * policy.head_jobs:
+            plans.append(LoadPlan(first, due=ahead < policy.head_jobs))
+    return plans
+
+
+def jobs_ahead(doc: Document, queue: str, barrier: Barrier, limit: int) -> int:
+    """How many ready jobs of ``queue`` come before ``barrier`` in claim order
+    (counted up to ``limit``).  The ready heap's entries below the barrier form
+    its top, so this visits about ``limit`` entries, not the whole heap."""
+    heap = doc.index.ready.get(queue)
+    if not heap:
+        return 0
+    jobs = doc.jobs
+    n = len(heap)
+    count = 0
+    stack = [0]
+    while stack and count < limit:
+        i = stack.pop()
+        entry = heap[i]
+        if entry > barrier:  # so is everything under it
+            continue
+        job = jobs.get(entry[2])
+        if job is not None and job.status == "queued" and job.seq == entry[1]:
+            count += 1
+        child = 2 * i + 1
+        if child < n:
+            stack.append(child)
+            if child + 1 < n:
+                stack.append(child + 1)
+    return count
+
+
+def load_op(ref: SegmentRef, jobs: Sequence[StoredJob], load_jobs: int) -> Load:
+    """The ``Load`` of the next ``load_jobs`` jobs of ``ref``'s object (``jobs``: all of
+    the object's jobs, as :func:`~osqueue.state.segment_codec.decode_segment` gives
+    them)."""
+    start = ref.loaded
+    end = min(start + max(1, load_jobs), ref.count)
+    return Load(ref.key, start, tuple(jobs[start:end]), jobs[end] if end < ref.count else None)
+
+
+# --------------------------------------------------------------------------- reading spilled jobs
+
+
+def candidates(doc: Document, job_id: str) -> list[SegmentRef]:
+    """The references whose id bounds admit ``job_id`` (read them to confirm)."""
+    return [ref for ref in doc.segments if ref.min_id <= job_id <= ref.max_id]
+
+
+def live_jobs(ref: SegmentRef, jobs: Sequence[StoredJob]) -> list[StoredJob]:
+    """The jobs of ``ref``'s object that are still spilled and live (not loaded,
+    not cancelled): what ``osqueue jobs`` and the Spark reader list."""
+    cancelled = set(ref.cancelled)
+    return [job for job in jobs[ref.loaded :] if job.id not in cancelled]
+
+
+def cancel_op(ref: SegmentRef, jobs: Sequence[StoredJob], job_id: str) -> Cancel | None:
+    """The ``Cancel`` of ``job_id`` if ``ref``'s object holds it live, else None."""
+    for job in live_jobs(ref, jobs):
+        if job.id == job_id:
+            return Cancel(job_id, segment=ref.key, seq=job.seq)
+    return None

@@ -1,0 +1,213 @@
+"""Segment objects as bytes, their keys, and the reference that describes one.
+
+A segment object is JSON lines: a header line, then one job per line in seq
+order, each as the document stores it (so a spill reuses the document's
+cached job encodings, and a reader needs nothing but the job codec)::
+
+    {"format":1,"queue":"index","priority":0,"first_seq":120000,"last_seq":139999,"count":20000}
+    {"id":"01JD…","queue":"index","seq":120000,"status":"queued",…}
+    …
+
+It is written whole, under a key of its own
+(``segments/<queue>/p<priority>/<first_seq:020d>=<unique>.jsonl``), and never
+changed.  :func:`decode_segment` validates it and names the line and field of
+the first thing wrong (a :class:`~osqueue.errors.CorruptDocument`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import msgspec
+
+from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state.model import SegmentRef, StoredJob
+from osqueue.storage.keys import check_key
+
+SEGMENT_PREFIX = "segments/"
+SEGMENT_FORMAT = 1
+_UNIQUE_RE = re.compile(r"[0-9A-Za-z_\-]{1,64}")
+
+_encoder = msgspec.json.Encoder()
+_job_decoder = msgspec.json.Decoder(StoredJob)
+
+
+class SegmentHeader(msgspec.Struct, frozen=True):
+    """The first line of a segment object."""
+
+    format: int
+    queue: str
+    priority: int
+    first_seq: int
+    last_seq: int
+    count: int
+
+
+_header_decoder = msgspec.json.Decoder(SegmentHeader)
+
+
+def segment_key(queue: str, priority: int, first_seq: int, unique: str) -> str:
+    """The key of a new segment object (``unique``: a fresh id per object, e.g. a ULID).
+
+    A queue name may hold ``/`` and start with ``.``; in the key ``/`` becomes
+    ``~`` and a leading ``.`` gets a ``~`` before it (``~`` is not allowed in
+    queue names), so the key is one valid path segment per part."""
+    if not _UNIQUE_RE.fullmatch(unique):
+        raise InvalidInput(f"{unique!r} is not 1-64 characters of A-Z a-z 0-9 _ -", field="unique")
+    name = queue.replace("/", "~")
+    if name.startswith("."):
+        name = "~" + name
+    key = f"{SEGMENT_PREFIX}{name}/p{priority}/{first_seq:020d}={unique}.jsonl"
+    return check_key(key)
+
+
+def encode_segment(jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = None) -> bytes:
+    """A segment object holding ``jobs`` (one stream, seq order).  ``lines``: the
+    jobs' encodings if the caller has them (the document's cache)."""
+    if not jobs:
+        raise InvalidInput("a segment holds at least one job", field="jobs")
+    first, last = jobs[0], jobs[-1]
+    header = SegmentHeader(
+        format=SEGMENT_FORMAT,
+        queue=first.queue,
+        priority=first.priority,
+        first_seq=first.seq,
+        last_seq=last.seq,
+        count=len(jobs),
+    )
+    body = lines if lines is not None else [_encoder.encode(job) for job in jobs]
+    return b"\n".join((_encoder.encode(header), *body, b""))
+
+
+def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int) -> SegmentRef:
+    """The reference to a new segment object ``key`` of ``size_bytes`` holding ``jobs``."""
+    first = jobs[0]
+    ids = [job.id for job in jobs]
+    return SegmentRef(
+        key=key,
+        queue=first.queue,
+        priority=first.priority,
+        first_seq=first.seq,
+        last_seq=jobs[-1].seq,
+        count=len(jobs),
+        size_bytes=size_bytes,
+        next_seq=first.seq,
+        next_created_at=first.created_at,
+        min_id=min(ids),
+        max_id=max(ids),
+        keyed={job.id: job.key for job in jobs if job.key is not None},
+        payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+    )
+
+
+def build_segment(
+    jobs: Sequence[StoredJob], unique: str, lines: Sequence[bytes] | None = None
+) -> tuple[SegmentRef, bytes]:
+    """The object for ``jobs`` and the reference a ``Spill`` of them carries."""
+    data = encode_segment(jobs, lines)
+    first = jobs[0]
+    key = segment_key(first.queue, first.priority, first.seq, unique)
+    return make_ref(key, jobs, len(data)), data
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _bad(key: str, line: int, field: str, message: str, offset: int | None) -> CorruptDocument:
+    return CorruptDocument(
+        f"segment object {key} is invalid at line {line}, {field}: {message}",
+        path=f"line {line}: {field}",
+        offset=offset,
+    )
+
+
+def decode_segment(data: bytes, key: str = "segment") -> tuple[SegmentHeader, list[StoredJob]]:
+    """Parse and validate a segment object: its header and its jobs, in order."""
+    if not data.endswith(b"\n"):
+        raise _bad(key, data.count(b"\n") + 1, "$", "truncated (no final newline)", len(data))
+    head_end = data.index(b"\n")
+    try:
+        header = _header_decoder.decode(data[:head_end])
+    except msgspec.MsgspecError as exc:
+        raise _bad(key, 1, "$", str(exc), 0) from exc
+    if header.format != SEGMENT_FORMAT:
+        raise _bad(key, 1, "$.format", f"{header.format} is not {SEGMENT_FORMAT}", 0)
+    body = data[head_end + 1 :]
+    try:
+        jobs = _job_decoder.decode_lines(body)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        jobs = _decode_each(body, key, head_end + 1)
+    _check_jobs(header, jobs, data, key)
+    return header, jobs
+
+
+def _decode_each(body: bytes, key: str, base: int) -> list[StoredJob]:
+    """Decode line by line to name the line that does not decode."""
+    jobs: list[StoredJob] = []
+    offset = base
+    for i, line in enumerate(body.split(b"\n")[:-1]):
+        try:
+            jobs.append(_job_decoder.decode(line))
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+            field = _field_of(str(exc))
+            raise _bad(key, i + 2, field, str(exc), offset) from exc
+        offset += len(line) + 1
+    raise _bad(key, 1, "$", "does not decode", base)  # decode_lines refused what each line took
+
+
+def _field_of(text: str) -> str:
+    match = re.search(r"at `([^`]+)`", text)
+    return match.group(1) if match else "$"
+
+
+def _line_offset(data: bytes, line: int) -> int:
+    offset = 0
+    for _ in range(line - 1):
+        offset = data.index(b"\n", offset) + 1
+    return offset
+
+
+def _check_jobs(header: SegmentHeader, jobs: list[StoredJob], data: bytes, key: str) -> None:
+    if len(jobs) != header.count or not jobs:
+        raise _bad(key, 1, "$.count", f"{header.count}, but it holds {len(jobs)} jobs", 0)
+    seen: set[str] = set()
+    previous = header.first_seq - 1
+    for i, job in enumerate(jobs):
+        problem = _job_problem(header, job, previous, seen)
+        if problem is not None:
+            raise _bad(key, i + 2, f"$.{problem[0]}", problem[1], _line_offset(data, i + 2))
+        seen.add(job.id)
+        previous = job.seq
+    if jobs[0].seq != header.first_seq or jobs[-1].seq != header.last_seq:
+        raise _bad(key, 1, "$.first_seq", "the jobs' seqs do not span first_seq..last_seq", 0)
+
+
+def _job_problem(
+    header: SegmentHeader, job: StoredJob, previous: int, seen: set[str]
+) -> tuple[str, str] | None:
+    """What is wrong with one job of a segment (field, message), if anything."""
+    if not job.id or job.id in seen:
+        return ("id", f"{job.id!r} is empty or listed twice")
+    if job.queue != header.queue or job.priority != header.priority:
+        return ("queue", f"not of the segment's stream ({header.queue!r}, p{header.priority})")
+    if job.seq <= previous:
+        return ("seq", f"{job.seq} is not after {previous}")
+    if job.status != "queued" or job.claim is not None or job.run_at is not None:
+        return ("status", "a segment holds only ready queued jobs")
+    if job.payload is not None and job.payload_ref is not None:
+        return ("payload_ref", "a job has an inline payload or a reference")
+    if job.attempts < 0 or job.max_attempts < 1:
+        return ("attempts", "attempts must be >= 0 and max_attempts >= 1")
+    return None
+
+
+def check_object(ref: SegmentRef, header: SegmentHeader) -> None:
+    """The object read for ``ref`` is the one it describes (else CorruptDocument)."""
+    expected = (ref.queue, ref.priority, ref.first_seq, ref.last_seq, ref.count)
+    got = (header.queue, header.priority, header.first_seq, header.last_seq, header.count)
+    for name, want, have in zip(
+        ("queue", "priority", "first_seq", "last_seq", "count"), expected, got, strict=True
+    ):
+        if want != have:
+            raise _bad(ref.key, 1, f"$.{name}", f"{have!r}, but its reference says {want!r}", 0)
