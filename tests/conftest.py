@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from osqueue.testing import AzuriteServer, MotoS3Server
+from osqueue.testing import AzuriteServer, GcsShimServer, MotoS3Server
 
 
 @pytest.fixture(scope="session")
@@ -24,4 +24,11 @@ def moto_server() -> Iterator[MotoS3Server]:
 def azurite_server() -> Iterator[AzuriteServer]:
     """Azurite's Blob API with the container ``osqueue-test``."""
     with AzuriteServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_shim() -> Iterator[GcsShimServer]:
+    """The GCS XML-API shim (generation preconditions) with the bucket ``osqueue-test``."""
+    with GcsShimServer() as server:
         yield server

@@ -21,6 +21,8 @@ message, in the service's documented XML error shape:
 * S3 503 ``SlowDown``: the same list ("Please reduce your request rate.").
 * Azure 503 ``ServerBusy``: Azure Storage REST API, "Common REST API error
   codes".
+* GCS 503: the XML API's error shape (``<Error><Code>``, ``<Message>``); the
+  code and message are ours.  obstore decides by the status alone.
 """
 
 from __future__ import annotations
@@ -45,4 +47,10 @@ AZURE_503_SERVER_BUSY = (
     b"<Error><Code>ServerBusy</Code><Message>The server is currently unable to receive "
     b"requests. Please retry your request.\nRequestId:00000000-0000-0000-0000-000000000000"
     b"\nTime:2026-11-24T00:00:00.0000000Z</Message></Error>"
+)
+
+GCS_503_UNAVAILABLE = (
+    b"<?xml version='1.0' encoding='UTF-8'?>"
+    b"<Error><Code>ServiceUnavailable</Code><Message>Service unavailable (recorded sample)."
+    b"</Message></Error>"
 )

@@ -20,13 +20,14 @@ import obstore.exceptions as oe
 import pytest
 from recorded_errors import (
     AZURE_503_SERVER_BUSY,
+    GCS_503_UNAVAILABLE,
     S3_409_CONDITIONAL_REQUEST_CONFLICT,
     S3_503_SLOW_DOWN,
 )
 
 from osqueue.errors import Conflict, NotFound, OutcomeUnknown, StorageError
 from osqueue.storage import Storage, from_url
-from osqueue.testing import AzuriteServer, MotoS3Server, free_port
+from osqueue.testing import AzuriteServer, GcsShimServer, MotoS3Server, free_port
 from osqueue.testing.http_faults import Fault, FaultyHttpProxy
 from osqueue.testing.servers import AZURITE_ACCOUNT, AZURITE_KEY
 
@@ -135,7 +136,9 @@ class Proxied:
 
     @property
     def busy(self) -> bytes:
-        return S3_503_SLOW_DOWN if self.backend == "s3" else AZURE_503_SERVER_BUSY
+        return {"s3": S3_503_SLOW_DOWN, "azure": AZURE_503_SERVER_BUSY}.get(
+            self.backend, GCS_503_UNAVAILABLE
+        )
 
     def last_status(self) -> int | None:
         """What the server answered to the last request it saw."""
@@ -143,10 +146,17 @@ class Proxied:
         return answered[-1].status if answered else None
 
 
-@pytest.fixture(params=["s3", "azure"])
+#: the server each backend's errors come from (gcs: the XML-API shim)
+SERVERS = {"s3": "moto_server", "azure": "azurite_server", "gcs": "gcs_shim"}
+#: what each server answers to a create of an existing object / If-Match on a missing one
+CREATE_EXISTING = {"s3": 412, "azure": 409, "gcs": 412}
+MATCH_MISSING = {"s3": 404, "azure": 412, "gcs": 412}
+
+
+@pytest.fixture(params=sorted(SERVERS))
 async def proxied(request: pytest.FixtureRequest) -> AsyncIterator[Proxied]:
-    server: MotoS3Server | AzuriteServer = request.getfixturevalue(
-        "moto_server" if request.param == "s3" else "azurite_server"
+    server: MotoS3Server | AzuriteServer | GcsShimServer = request.getfixturevalue(
+        SERVERS[request.param]
     )
     prefix = f"errors/{uuid.uuid4().hex[:12]}"
     async with FaultyHttpProxy(server.port) as proxy:
@@ -163,8 +173,9 @@ async def test_a_lost_race_is_a_conflict_as_the_server_answers_it(proxied: Proxi
     etag = await store.write("k", b"v1", if_match=None)
     with pytest.raises(Conflict) as created:
         await store.write("k", b"v2", if_match=None)
-    # moto answers If-None-Match: * with 412, Azurite with 409 BlobAlreadyExists
-    assert proxied.last_status() == (412 if proxied.backend == "s3" else 409)
+    # moto answers If-None-Match: * with 412, Azurite with 409 BlobAlreadyExists,
+    # the GCS shim x-goog-if-generation-match: 0 with 412
+    assert proxied.last_status() == CREATE_EXISTING[proxied.backend]
     assert isinstance(created.value.__cause__, oe.AlreadyExistsError)
     newer = await store.write("k", b"v2", if_match=etag)
     with pytest.raises(Conflict) as stale:
@@ -181,8 +192,8 @@ async def test_if_match_on_a_missing_key_is_a_conflict_and_a_read_is_not_found(
     etag = await store.write("other", b"x", if_match=None)
     with pytest.raises(Conflict):
         await store.write("missing", b"x", if_match=etag)
-    # moto answers 404 NoSuchKey, Azurite 412 ConditionNotMet
-    assert proxied.last_status() == (404 if proxied.backend == "s3" else 412)
+    # moto answers 404 NoSuchKey, Azurite 412 ConditionNotMet, the GCS shim 412
+    assert proxied.last_status() == MATCH_MISSING[proxied.backend]
     with pytest.raises(NotFound):
         await store.read("missing")
     assert proxied.last_status() == 404
@@ -274,3 +285,13 @@ async def test_the_client_librarys_retry_turns_our_own_landed_write_into_a_confl
 
 def _is_get(request: object) -> bool:
     return getattr(request, "method", None) == "GET"
+
+
+async def test_missing_gcs_bucket_is_a_storage_error(gcs_shim: GcsShimServer) -> None:
+    url = gcs_shim.url("p").replace(f"gs://{gcs_shim.bucket}/", "gs://no-such-bucket/")
+    store = from_url(url)
+    for call in (lambda: store.read("k"), lambda: store.write("k", b"v", if_match=None)):
+        with pytest.raises(StorageError) as info:
+            await call()
+        assert "bucket or container does not exist" in str(info.value)
+        assert_wrapped(info.value)

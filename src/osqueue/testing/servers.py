@@ -1,10 +1,12 @@
 """Real object-store servers on loopback, for tests and demos.
 
 ``MotoS3Server`` runs moto's S3 API (single-threaded, see
-:mod:`osqueue.testing.moto_server`) and ``AzuriteServer`` runs Microsoft's
-Azure Blob emulator.  Each starts its server as a subprocess on a free
-``127.0.0.1`` port, polls it until it answers (with a deadline), creates a
-bucket or container, and gives a ready storage URL::
+:mod:`osqueue.testing.moto_server`), ``AzuriteServer`` runs Microsoft's
+Azure Blob emulator, and ``GcsShimServer`` runs the GCS XML-API shim of
+:mod:`osqueue.testing.gcs_shim` (no emulator speaks the XML API obstore
+uses).  Each starts its server as a subprocess on a free ``127.0.0.1``
+port, polls it until it answers (with a deadline), creates a bucket or
+container, and gives a ready storage URL::
 
     with MotoS3Server() as s3:
         store = from_url(s3.url("queue-a"))   # s3://osqueue-test/queue-a?endpoint=...
@@ -20,6 +22,7 @@ import base64
 import hashlib
 import hmac
 import http.client
+import json
 import os
 import shutil
 import socket
@@ -243,6 +246,44 @@ class MotoS3Server(_ServerProcess):
             "AWS_DEFAULT_REGION": MOTO_REGION,
             "AWS_ALLOW_HTTP": "true",
         }
+
+
+#: A service-account key that makes obstore skip OAuth (an empty bearer token).
+GCS_SHIM_KEY = json.dumps(
+    {
+        "private_key": "unused",
+        "private_key_id": "osqueue-gcs-shim",
+        "client_email": "shim@osqueue.invalid",
+        "disable_oauth": True,
+    }
+)
+
+
+class GcsShimServer(_ServerProcess):
+    """The GCS XML-API shim on loopback, serving one bucket."""
+
+    name = "gcs-shim"
+
+    def __init__(self, bucket: str = "osqueue-test", *, startup_timeout_s: float = 60.0) -> None:
+        super().__init__(startup_timeout_s=startup_timeout_s)
+        self.bucket = bucket
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "osqueue.testing.gcs_shim",
+            "--port",
+            str(port),
+            "--bucket",
+            self.bucket,
+        ]
+
+    def url(self, prefix: str = "", **params: str) -> str:
+        """A ``gs://`` URL for ``prefix`` in the bucket, endpoint and key in the query."""
+        query = {"endpoint": self.endpoint, "service_account_key": GCS_SHIM_KEY, **params}
+        path = f"/{quote(prefix.strip('/'))}" if prefix.strip("/") else ""
+        return f"gs://{self.bucket}{path}?{urlencode(query, quote_via=quote)}"
 
 
 def azurite_binary() -> Path:
