@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 from urllib.parse import quote, urlencode
+from xml.etree import ElementTree
 
 #: Azurite's well-known development account (public, documented by Microsoft).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -59,11 +60,16 @@ def free_port() -> int:
 
 
 def _request(
-    port: int, method: str, path: str, headers: dict[str, str] | None = None
+    port: int,
+    method: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    *,
+    body: bytes = b"",
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request(method, path, body=b"", headers=headers or {})
+        conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -213,14 +219,55 @@ class MotoS3Server(_ServerProcess):
 
     def create_bucket(self, bucket: str) -> None:
         """Create a bucket (moto ignores the signature but needs the header to route to S3)."""
-        date = time.strftime("%Y%m%d", time.gmtime())
-        auth = (
-            f"AWS4-HMAC-SHA256 Credential={MOTO_ACCESS_KEY}/{date}/{MOTO_REGION}/s3/aws4_request, "
-            "SignedHeaders=host, Signature=0"
-        )
-        status, body = _request(self.port, "PUT", f"/{quote(bucket)}", {"Authorization": auth})
+        status, body = _request(self.port, "PUT", f"/{quote(bucket)}", self._auth())
         if status not in (200, 409):
             raise ServerError(f"moto: creating bucket {bucket!r} failed: {status} {body[:300]!r}")
+
+    def _auth(self) -> dict[str, str]:
+        date = time.strftime("%Y%m%d", time.gmtime())
+        return {
+            "Authorization": (
+                f"AWS4-HMAC-SHA256 Credential={MOTO_ACCESS_KEY}/{date}/{MOTO_REGION}/s3/"
+                "aws4_request, SignedHeaders=host, Signature=0"
+            )
+        }
+
+    def enable_versioning(self, bucket: str) -> None:
+        """Keep every version of every object in ``bucket`` (S3 bucket versioning)."""
+        body = (
+            b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            b"<Status>Enabled</Status></VersioningConfiguration>"
+        )
+        status, answer = _request(
+            self.port, "PUT", f"/{quote(bucket)}?versioning", self._auth(), body=body
+        )
+        if status != 200:
+            raise ServerError(f"moto: versioning {bucket!r} failed: {status} {answer[:300]!r}")
+
+    def object_versions(self, bucket: str, key: str) -> list[tuple[str, str]]:
+        """Every stored version of ``key`` in a versioned bucket as (version id, ETag),
+        oldest first.  moto's ETag is the MD5 of the bytes (quotes removed here)."""
+        found: list[tuple[str, str]] = []
+        marker: dict[str, str] = {}
+        while True:
+            query = urlencode({"versions": "", "prefix": key, **marker})
+            status, body = _request(self.port, "GET", f"/{quote(bucket)}?{query}", self._auth())
+            if status != 200:
+                raise ServerError(f"moto: listing versions failed: {status} {body[:300]!r}")
+            root = ElementTree.fromstring(body)
+            ns = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
+            for version in root.iter(f"{ns}Version"):
+                if version.findtext(f"{ns}Key") == key:
+                    version_id = version.findtext(f"{ns}VersionId") or ""
+                    found.append((version_id, (version.findtext(f"{ns}ETag") or "").strip('"')))
+            if root.findtext(f"{ns}IsTruncated") != "true":
+                break
+            marker = {
+                "key-marker": root.findtext(f"{ns}NextKeyMarker") or "",
+                "version-id-marker": root.findtext(f"{ns}NextVersionIdMarker") or "",
+            }
+        found.reverse()  # S3 lists the newest first
+        return found
 
     def url(self, prefix: str = "", **params: str) -> str:
         """An ``s3://`` URL for ``prefix`` in the bucket, endpoint and keys in the query."""
