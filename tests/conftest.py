@@ -1,7 +1,8 @@
 """Session-wide fixtures: the real object-store servers, started once and stopped at the end.
 
-They start lazily, the first time a test asks for them, so a run that needs
-neither (``pytest tests/unit``) never launches them.
+They start lazily, the first time a test asks for them (through
+``backends.backend_url`` or by name), so a run that needs none
+(``pytest tests/unit/test_state.py``) never launches them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ another live broker serves afterwards with a higher epoch at another address:
 
 * ``broker-kill``: SIGKILL the broker the document names;
 * ``broker-freeze``: SIGSTOP it until a standby has taken over, then SIGCONT:
-  it must step down (exit saying ``NotBroker``);
+  it must step down (exit saying ``NotBroker``).  On ``file://`` a broker
+  frozen inside a write holds that key's ``flock``; if the standby needs the
+  same key (the document, or an archive object it inherits), the round checks
+  that the standby decided to take over and is waiting in that write, resumes
+  the frozen broker, and asserts the takeover then;
 * ``clock-step``: step a standby's clock 6 s forward (SIGUSR1): it sees the
   lease as run out and takes over the live broker, which must step down; then
   its clock steps back (SIGUSR2) while it serves.
@@ -58,6 +62,9 @@ TAKEOVER_S = LEASE_S + 1.0 + 20.0
 STEP_DOWN_S = 20.0
 VICTIM_S = 20.0
 NETWORK_FAULT_S = 4.0
+#: a frozen broker on file:// may hold the lock the taker needs: how long to wait
+#: before checking that a standby is blocked on it
+FROZEN_TAKEOVER_S = LEASE_S + 1.0 + 8.0
 #: a takeover round ends once the same epoch has held this long
 SETTLE_S = LEASE_S / 2
 
@@ -102,11 +109,18 @@ class Rounds:
         recorder: DocRecorder,
         storage_proxy: FaultyProxy | None,
         rng: random.Random,
+        *,
+        paused_writer_blocks: bool = False,
     ) -> None:
         self.cluster = cluster
         self.recorder = recorder
         self.storage_proxy = storage_proxy
         self.rng = rng
+        #: file://: a broker frozen inside a write holds that key's flock (the kernel
+        #: drops it when the process dies, not when it stops), so a standby that
+        #: needs the same key (the document, an inherited archive object) waits for
+        #: it to resume; see osqueue/storage/file.py
+        self.paused_writer_blocks = paused_writer_blocks
 
     async def run(self, index: int, kind: str) -> RoundReport:
         before = await self.serving()
@@ -142,7 +156,9 @@ class Rounds:
             "a live broker to serve", lambda o: self._live(o) is not None, TAKEOVER_S
         )
 
-    async def _taken_over(self, before: Observation, to: BrokerNode | None = None) -> Observation:
+    async def _taken_over(
+        self, before: Observation, timeout_s: float = TAKEOVER_S, to: BrokerNode | None = None
+    ) -> Observation:
         def moved(o: Observation) -> bool:
             node = self._live(o)
             return (
@@ -155,7 +171,7 @@ class Rounds:
         taken = await self.recorder.wait_for(
             f"a takeover from {before.address}" + (f" by {to.name}" if to else ""),
             moved,
-            TAKEOVER_S,
+            timeout_s,
         )
         # Another standby may have raced for the same lease and takes over again
         # right away (counted in the figures as a premature takeover): the round
@@ -203,13 +219,43 @@ class Rounds:
         assert node is not None
         self._storage_faults(True)
         self.cluster.broker_signal(node, signal.SIGSTOP, "broker-sigstop")
+        blocked = None
         try:
-            after = await self._taken_over(before)
+            try:
+                after = await self._taken_over(
+                    before, FROZEN_TAKEOVER_S if self.paused_writer_blocks else TAKEOVER_S
+                )
+            except AssertionError:
+                if not self.paused_writer_blocks:
+                    raise
+                assert self.recorder.latest is not None
+                blocked = self._blocked_taker(node, self.recorder.latest)
+                assert blocked is not None, f"no standby took over from frozen {node.name}"
         finally:
             self.cluster.broker_signal(node, signal.SIGCONT, "broker-sigcont")
             self._storage_faults(False)
+        if blocked is not None:  # file://: it took over once the frozen broker let go
+            after = await self._taken_over(before)
         await self._steps_down(node)
-        return node.name, f"taken over by {self._name(after)}; it stepped down"
+        how = f" only once {node.name} resumed ({blocked} was blocked on its lock)" * bool(blocked)
+        return node.name, f"taken over by {self._name(after)}{how}; it stepped down"
+
+    def _blocked_taker(self, frozen: BrokerNode, current: Observation) -> str | None:
+        """A standby that decided to take over ``current`` (it read the expired lease, or
+        sent its takeover write) and has been waiting in a storage call since."""
+        for node in self.cluster.live_brokers():
+            if node is frozen:
+                continue
+            events = self.cluster.tail(node.name).refresh()
+            last = events[-1] if events else None
+            if last is None or last["version"] != current.version + (last["ev"] == "doc-write"):
+                continue
+            expired = last["t"] + last["skew_s"] >= (last["lease_until"] or 0.0) + 1.0
+            if (last["ev"] == "doc-read" and expired) or (
+                last["ev"] == "doc-write" and last["epoch"] == current.epoch + 1
+            ):
+                return node.name
+        return None
 
     async def _clock_step(self, before: Observation) -> tuple[str, str]:
         old = self._live(before)

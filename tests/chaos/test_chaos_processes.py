@@ -181,7 +181,9 @@ async def run_chaos(backend: Backend, workdir: Path, seed: int, rounds: int) -> 
     rng = random.Random(f"{seed}-{backend.name}")
     cluster = Cluster(backend.url, workdir, rng)
     recorder = DocRecorder(checker)
-    runner = Rounds(cluster, recorder, backend.storage_proxy, rng)
+    runner = Rounds(
+        cluster, recorder, backend.storage_proxy, rng, paused_writer_blocks=backend.name == "file"
+    )
     kinds = schedule(seed, backend.index, rounds, storage_faults=backend.storage_proxy is not None)
     reports: list[RoundReport] = []
     supervisor: asyncio.Future[None] | None = None
