@@ -13,7 +13,19 @@ CHAOS_SEED ?=
 
 setup: $(VENV)/.installed
 
+# Debian packages the tests drive: headless Chromium and its driver (the
+# dashboard's browser test) and tmux (osqueue top's terminal test).
+SYSTEM_TOOLS := /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver /usr/bin/tmux:tmux
+
 $(VENV)/.installed: pyproject.toml proto/osqueue/v1/queue.proto
+	@missing=""; for tool in $(SYSTEM_TOOLS); do \
+	  test -x "$${tool%%:*}" || missing="$$missing $${tool#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (apt-get)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

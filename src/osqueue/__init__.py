@@ -37,12 +37,12 @@ from osqueue.errors import (
 from osqueue.ids import new_id
 
 if TYPE_CHECKING:
-    from osqueue.client.remote import connect as connect
+    from osqueue.client.connect import connect as connect
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "connect": ("osqueue.client.remote", "connect"),
+    "connect": ("osqueue.client.connect", "connect"),
     "Worker": ("osqueue.client.worker", "Worker"),
     "Retry": ("osqueue.client.worker", "Retry"),
     "batch": ("osqueue.client.worker", "batch"),

@@ -7,12 +7,13 @@
         jobs = q.claim("w1", max_jobs=10)
 
 Every call runs on one private event loop thread, so concurrent calls from many
-threads still share one connection and coalesce into batches.
+threads still share one connection and coalesce into batches.  The twin is
+derived from the async clients' protocol (see :mod:`osqueue.client.sync`).
 """
 
 from __future__ import annotations
 
-from osqueue.client.remote import SyncRemoteClient as SyncClient
-from osqueue.client.remote import connect_sync as connect
+from osqueue.client.sync import SyncClient
+from osqueue.client.sync import connect_sync as connect
 
 __all__ = ["SyncClient", "connect"]

@@ -150,8 +150,7 @@ class BrokerNode:
         broker = self.broker
         tasks: list[asyncio.Task[None] | None] = [self._life]
         if broker is not None:
-            tasks.append(broker._loop_task)
-            tasks.extend(broker._side)
+            tasks.extend(broker.tasks())
         self._bury()
         for task in tasks:
             if task is not None and not task.done():

@@ -92,8 +92,8 @@ class Bench:
         self.crashed.add(name)
         node.storage.dead = True
         broker = node.broker
-        for task in [broker._loop_task, *broker._side]:
-            if task is not None and not task.done():
+        for task in broker.tasks():
+            if not task.done():
                 task.cancel()
 
     async def owner(self) -> Broker:

@@ -250,7 +250,7 @@ async def test_standby_takes_over_after_the_lease_runs_out(backend: Storage) -> 
     for _ in range(5):
         await asyncio.sleep(0)
     assert not starting.done()
-    active._loop_task.cancel()  # type: ignore[union-attr]  # the active broker dies silently
+    active.tasks()[0].cancel()  # the commit loop: the active broker dies silently
     while not starting.done():
         clock.advance(1.0)
         for _ in range(20):
@@ -438,8 +438,7 @@ async def test_takeover_archives_inherited_done_jobs_once(backend: Storage) -> N
 
     store.write = blocked  # type: ignore[method-assign]
     await q.complete(job)  # done in the document; its archive write hangs
-    a._loop_task.cancel()  # type: ignore[union-attr]  # crash before the archive write
-    for t in list(a._side):
+    for t in a.tasks():  # crash before the archive write
         t.cancel()
     store.write = original  # type: ignore[method-assign]
     b = osqueue.Broker(store, config())
@@ -611,7 +610,7 @@ async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
     def boom(*args: object, **kwargs: object) -> bytes:
         raise RuntimeError("encoder bug")
 
-    import osqueue.broker.broker as module
+    import osqueue.broker.commit as module
 
     original = module.encode
     module.encode = boom  # type: ignore[assignment]
@@ -812,7 +811,7 @@ async def test_archive_writes_are_bounded_by_archive_concurrency_and_stop_waits_
     for job in await q.claim("w", max_jobs=5):
         await q.complete(job)  # one commit each: five archive objects due
     await two_in_flight.wait()
-    archivers = [t for t in broker._side if t.get_name().startswith("osqueue-archive")]
+    archivers = [t for t in broker.tasks() if t.get_name().startswith("osqueue-archive")]
     assert len(archivers) == 2  # long-lived, not one task per commit
     await broker.stop()  # archive writes are still in flight: the last commit waits
     assert peak == 2

@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server", ("server",)),
     ("client / worker", ("client", "sync", "testing", "")),  # "": the package's root
     ("spark, pipeline", ("spark", "pipeline")),
-    ("cli", ("cli", "bench")),
+    ("cli", ("cli", "bench", "dashboard")),
 )
 FLOOR_OF = {top: i for i, (_, tops) in enumerate(FLOORS) for top in tops}
 

@@ -12,7 +12,8 @@ deleted only if two sweeps an interval apart both found it unreferenced, no
 push in flight uses it (:attr:`Payloads.uploading`), and the broker's lease has
 at least half its length left (so no other broker can be committing).  Since
 every upload has its own key, a push retried elsewhere never writes an object
-a sweep deletes.
+a sweep deletes.  :class:`~osqueue.broker.payload_sweep.PayloadSweeper` runs
+the sweep every ``payload_sweep_interval_s`` while the broker serves.
 """
 
 from __future__ import annotations

@@ -22,7 +22,20 @@ from rich.logging import RichHandler
 from typer._click.core import Command, Context  # typer >= 0.2x vendors click
 from typer.core import TyperGroup
 
-from osqueue.cli import archive, bench, broker, cancel, dead, exits, jobs, push, status, work
+from osqueue.cli import (
+    archive,
+    bench,
+    broker,
+    cancel,
+    dashboard,
+    dead,
+    exits,
+    jobs,
+    push,
+    status,
+    top,
+    work,
+)
 from osqueue.cli.console import stderr
 from osqueue.errors import MissingExtra
 
@@ -112,6 +125,8 @@ app.command("broker", rich_help_panel=_RUNTIME)(broker.broker)
 app.command("push", rich_help_panel=_RUNTIME)(push.push)
 app.command("work", rich_help_panel=_RUNTIME)(work.work)
 app.command("status", rich_help_panel=_INSPECT)(status.status)
+app.command("top", rich_help_panel=_INSPECT)(top.top)
+app.command("dashboard", rich_help_panel=_INSPECT)(dashboard.dashboard)
 app.command("jobs", rich_help_panel=_INSPECT)(jobs.jobs)
 app.command("dead", rich_help_panel=_INSPECT)(dead.dead)
 app.command("cancel", rich_help_panel=_INSPECT)(cancel.cancel)

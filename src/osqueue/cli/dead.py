@@ -46,12 +46,16 @@ def dead(
 
 async def _act(options: ClientOptions, action: DeadAction, ids: list[str] | None) -> int:
     async with open_client(options) as client:
-        method = getattr(client, f"{action.value}_dead", None)
-        if method is None:
-            raise OsqueueError(
-                f"this client ({type(client).__name__}) cannot {action.value} dead jobs"
-            )
-        count = await method(ids)
-        if not isinstance(count, int):
-            raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
-        return count
+        return await on_dead(client, action, ids)
+
+
+async def on_dead(client: object, action: DeadAction, ids: list[str] | None) -> int:
+    """Retry or purge the dead jobs ``ids`` (None: all of them) through ``client``;
+    how many there were.  (``osqueue dashboard`` acts through this too.)"""
+    method = getattr(client, f"{action.value}_dead", None)
+    if method is None:
+        raise OsqueueError(f"this client ({type(client).__name__}) cannot {action.value} dead jobs")
+    count = await method(ids)
+    if not isinstance(count, int):
+        raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
+    return count

@@ -150,7 +150,7 @@ def render(snapshot: dict[str, Any]) -> Group:
             f"{q['delayed']:,}",
             f"{q['claimed']:,}",
             Text(f"{q['dead']:,}", style="red" if q["dead"] else ""),
-            _age(q["oldest_age_s"]),
+            age_text(q["oldest_age_s"]),
         )
     table.add_row(
         Text("total", style="bold"),
@@ -159,12 +159,13 @@ def render(snapshot: dict[str, Any]) -> Group:
         "",
         f"{snapshot['claimed']:,}",
         f"{snapshot['dead']:,}",
-        _age(snapshot["oldest_age_s"]),
+        age_text(snapshot["oldest_age_s"]),
     )
     return Group(head, table)
 
 
-def _age(seconds: float | None) -> str:
+def age_text(seconds: float | None) -> str:
+    """An age as people read it: 12.3s, 4.5m, 6.7h (or "-" for none)."""
     if seconds is None:
         return "-"
     if seconds < 120:

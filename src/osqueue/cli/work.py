@@ -172,7 +172,7 @@ async def _run(
     options: ClientOptions, handlers: Mapping[str, Handler] | Handler, config: WorkerConfig
 ) -> Worker:
     async with open_client(options) as client:
-        worker = Worker.from_config(client, handlers, config)
+        worker = Worker(client, handlers, config)
         worker.install_signal_handlers()
         exits.info(
             f"worker {worker.worker_id}: queues {', '.join(worker.queues)}, "

@@ -1,0 +1,191 @@
+"""Deep backlog: claim + complete throughput with N jobs already waiting.
+
+    .venv/bin/python benchmarks/backlog.py [--depths 0,100000,1000000] [--workers 200]
+        [--seconds 20] [--runs 1] [--url-template 'file://{dir}']
+
+For each depth, in a fresh process and a fresh queue: an embedded broker on
+``file://`` (or ``--url-template``), ``depth`` jobs with 32-byte payloads loaded
+with ``push_many`` in batches of 10,000 (timed: ``load_jobs_per_s``), then
+``--workers`` closed-loop in-process workers that each claim one job and
+complete it, again and again, for ``--seconds``.  Prints one JSON line per
+depth: ``jobs_per_s``, ``p50_ms``/``p99_ms`` (claim + complete, per job),
+``of_empty`` (jobs/s over the depth-0 run of the same invocation, when it
+ran), ``queue_json_bytes`` (the size of queue.json after the load and at the
+end), ``document_bytes`` (what the broker counts against its cap),
+``rss_mib`` (the process's peak resident memory), and ``refused`` (the error
+that stopped the load, if any: ``QueueFull`` before segments).
+
+Each worker completes its job and pushes one to replace it, in the same
+commit, so the depth stays where it was loaded for the whole run (and at
+depth 0 there is always a job per worker, never more: the queue is empty but
+for the jobs in flight).  A job costs a worker two commits: its claim, and its
+completion with the replacement push.
+
+Only public APIs are used, so the same program measures any version
+(``PYTHONPATH=/path/to/other/src``) for before/after tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+LOAD_BATCH = 10_000
+PAYLOAD = b"x" * 32
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _queue_json_bytes(directory: str) -> int:
+    path = Path(directory) / "queue.json"
+    return path.stat().st_size if path.exists() else 0
+
+
+async def _load(client: Any, depth: int) -> tuple[float, str | None]:
+    """Push ``depth`` jobs in batches of LOAD_BATCH (two batches in flight)."""
+    from osqueue import NewJob, OsqueueError
+
+    start = time.perf_counter()
+    pushed = 0
+    try:
+        while pushed < depth:
+            sizes = [min(LOAD_BATCH, depth - pushed - i * LOAD_BATCH) for i in range(2)]
+            sizes = [n for n in sizes if n > 0]
+            await asyncio.gather(
+                *(client.push_many([NewJob(PAYLOAD) for _ in range(n)]) for n in sizes)
+            )
+            pushed += sum(sizes)
+    except OsqueueError as exc:
+        return pushed / (time.perf_counter() - start), f"{type(exc).__name__} after {pushed}"
+    elapsed = time.perf_counter() - start
+    return (depth / elapsed if elapsed > 0 else 0.0), None
+
+
+async def _worker(client: Any, name: str, deadline: float, lat: list[float]) -> int:
+    done = 0
+    clock = time.perf_counter
+    while clock() < deadline:
+        t0 = clock()
+        jobs = await client.claim(name, ["default"], max_jobs=1, wait_s=0.5)
+        if not jobs:
+            continue
+        await asyncio.gather(client.complete(jobs[0]), client.push(PAYLOAD))
+        lat.append(clock() - t0)
+        done += 1
+    return done
+
+
+async def one_depth(
+    url: str, directory: str, depth: int, workers: int, seconds: float
+) -> dict[str, Any]:
+    import osqueue
+
+    async with osqueue.Broker(url) as broker:
+        client = broker.client()
+        load_rate, refused = await _load(client, depth)
+        await _load(client, workers)  # one job per worker on top: the depth it keeps
+        loaded_json = _queue_json_bytes(directory)
+        stats = await client.stats()
+        lat: list[float] = []
+        deadline = time.perf_counter() + seconds
+        start = time.perf_counter()
+        counts = await asyncio.gather(
+            *(_worker(client, f"w{i}", deadline, lat) for i in range(workers))
+        )
+        elapsed = time.perf_counter() - start
+        end_stats = await client.stats()
+    lat.sort()
+    jobs = sum(counts)
+
+    def pct(q: float) -> float:
+        return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else 0.0
+
+    return {
+        "depth": depth,
+        "workers": workers,
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "load_jobs_per_s": round(load_rate, 1) if depth else None,
+        "refused": refused,
+        "queue_json_bytes": loaded_json,
+        "queue_json_bytes_end": _queue_json_bytes(directory),
+        "document_bytes": stats.document_bytes,
+        "document_bytes_end": end_stats.document_bytes,
+        "rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    directory = tempfile.mkdtemp(prefix="osqueue-backlog-")
+    try:
+        url = args.url_template.replace("{dir}", directory)
+        from osqueue import runtime
+
+        runtime.tune_gc()
+        result = runtime.run(one_depth(url, directory, args.depth, args.workers, args.seconds))
+        print(json.dumps(result), flush=True)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--depths", default="0,100000,400000,1000000")
+    parser.add_argument("--workers", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--url-template", default="file://{dir}")
+    parser.add_argument("--depth", type=int, help=argparse.SUPPRESS)  # child process
+    args = parser.parse_args()
+    if args.depth is not None:
+        child(args)
+        return
+    empty: float | None = None
+    for depth in (int(d) for d in args.depths.split(",")):
+        runs = []
+        for run in range(args.runs):
+            log(f"depth {depth}: run {run + 1}/{args.runs}")
+            cmd = [
+                sys.executable,
+                __file__,
+                "--depth",
+                str(depth),
+                "--workers",
+                str(args.workers),
+                "--seconds",
+                str(args.seconds),
+                "--url-template",
+                args.url_template,
+            ]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ, check=False)
+            lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+            if out.returncode != 0 or not lines:
+                log(out.stderr[-3000:])
+                raise SystemExit(f"depth {depth}: the run failed")
+            runs.append(json.loads(lines[-1]))
+            log("  " + lines[-1])
+        best = sorted(runs, key=lambda r: r["jobs_per_s"])[len(runs) // 2]  # the median run
+        best["runs_jobs_per_s"] = [r["jobs_per_s"] for r in runs]
+        best["median_of"] = len(runs)
+        if depth == 0:
+            empty = best["jobs_per_s"]
+        if empty:
+            best["of_empty"] = round(best["jobs_per_s"] / empty, 3)
+        print(json.dumps(best), flush=True)
+
+
+if __name__ == "__main__":
+    main()

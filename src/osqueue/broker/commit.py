@@ -1,0 +1,295 @@
+"""The group commit: the broker's one writer.
+
+Every cycle takes the ops waiting (at most ``max_batch_ops``), applies them
+to the held document with the pure :func:`osqueue.state.transition`, and
+writes the new version with one compare-and-set (:meth:`CommitLoop.write_batch`).
+No op is answered before that write is durable; one bad op fails alone.  A
+failed write is resolved by reading back (:meth:`osqueue.broker.lease.Lease.resolve`):
+our own landed write counts as committed, another broker's ownership makes
+this broker step down, otherwise the batch is re-applied on what is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from osqueue.broker.activity import BrokerCounters
+from osqueue.broker.archiver import Archiver
+from osqueue.broker.config import BrokerConfig
+from osqueue.broker.intake import Futures, Intake, answer_all
+from osqueue.broker.lease import Lease, Reapply, StepDown
+from osqueue.broker.lifecycle import Lifecycle, State
+from osqueue.broker.payloads import Payloads
+from osqueue.broker.retry import StorageRetry
+from osqueue.broker.tasks import SideTasks
+from osqueue.broker.waiters import Waiters
+from osqueue.clock import Clock, Timer
+from osqueue.errors import (
+    BrokerUnavailable,
+    Conflict,
+    DocumentGone,
+    MaybeCommitted,
+    OsqueueError,
+    StorageError,
+)
+from osqueue.state import DOCUMENT_KEY, Document, Op, Transition, encode, next_wakeup, transition
+from osqueue.storage.port import Blob, Storage
+
+log = logging.getLogger(__name__)
+
+_ENDED = (State.STEPPED_DOWN, State.FAILED)
+
+
+class CommitLoop:
+    """The loop that folds every pending op into one compare-and-set write per cycle.
+
+    Owns the cycle: wait (parked on the intake, with one timer for the lease
+    renewal or a delayed job a parked claim waits for), take a batch, write it
+    (:meth:`write_batch`), answer its ops, and pass on what the commit leaves to
+    do: archive objects to write, payload objects to delete, parked claims to
+    wake.  When a write shows the broker must end (another broker owns the
+    document, or it is gone), it ends it: every waiting op is answered.  A
+    graceful stop ends with one last write that clears the address.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: BrokerConfig,
+        clock: Clock,
+        *,
+        counters: BrokerCounters,
+        retry: StorageRetry,
+        life: Lifecycle,
+        lease: Lease,
+        intake: Intake,
+        waiters: Waiters,
+        archiver: Archiver,
+        payloads: Payloads,
+        tasks: SideTasks,
+    ) -> None:
+        self._storage = storage
+        self._clock = clock
+        self._policy = config.policy()
+        self._renew_s = config.renew_interval_s
+        self._drain_timeout_s = config.drain_timeout_s
+        self._counters = counters
+        self._retry = retry
+        self._life = life
+        self._lease = lease
+        self._intake = intake
+        self._waiters = waiters
+        self._archiver = archiver
+        self._payloads = payloads
+        self._tasks = tasks
+        #: one renewal/wake-up timer, kept while it would fire no later than needed
+        self._timer: Timer | None = None
+        self._timer_at = 0.0
+
+    async def run(self) -> None:
+        """Commit until the broker stops, steps down or fails."""
+        intake, life = self._intake, self._life
+        try:
+            while True:
+                if not intake.pending:
+                    if life.closing:
+                        await self._final_commit()
+                        return
+                    await self._idle_wait()
+                    if not intake.pending and not self._due_for_commit():
+                        continue
+                batch, futures = intake.take_batch()
+                try:
+                    await self.write_batch(batch, futures)
+                except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
+                    unknown = MaybeCommitted("the broker stopped before confirming this op")
+                    answer_all(futures, unknown)
+                    raise
+                if life.state in _ENDED:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except OsqueueError as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug: stop loudly, and leave no op waiting forever
+            log.exception("broker commit loop crashed", extra={"action": "fail"})
+            self._fail(BrokerUnavailable(f"the broker stopped on an internal error: {exc!r}"))
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if life.state is State.SERVING:
+                life.state = State.STOPPED
+            life.closed.set()
+
+    # ------------------------------------------------------------------ waiting
+
+    def _due_for_commit(self) -> bool:
+        """An idle commit is due: lease renewal, or a sweep a parked claim waits on."""
+        if self._clock.monotonic() - self._lease.written_at >= self._renew_s:
+            return True
+        doc = self._lease.doc
+        if self._waiters.parked and doc is not None:
+            wake = next_wakeup(doc, self._policy)
+            return wake is not None and wake <= self._clock.now()
+        return False
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._intake.wake()
+
+    def _arm_timer(self, timeout: float, mono: float) -> None:
+        """Make sure the loop wakes within ``timeout`` of ``mono`` (the clock's
+        monotonic time now).  An earlier timer is kept: it wakes the loop early
+        once, and the loop arms again."""
+        at = mono + timeout
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer = None
+        call_later = getattr(self._clock, "call_later", None)
+        if call_later is not None:
+            self._timer = call_later(timeout, self._timer_fired)
+        else:  # a clock with sleep only
+            sleeper = asyncio.ensure_future(self._clock.sleep(timeout))
+            sleeper.add_done_callback(lambda f: None if f.cancelled() else self._timer_fired())
+            self._timer = sleeper
+        self._timer_at = at
+
+    async def _idle_wait(self) -> None:
+        waiters, lease = self._waiters, self._lease
+        if waiters.parked:
+            waiters.wake(lease.doc)
+        if self._intake.pending or self._life.closing:
+            return
+        mono = self._clock.monotonic()
+        timeout = self._renew_s - (mono - lease.written_at)
+        if waiters.parked and lease.doc is not None:
+            wake = next_wakeup(lease.doc, self._policy)
+            if wake is not None:
+                timeout = min(timeout, wake - self._clock.now())
+        if timeout <= 0:
+            return
+        self._arm_timer(timeout, mono)
+        await self._intake.idle()
+        if waiters.parked:
+            waiters.wake(lease.doc)
+
+    # ------------------------------------------------------------------ writing
+
+    async def write_batch(self, batch: list[Op], futures: Futures) -> None:
+        """Write ``batch`` (and the broker's own ops) as the next version, and answer
+        ``futures`` once it is durable, or with why it did not commit."""
+        intake, lease = self._intake, self._lease
+        internal = intake.internal
+        if internal:
+            intake.internal = []
+            ops = batch + internal
+        else:
+            ops = batch
+        maybe = False
+        attempt = 0
+        sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
+        while True:
+            doc = lease.doc
+            assert doc is not None
+            base_version = doc.version
+            now = self._clock.now()
+            owner = lease.owner(now, self._life.closing)
+            t = transition(doc, ops, now, self._policy, owner=owner, in_place=True)
+            data = encode(t.doc)
+            sent.append((data, t))
+            try:
+                etag = await self._storage.write(DOCUMENT_KEY, data, if_match=lease.etag)
+            except Conflict:
+                self._counters.conflicts += 1
+            except StorageError as exc:
+                self._counters.storage_errors += 1
+                maybe = True
+                await self._retry.wait(attempt, exc)
+                attempt += 1
+            else:
+                self._committed(t, etag, futures, len(data))
+                return
+            verdict = await lease.resolve(t.doc.version, base_version)
+            if not isinstance(verdict, Reapply):
+                self._settle(verdict, sent, futures, maybe)
+                return
+            lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
+
+    def _settle(
+        self,
+        verdict: Blob | StepDown | OsqueueError,
+        sent: list[tuple[bytes, Transition]],
+        futures: Futures,
+        maybe: bool,
+    ) -> None:
+        """A failed write that is not re-applied: one of our attempts landed after
+        all (which one?), or the broker ends and the batch is answered."""
+        if isinstance(verdict, Blob):
+            landed = next((tx for data, tx in sent if data == verdict.data), None)
+            if landed is not None:
+                self._committed(landed, verdict.etag, futures, len(verdict.data))
+                return
+            verdict = DocumentGone("our version was replaced from outside; stopping")
+        if isinstance(verdict, StepDown):
+            self._step_down(verdict.stored, maybe)
+        else:
+            self._fail(verdict)
+        answer_all(futures, self._life.stop_error(maybe))
+
+    def _committed(self, t: Transition, etag: str, futures: Futures, size: int) -> None:
+        self._lease.wrote(t.doc, etag)
+        c = self._counters
+        c.commits += 1
+        c.ops += len(futures)
+        c.write_bytes += size
+        if len(c.batch_sizes) < 100_000:
+            c.batch_sizes.append(len(futures))
+        for fut, result in zip(futures, t.results, strict=False):
+            if not fut.done():
+                fut.set_result(result)
+        if t.completed:
+            self._archiver.add(t.completed)
+        self.discard_payloads(t)
+        if self._waiters.parked:
+            self._waiters.wake(t.doc)
+
+    def discard_payloads(self, t: Transition) -> None:
+        """Delete the payload objects of the jobs that left the document in ``t``."""
+        refs = self._payloads.refs_of(t.removed) if t.removed else None
+        if refs:
+            self._tasks.spawn(self._payloads.discard(refs), "osqueue-payload-delete")
+
+    async def _final_commit(self) -> None:
+        """Graceful stop: wait for archive writes, then release the lease in one write."""
+        await self._archiver.drain(self._drain_timeout_s / 2)
+        self._intake.merge_marks()
+        # Shielded: a drain timeout cancels the loop, and only then this write
+        # (with the side tasks), so nothing of the broker outlives stop().
+        final = self._tasks.spawn(self.write_batch([], []), "osqueue-final-commit")
+        await asyncio.shield(final)
+
+    # ------------------------------------------------------------------ endings
+
+    def _step_down(self, stored: Document, maybe: bool) -> None:
+        self._lease.doc = stored
+        self._life.state = State.STEPPED_DOWN
+        log.warning(
+            "another broker owns the document; stepping down",
+            extra={"action": "step-down", "broker": self._lease.broker_id, "owner": stored.broker},
+        )
+        err = self._life.stop_error(maybe)
+        self._intake.fail_pending(err)
+        self._waiters.release()
+
+    def _fail(self, exc: OsqueueError) -> None:
+        self._life.failure = exc
+        self._life.state = State.FAILED
+        log.error(
+            "broker stopped: %s", exc, extra={"action": "fail", "broker": self._lease.broker_id}
+        )
+        self._intake.fail_pending(exc)
+        self._waiters.release()

@@ -1,0 +1,130 @@
+"""The ops waiting for the broker's next commit, and the commit loop's wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from osqueue.broker.config import BrokerConfig
+from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
+from osqueue.state import MarkArchived, Op, Result
+
+if TYPE_CHECKING:
+    from osqueue.broker.lifecycle import Lifecycle
+
+#: Ops waiting for a commit and their callers' futures, index for index.
+Futures = list["asyncio.Future[Result]"]
+
+
+def answer_all(futures: Futures, exc: OsqueueError) -> None:
+    """Answer every future not answered yet with ``exc``."""
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(exc)
+
+
+class Intake:
+    """The ops waiting for the next commit, and the commit loop's wake-up.
+
+    Owns the pending ops and their callers' futures (index for index), the
+    backpressure limit (``max_pending_ops``: beyond it an op is refused with
+    ``ResourceExhausted``), the ops the broker adds itself (archive marks that
+    ride along with the next commit), and the future the idle commit loop parks
+    on (:meth:`idle`): the first op to arrive wakes it.  The commit loop takes
+    the oldest ``max_batch_ops`` at a time (:meth:`take_batch`).
+    """
+
+    def __init__(self, config: BrokerConfig, life: Lifecycle) -> None:
+        self._life = life
+        self._max_pending = config.max_pending_ops
+        self._max_batch = config.max_batch_ops
+        self.pending: list[Op] = []
+        self.futures: Futures = []
+        #: ops of the broker's own, for the next commit (their results go nowhere)
+        self.internal: list[Op] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: the commit loop's wake-up while it idles (set by the first op to arrive)
+        self._waker: asyncio.Future[None] | None = None
+
+    def add_op(self, op: Op) -> asyncio.Future[Result]:
+        """Add an op to the next commit; the future resolves once it is durable."""
+        life = self._life
+        if not life.serving:
+            raise life.refusal()
+        pending = self.pending
+        if len(pending) >= self._max_pending:
+            raise ResourceExhausted(
+                f"{len(pending)} ops are waiting for the broker; back off and retry"
+            )
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Result] = loop.create_future()
+        pending.append(op)
+        self.futures.append(fut)
+        if self._waker is not None:
+            self.wake()
+        return fut
+
+    async def submit_many(self, ops: Sequence[Op]) -> list[Result]:
+        """Submit a batch: all of it or (raising before anything is queued) none of it."""
+        self._life.check_open()
+        if len(ops) > self._max_pending:
+            raise InvalidInput(
+                f"a batch of {len(ops)} ops is larger than max_pending_ops="
+                f"{self._max_pending}; split it",
+                field="ops",
+            )
+        if len(self.pending) + len(ops) > self._max_pending:
+            raise ResourceExhausted(
+                f"{len(self.pending)} ops are waiting for the broker and this batch has "
+                f"{len(ops)}; back off and retry"
+            )
+        futures = [self.add_op(op) for op in ops]
+        return list(await asyncio.gather(*futures))
+
+    def take_batch(self) -> tuple[list[Op], Futures]:
+        """The next commit's ops and their futures: the oldest ``max_batch_ops``."""
+        n = self._max_batch
+        if len(self.pending) <= n:  # the whole backlog is one batch
+            batch, futures = self.pending, self.futures
+            self.pending, self.futures = [], []
+        else:
+            batch, futures = self.pending[:n], self.futures[:n]
+            del self.pending[:n], self.futures[:n]
+        return batch, futures
+
+    def fail_pending(self, exc: OsqueueError) -> None:
+        """Answer every pending op with ``exc`` and drop it (the broker stops)."""
+        futures, self.futures = self.futures, []
+        self.pending = []
+        answer_all(futures, exc)
+
+    def mark_archived(self, version: int) -> None:
+        """The archive object of ``version`` is written: the next commit prunes its
+        done jobs."""
+        self.internal.append(MarkArchived((version,)))
+
+    def merge_marks(self) -> None:
+        """Fold the archive marks waiting into one op (for the last commit)."""
+        merged = tuple(
+            v for op in self.internal if isinstance(op, MarkArchived) for v in op.versions
+        )
+        self.internal = [MarkArchived(merged)] if merged else []
+
+    def wake(self) -> None:
+        """Wake the commit loop if it idles."""
+        waker, self._waker = self._waker, None
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    async def idle(self) -> None:
+        """Park the commit loop until :meth:`wake` (an op arrived, a timer fired, a
+        parked claim or a stop wants it to look again)."""
+        loop = self._loop or asyncio.get_running_loop()
+        waker = self._waker = loop.create_future()
+        try:
+            await waker
+        finally:
+            self._waker = None

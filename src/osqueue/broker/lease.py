@@ -1,0 +1,236 @@
+"""The broker's hold on the queue document: reads, standby, takeover, and what a
+failed write means."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+from osqueue.broker.activity import BrokerCounters
+from osqueue.broker.archive import by_version
+from osqueue.broker.config import BrokerConfig
+from osqueue.broker.retry import StorageRetry
+from osqueue.clock import Clock
+from osqueue.errors import Conflict, CorruptDocument, DocumentGone, NotFound, StorageError
+from osqueue.state import (
+    DOCUMENT_KEY,
+    BrokerInfo,
+    Document,
+    MarkArchived,
+    Op,
+    RestartHeartbeats,
+    Transition,
+    decode,
+    encode,
+    to_datetime,
+    transition,
+)
+from osqueue.storage.port import Blob, Storage
+
+if TYPE_CHECKING:
+    from osqueue.broker.archiver import Archiver
+
+log = logging.getLogger(__name__)
+
+
+class Reapply(NamedTuple):
+    """The write lost to nothing but a stale ETag: apply the batch again on this."""
+
+    doc: Document
+    etag: str
+
+
+class StepDown(NamedTuple):
+    """Another broker owns the document now (``stored`` names it)."""
+
+    stored: Document
+
+
+#: What a failed write turned out to be: one of our writes that landed after all
+#: (the stored blob), a batch to re-apply, a step-down, or the error that stops
+#: the broker (the document was deleted, replaced from outside, or is corrupt).
+Verdict = Blob | Reapply | StepDown | DocumentGone | CorruptDocument
+
+
+class Lease:
+    """The broker's hold on the queue document.
+
+    Owns the last committed version (:attr:`doc`), its ETag, this broker's
+    epoch and the time of its last write (renewals count from it).  Reads the
+    document, never accepting one that vanished or went back in version; as a
+    standby, waits for the owner's lease to run out; takes the document over
+    (epoch + 1, the archive objects of inherited done jobs written first, every
+    claim's heartbeat clock restarted); and after a write that failed, reads
+    back what is stored and says what it means (:meth:`resolve`).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: BrokerConfig,
+        clock: Clock,
+        *,
+        broker_id: str,
+        counters: BrokerCounters,
+        retry: StorageRetry,
+    ) -> None:
+        self.broker_id = broker_id
+        self._storage = storage
+        self._config = config
+        self._clock = clock
+        self._counters = counters
+        self._retry = retry
+        self._policy = config.policy()
+        self.doc: Document | None = None
+        self.etag: str | None = None
+        self.epoch = 0
+        #: the clock's monotonic time of the last write of the document
+        self.written_at = 0.0
+        self._seen_version = 0  # the highest version read: a document never goes back
+
+    def wrote(self, doc: Document, etag: str) -> None:
+        """``doc`` is stored now, with ``etag``."""
+        self.doc, self.etag = doc, etag
+        self.written_at = self._clock.monotonic()
+
+    @property
+    def owner_address(self) -> str | None:
+        """The address of the broker the held document names (after a step-down: the
+        new owner's)."""
+        doc = self.doc
+        return doc.broker.address if doc and doc.broker else None
+
+    def owner(self, now: float, closing: bool, epoch: int | None = None) -> BrokerInfo:
+        """This broker as the next version names it: with its address and a lease
+        renewed from ``now``; ``closing``: no address, and the lease ends now."""
+        return BrokerInfo(
+            id=self.broker_id,
+            address=None if closing else self._config.address,
+            epoch=self.epoch if epoch is None else epoch,
+            lease_until=to_datetime(now if closing else now + self._config.lease_s),
+            heartbeat_timeout_s=self._config.heartbeat_timeout_s,
+        )
+
+    def fresh(self) -> bool:
+        """This broker owns the held document and its lease has more than half its
+        length left (so no other broker can be committing)."""
+        doc = self.doc
+        owner = doc.broker if doc is not None else None
+        if owner is None or owner.id != self.broker_id:
+            return False
+        return owner.lease_until.timestamp() - self._clock.now() > self._config.lease_s / 2
+
+    async def read(self) -> tuple[Document, str] | None:
+        """Read and decode the document; None if it does not exist."""
+        attempt = 0
+        while True:
+            try:
+                blob: Blob = await self._storage.read(DOCUMENT_KEY)
+            except NotFound:
+                if self._seen_version:  # it existed a moment ago: never re-create it
+                    raise DocumentGone("the queue document was deleted from outside") from None
+                return None
+            except StorageError as exc:
+                self._counters.storage_errors += 1
+                await self._retry.wait(attempt, exc)
+                attempt += 1
+                continue
+            doc = decode(blob.data)
+            if doc.version < self._seen_version:
+                raise DocumentGone(
+                    f"the queue document was replaced from outside (version {doc.version} "
+                    f"after {self._seen_version}); not taking it over"
+                )
+            self._seen_version = doc.version
+            return doc, blob.etag
+
+    async def await_vacancy(self) -> None:
+        """Standby: watch the document (reads only) until its lease runs out."""
+        config = self._config
+        while True:
+            got = await self.read()
+            if got is None:
+                return
+            doc, _ = got
+            owner = doc.broker
+            now = self._clock.now()
+            if owner is None:
+                return
+            # Only the lease decides: an embedded broker has no address but is alive,
+            # and a gracefully stopped one wrote an expired lease.
+            expires = owner.lease_until.timestamp() + config.clock_skew_margin_s
+            if expires <= now:
+                log.info("lease expired; taking over", extra={"action": "takeover"})
+                return
+            await self._clock.sleep(min(config.poll_interval_s, max(0.01, expires - now)))
+
+    async def acquire(self, archiver: Archiver) -> Transition:
+        """Create or take over the document: epoch + 1, archive inherited done jobs.
+        Returns the takeover's commit (its removed jobs' payload objects are due
+        for deletion)."""
+        archived: set[int] = set()  # versions whose archive object is known written
+        while True:
+            got = await self.read()
+            base, etag = got if got is not None else (Document.empty(), None)
+            inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
+            try:
+                await archiver.write_inherited(inherited, archived)
+            except StorageError as exc:  # a 503 or a lost answer: back off, read again
+                self._counters.storage_errors += 1
+                await self._retry.wait(0, exc)
+                continue
+            now = self._clock.now()
+            epoch = (base.broker.epoch if base.broker else 0) + 1
+            ops: list[Op] = [RestartHeartbeats()]
+            if inherited:
+                ops.append(MarkArchived(tuple(sorted(inherited))))
+            owner = self.owner(now, closing=False, epoch=epoch)
+            t = transition(base, ops, now, self._policy, owner=owner, in_place=True)
+            data = encode(t.doc)
+            try:
+                new_etag = await self._storage.write(DOCUMENT_KEY, data, if_match=etag)
+            except Conflict:
+                continue  # someone else wrote first (bootstrap race or another broker)
+            except StorageError as exc:
+                self._counters.storage_errors += 1
+                await self._retry.wait(0, exc)
+                continue  # re-read and decide again
+            self.epoch = epoch
+            self.wrote(t.doc, new_etag)
+            self._counters.commits += 1
+            return t
+
+    async def resolve(self, new_version: int, base_version: int) -> Verdict:
+        """After a failed write of ``new_version`` on ``base_version``: read what is
+        stored and say what it means."""
+        attempt = 0
+        while True:
+            try:
+                blob = await self._storage.read(DOCUMENT_KEY)
+                stored = decode(blob.data)
+                break
+            except NotFound:
+                return DocumentGone("the queue document was deleted from outside")
+            except CorruptDocument as exc:
+                return exc
+            except StorageError as exc:
+                self._counters.storage_errors += 1
+                await self._retry.wait(attempt, exc)
+                attempt += 1
+        owner = stored.broker
+        mine = owner is not None and owner.id == self.broker_id and owner.epoch == self.epoch
+        if mine and stored.version == new_version:
+            return blob  # our own write landed (retry echo, lost answer, late attempt)
+        if not mine and stored.version <= base_version:  # no takeover goes back in time
+            return DocumentGone(
+                f"the queue document was replaced from outside (version {stored.version} "
+                f"after {base_version}); stopping without overwriting it"
+            )
+        if not mine:
+            return StepDown(stored)
+        if stored.version == base_version:
+            return Reapply(stored, blob.etag)
+        return DocumentGone(
+            f"the queue document was replaced from outside (version {stored.version}, "
+            f"expected {base_version} or {new_version}); stopping without overwriting it"
+        )

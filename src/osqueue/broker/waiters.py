@@ -1,0 +1,81 @@
+"""Long-poll claims: parked until a commit makes a job claimable."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from osqueue.clock import Clock
+from osqueue.state import Claimed, ClaimOp, Document, Result, claimable
+
+if TYPE_CHECKING:
+    from osqueue.broker.intake import Intake
+    from osqueue.broker.lifecycle import Lifecycle
+
+
+@dataclass(slots=True)
+class _Waiter:
+    queues: tuple[str, ...]
+    future: asyncio.Future[None]
+
+
+class Waiters:
+    """The claims parked until a commit makes a job of their queues claimable.
+
+    Owns the parked claims.  :meth:`claim` submits a claim and, while it comes
+    back empty, parks it until a commit (or the clock, for a delayed job: the
+    commit loop arms a timer while claims are parked) makes a job claimable, or
+    its wait runs out.  The commit loop wakes the claims a commit serves
+    (:meth:`wake`); a stop or a step-down releases them all (:meth:`release`).
+    """
+
+    def __init__(self, clock: Clock, intake: Intake, life: Lifecycle) -> None:
+        self._clock = clock
+        self._intake = intake
+        self._life = life
+        #: the parked claims (the commit loop looks at this list on every commit)
+        self.parked: list[_Waiter] = []
+
+    async def claim(self, op: ClaimOp, wait_s: float) -> Result:
+        """A claim that, if empty, parks until a commit makes a job claimable."""
+        clock = self._clock
+        deadline = clock.monotonic() + max(0.0, wait_s)
+        while True:
+            result = await self._intake.add_op(op)
+            if not isinstance(result, Claimed) or result.jobs:
+                return result
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or self._life.closing:
+                return result
+            waiter = _Waiter(op.queues, asyncio.get_running_loop().create_future())
+            self.parked.append(waiter)
+            self._intake.wake()  # let the loop arm a timer for delayed jobs
+            try:
+                await self._race(waiter.future, remaining)
+            finally:
+                if waiter in self.parked:
+                    self.parked.remove(waiter)
+            self._life.check_open()
+
+    async def _race(self, fut: asyncio.Future[None], timeout_s: float) -> None:
+        sleeper = asyncio.ensure_future(self._clock.sleep(timeout_s))
+        try:
+            await asyncio.wait({fut, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+
+    def wake(self, doc: Document | None) -> None:
+        """Wake the parked claims that ``doc`` has a claimable job for now."""
+        if not self.parked or doc is None:
+            return
+        now = self._clock.now()
+        for w in list(self.parked):
+            if claimable(doc, w.queues, now) and not w.future.done():
+                w.future.set_result(None)
+
+    def release(self) -> None:
+        """Wake every parked claim (the broker stops or steps down)."""
+        for w in self.parked:
+            if not w.future.done():
+                w.future.set_result(None)

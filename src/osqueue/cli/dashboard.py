@@ -1,0 +1,110 @@
+"""``osqueue dashboard URL``: the web dashboard (needs ``osqueue[dashboard]``).
+
+It prints one line on stderr once it serves (``dashboard for URL at
+http://HOST:PORT``) and runs until SIGTERM or Ctrl-C.  See
+:mod:`osqueue.dashboard.web` for what it serves and
+:mod:`osqueue.dashboard.security` for who may do what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import Annotated, Any
+
+import typer
+
+from osqueue import runtime
+from osqueue.cli import exits
+from osqueue.cli.options import TlsCa, Token, TokenFile, Url
+from osqueue.errors import MissingExtra
+
+_WEB = "Dashboard"
+
+
+def dashboard(
+    url: Url,
+    listen: Annotated[
+        str,
+        typer.Option(
+            "--listen",
+            envvar="OSQUEUE_DASHBOARD_LISTEN",
+            help="host:port to serve on (port 0: any free port). Beyond loopback, reading "
+            "needs the admin login too, and a token is required unless --insecure.",
+            rich_help_panel=_WEB,
+        ),
+    ] = "127.0.0.1:8080",
+    token: Token = None,
+    token_file: TokenFile = None,
+    tls_ca: TlsCa = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar="OSQUEUE_INSECURE",
+            help="Allow a non-loopback --listen without a token (reading open to all, "
+            "actions disabled).",
+            rich_help_panel=_WEB,
+        ),
+    ] = False,
+    refresh_s: Annotated[
+        float,
+        typer.Option(
+            "--refresh-s",
+            envvar="OSQUEUE_REFRESH_S",
+            min=0.2,
+            help="Read the queue document this often (longer while a large one decodes).",
+            rich_help_panel=_WEB,
+        ),
+    ] = 2.0,
+) -> None:
+    """Serve a web dashboard of the queue at URL: queues, jobs, dead letters, archive, broker.
+
+    Pages read the queue document and the archive from storage (no broker
+    needed to look).  Actions (retry or purge dead jobs, cancel a job) go
+    through the broker and need the admin token: the broker's token, given
+    here with --token-file or OSQUEUE_TOKEN, typed into the login form.
+    """
+    from osqueue.wire.auth import resolve_token
+
+    web = _import_web()
+    config = web.DashboardConfig(
+        url=url,
+        listen=listen,
+        token=resolve_token(token, token_file),
+        tls_ca=tls_ca,
+        insecure=insecure,
+        refresh_s=refresh_s,
+        poll_s=max(refresh_s, 1.0),
+    )
+    board = web.Dashboard(config)  # refuses a non-loopback address without a token
+    runtime.run(_serve(board, url))
+
+
+def _import_web() -> Any:
+    try:
+        from osqueue.dashboard import web
+    except ImportError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing in {"aiohttp", "jinja2"}:
+            raise MissingExtra("dashboard", missing) from exc
+        raise
+    return web
+
+
+async def _serve(board: Any, url: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    address = await board.start()
+    try:
+        if board.access.token is None:
+            exits.warn("no admin token (--token-file or OSQUEUE_TOKEN): actions are disabled")
+        exits.info(f"dashboard for {url} at {address}")
+        await stop.wait()
+    finally:
+        await board.stop()
+    exits.info("dashboard stopped")

@@ -1,0 +1,151 @@
+"""The last hour of depth and throughput, behind a small provider interface.
+
+Brokers are stateless and the document holds only counters since the queue
+began, so "the last hour" needs a history kept somewhere.  The plan is a
+bounded per-minute ring in the document, written by the broker (per queue:
+minute, pushed, completed, failed, dead, depth), which survives broker
+restarts and is the same for every viewer.  Until it exists,
+:class:`SampledHistory` samples the document's counters from the dashboard
+process itself: its charts start empty when the dashboard starts and cover
+only the time it has been running.
+
+A provider implements :class:`History`; the web app and ``osqueue top`` use
+nothing else.  :func:`flows_of` is the one place that says which cumulative
+counters a snapshot carries (totals today; per queue once the document has
+them).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from osqueue.dashboard.snapshot import Snapshot
+
+#: the counters a rate is shown for, in the order charts and tables show them
+FLOWS = ("pushed", "completed", "failed", "dead")
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """Cumulative counts since the queue began (they only grow)."""
+
+    pushed: int = 0
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+
+    def get(self, name: str) -> int:
+        value: int = getattr(self, name)
+        return value
+
+
+def flows_of(snapshot: Snapshot) -> tuple[Flow, dict[str, Flow] | None]:
+    """The totals, and per queue when the document carries per-queue counters.
+
+    Today the document counts for the whole queue only, so the second value is
+    None.  The per-minute history ring will carry per-queue counts: read them
+    here and every view shows per-queue rates.
+    """
+    stats = snapshot.doc.stats
+    total = Flow(
+        pushed=stats.pushed, completed=stats.completed, failed=stats.failed, dead=stats.dead
+    )
+    return total, None
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """What a chart draws: times, depth per queue, and rates (per second) per flow.
+
+    ``rates[name][i]`` is the rate over the interval that ends at ``times[i]``
+    (so the first point has none: it is 0.0 there).
+    """
+
+    source: str
+    times: list[float] = field(default_factory=list)
+    depth: dict[str, list[int | None]] = field(default_factory=dict)
+    rates: dict[str, list[float]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "times": [round(t, 3) for t in self.times],
+            "depth": self.depth,
+            "rates": {k: [round(v, 3) for v in vs] for k, vs in self.rates.items()},
+        }
+
+
+class History(Protocol):
+    """Where the charts' last hour comes from."""
+
+    @property
+    def source(self) -> str:
+        """One line for the page: where these numbers come from."""
+        ...
+
+    def observe(self, snapshot: Snapshot) -> None:
+        """Called with every read of the document (changed or not)."""
+        ...
+
+    def last_hour(self, now: float) -> Series: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    t: float
+    total: Flow
+    depth: dict[str, int]
+
+
+class SampledHistory:
+    """Samples taken by this process: at most one per ``resolution_s``, for ``window_s``."""
+
+    def __init__(self, *, window_s: float = 3600.0, resolution_s: float = 10.0) -> None:
+        if window_s <= 0 or resolution_s <= 0:
+            raise ValueError("window_s and resolution_s must be positive")
+        self.window_s = window_s
+        self.resolution_s = resolution_s
+        self._samples: deque[_Sample] = deque(maxlen=int(window_s / resolution_s) + 2)
+
+    @property
+    def source(self) -> str:
+        return (
+            "sampled by this dashboard from the document's counters every "
+            f"{self.resolution_s:g} s since it started (not kept across restarts)"
+        )
+
+    def observe(self, snapshot: Snapshot) -> None:
+        t = snapshot.read_at
+        samples = self._samples
+        if samples and t - samples[-1].t < self.resolution_s:
+            return
+        index = snapshot.doc.index
+        depth = {q: index.count(q, "queued") for q in index.queues()}
+        total, _ = flows_of(snapshot)
+        samples.append(_Sample(t=t, total=total, depth=depth))
+
+    def last_hour(self, now: float) -> Series:
+        kept = [s for s in self._samples if now - s.t <= self.window_s]
+        queues = sorted({q for s in kept for q in s.depth})
+        series = Series(source=self.source)
+        series.times.extend(s.t for s in kept)
+        for q in queues:
+            series.depth[q] = [s.depth.get(q) for s in kept]
+        for name in FLOWS:
+            rates = [0.0]
+            for before, after in itertools.pairwise(kept):
+                seconds = after.t - before.t
+                rates.append(rate(before.total.get(name), after.total.get(name), seconds))
+            series.rates[name] = rates[: len(kept)]
+        return series
+
+
+def rate(before: int, after: int, seconds: float) -> float:
+    """Per second between two readings of a counter (0 when it went back: another
+    document, or a reset)."""
+    if seconds <= 0 or after < before:
+        return 0.0
+    return (after - before) / seconds

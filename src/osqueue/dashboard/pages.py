@@ -1,0 +1,372 @@
+"""The dashboard's pages and actions (aiohttp handlers).
+
+Reads come from the latest snapshot (:mod:`osqueue.dashboard.snapshot`); every
+read handler first asks :class:`~osqueue.dashboard.security.Access` whether
+this session may read, every POST whether it may act (CSRF first, then the
+admin login).  An action goes through the broker, re-reads the document so the
+next page shows its effect, and redirects (303) with a notice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+from aiohttp.web_request import FileField
+from multidict import MultiDictProxy
+
+from osqueue.cli.dead import DeadAction
+from osqueue.cli.jobs import job_dict
+from osqueue.dashboard.actions import PAUSE_AVAILABLE
+from osqueue.dashboard.archive_view import check_day, check_hour
+from osqueue.dashboard.queries import (
+    STATUSES,
+    DocumentJobs,
+    JobFilter,
+    decode_cursor,
+    encode_cursor,
+    payload_of,
+    preview,
+)
+from osqueue.dashboard.security import Refused
+from osqueue.dashboard.web import Dashboard, dashboard_of, page_context, session_of, set_session
+from osqueue.errors import InvalidInput, JobNotFound
+
+PAGE_SIZE = 50
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", overview)
+    app.router.add_get("/api/overview", api_overview)
+    app.router.add_get("/jobs", jobs)
+    app.router.add_get("/jobs/{id}", job)
+    app.router.add_post("/jobs/{id}/cancel", cancel)
+    app.router.add_get("/dead", dead)
+    app.router.add_post("/dead/{action}", dead_action)
+    app.router.add_post("/queues/{queue}/{verb}", pause)
+    app.router.add_get("/archive", archive)
+    app.router.add_get("/archive/find", archive_find)
+    app.router.add_get("/broker", broker)
+    app.router.add_get("/login", login_form)
+    app.router.add_post("/login", login)
+    app.router.add_post("/logout", logout)
+
+
+def _html(request: web.Request, template: str, **context: Any) -> web.Response:
+    board = dashboard_of(request)
+    body = board.renderer.page(template, **context, **page_context(request, session_of(request)))
+    return web.Response(text=body, content_type="text/html")
+
+
+def _readable(request: web.Request) -> Dashboard:
+    board = dashboard_of(request)
+    board.access.check_read(session_of(request))
+    return board
+
+
+Form = MultiDictProxy[str | bytes | bytearray | FileField]
+
+
+async def _form_for_action(request: web.Request) -> Form:
+    board = dashboard_of(request)
+    form = await request.post()
+    board.access.check_action(session_of(request), _text(form.get("csrf")))
+    return form
+
+
+def _redirect(location: str) -> web.Response:
+    """303 See Other (returned, not raised, so the session cookie rides along)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+# --------------------------------------------------------------------------- overview
+
+
+async def _overview_data(board: Dashboard) -> dict[str, Any]:
+    snap = await board.source.current()
+    now = time.time()
+    figures = await board.metrics.figures()
+    return {
+        "status": snap.status(now),
+        "read_at": snap.read_at,
+        "series": board.history.last_hour(now).as_json(),
+        "holders": [
+            {
+                "worker": h.worker,
+                "jobs": h.jobs,
+                "queues": list(h.queues),
+                "oldest_heartbeat_age_s": round(h.oldest_heartbeat_age_s, 3),
+            }
+            for h in snap.holders(now)
+        ],
+        "commit_rate": board.brokerlog.commit_rate(),
+        "metrics": None if figures is None else asdict(figures),
+    }
+
+
+async def overview(request: web.Request) -> web.Response:
+    board = _readable(request)
+    data = await _overview_data(board)
+    return _html(
+        request,
+        "overview.html",
+        data=data,
+        now=time.time(),
+        history_source=board.history.source,
+        poll_ms=int(board.config.poll_s * 1000),
+        pause_available=PAUSE_AVAILABLE,
+    )
+
+
+async def api_overview(request: web.Request) -> web.Response:
+    board = _readable(request)
+    return web.json_response(await _overview_data(board))
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def _int_arg(request: web.Request, name: str, default: int) -> int:
+    text = request.query.get(name, "")
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(f"{text!r} is not a whole number", field=name) from None
+
+
+def _job_filter(request: web.Request, *, status: str | None = None) -> JobFilter:
+    q = request.query
+    return JobFilter(
+        queue=q.get("queue") or None,
+        status=status or q.get("status") or None,
+        text=(q.get("q") or "").strip() or None,
+    )
+
+
+async def jobs(request: web.Request) -> web.Response:
+    board = _readable(request)
+    snap = await board.source.current()
+    where = _job_filter(request)
+    after_text = request.query.get("after")
+    after = decode_cursor(after_text) if after_text else None
+    limit = _int_arg(request, "limit", PAGE_SIZE)
+    page = await DocumentJobs(snap.doc).page(where, after, limit)
+    return _html(
+        request,
+        "jobs.html",
+        where=where,
+        page=page,
+        next_cursor=encode_cursor(page.next_after) if page.next_after else None,
+        limit=limit,
+        first_page=after is None,
+        queues=snap.doc.index.queues(),
+        statuses=STATUSES,
+        now=time.time(),
+    )
+
+
+async def job(request: web.Request) -> web.Response:
+    board = _readable(request)
+    snap = await board.source.current()
+    job_id = request.match_info["id"]
+    found = await DocumentJobs(snap.doc).get(job_id)
+    if found is None:
+        return _html(request, "job_missing.html", job_id=job_id)
+    payload = await payload_of(found, board.source.storage)
+    return _html(
+        request,
+        "job.html",
+        job=found,
+        fields=job_dict(found),
+        preview=preview(payload),
+        now=time.time(),
+    )
+
+
+async def cancel(request: web.Request) -> web.StreamResponse:
+    board = dashboard_of(request)
+    await _form_for_action(request)
+    job_id = request.match_info["id"]
+    (outcome,) = await board.actions.cancel([job_id])
+    session = session_of(request)
+    if outcome is None:
+        session.notify("ok", f"cancelled job {job_id}")
+    elif isinstance(outcome, JobNotFound):
+        session.notify("error", f"job {job_id} is no longer live (finished or cancelled)")
+    elif isinstance(outcome, Exception):
+        raise outcome
+    await board.source.refresh()
+    return _redirect(f"/jobs/{job_id}")
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+async def dead(request: web.Request) -> web.Response:
+    board = _readable(request)
+    snap = await board.source.current()
+    where = _job_filter(request, status="dead")
+    after_text = request.query.get("after")
+    after = decode_cursor(after_text) if after_text else None
+    page = await DocumentJobs(snap.doc).page(where, after, PAGE_SIZE)
+    return _html(
+        request,
+        "dead.html",
+        where=where,
+        page=page,
+        next_cursor=encode_cursor(page.next_after) if page.next_after else None,
+        queues=snap.doc.index.queues(),
+        now=time.time(),
+    )
+
+
+async def dead_action(request: web.Request) -> web.StreamResponse:
+    board = dashboard_of(request)
+    try:
+        action = DeadAction(request.match_info["action"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    form = await _form_for_action(request)
+    queue = str(form.get("queue") or "") or None
+    session = session_of(request)
+    if form.get("scope") == "all":
+        ids: list[str] | None = None
+        if queue is not None:  # every dead job of one queue: named by id
+            snap = await board.source.refresh()
+            ids = [j.id for j in snap.doc.jobs.values() if j.status == "dead" and j.queue == queue]
+    else:
+        ids = [str(i) for i in form.getall("id", [])]
+        if not ids:
+            session.notify("error", "select at least one dead job first")
+            return _redirect(_dead_url(queue))
+    count = await board.actions.dead(action, ids) if ids != [] else 0
+    verb = "retried" if action is DeadAction.retry else "purged"
+    session.notify("ok", f"{verb} {count:,} dead job{'' if count == 1 else 's'}")
+    await board.source.refresh()
+    return _redirect(_dead_url(queue))
+
+
+def _dead_url(queue: str | None) -> str:
+    return "/dead" + (f"?{urlencode({'queue': queue})}" if queue else "")
+
+
+async def pause(request: web.Request) -> web.StreamResponse:
+    """PAUSE / RESUME: the route is here; the broker op is not (see actions.py)."""
+    board = dashboard_of(request)
+    verb = request.match_info["verb"]
+    if verb not in ("pause", "resume"):
+        raise web.HTTPNotFound()
+    await _form_for_action(request)
+    await board.actions.pause(request.match_info["queue"], paused=verb == "pause")
+    return _redirect("/")
+
+
+# --------------------------------------------------------------------------- archive
+
+
+async def archive(request: web.Request) -> web.Response:
+    board = _readable(request)
+    day = request.query.get("day") or None
+    hour_text = request.query.get("hour")
+    context: dict[str, Any] = {"day": day, "hour": None, "days": [], "objects": [], "page": None}
+    if day is None:
+        context["days"] = await board.archive.days()
+    elif not hour_text:
+        context["objects"] = await board.archive.objects_of(check_day(day))
+        hours: dict[int, int] = {}
+        for obj in context["objects"]:
+            hours[obj.hour] = hours.get(obj.hour, 0) + 1
+        context["hours"] = dict(sorted(hours.items()))
+    else:
+        hour = check_hour(_int_arg(request, "hour", 0))
+        context["hour"] = hour
+        context["page"] = await board.archive.hour(
+            check_day(day), hour, offset=_int_arg(request, "offset", 0)
+        )
+    return _html(request, "archive.html", **context)
+
+
+async def archive_find(request: web.Request) -> web.Response:
+    board = _readable(request)
+    job_id = (request.query.get("id") or "").strip()
+    day = request.query.get("day") or None
+    found = None
+    if job_id:
+        found = await board.archive.find(job_id, day=check_day(day) if day else None)
+    return _html(request, "archive_find.html", job_id=job_id, day=day, found=found)
+
+
+# --------------------------------------------------------------------------- broker
+
+
+async def broker(request: web.Request) -> web.Response:
+    board = _readable(request)
+    snap = await board.source.current()
+    now = time.time()
+    return _html(
+        request,
+        "broker.html",
+        status=snap.status(now),
+        snap=snap,
+        tenures=board.brokerlog.tenures(),
+        commit_rate=board.brokerlog.commit_rate(),
+        rate_window_s=board.brokerlog.rate_window_s,
+        figures=await board.metrics.figures(),
+        now=now,
+    )
+
+
+# --------------------------------------------------------------------------- login
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site (no scheme, no ``//host``) is followed after login."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+async def login_form(request: web.Request) -> web.Response:
+    return _html(request, "login.html", next=_safe_next(request.query.get("next")))
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    board = dashboard_of(request)
+    form = await request.post()
+    session = session_of(request)
+    board.access.check_csrf(session, _text(form.get("csrf")))
+    target = _safe_next(_text(form.get("next")))
+    if board.access.token is None:
+        raise Refused(
+            "there is nothing to log in to: this dashboard was started without an admin "
+            "token, so actions are disabled (start it with --token-file or OSQUEUE_TOKEN)"
+        )
+    if not board.access.token_matches(_text(form.get("token")) or ""):
+        session.notify("error", "that is not the admin token")
+        return _redirect("/login?" + urlencode({"next": target}))
+    board.sessions.drop(session.id)
+    admin = board.sessions.new(admin=True)  # a new id: no session fixation
+    admin.notify("ok", "logged in: actions are enabled")
+    set_session(request, admin)
+    return _redirect(target)
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    board = dashboard_of(request)
+    form = await request.post()
+    session = session_of(request)
+    board.access.check_csrf(session, _text(form.get("csrf")))
+    board.sessions.drop(session.id)
+    fresh = board.sessions.new()
+    fresh.notify("ok", "logged out")
+    set_session(request, fresh)
+    return _redirect("/")
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

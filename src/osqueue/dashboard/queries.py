@@ -1,0 +1,200 @@
+"""Job lists and job detail, read from a snapshot.
+
+Lists are in claim order within a queue (queue, then priority, then seq) and
+paged by key, not by offset: a page is "the next ``limit`` jobs after this
+(queue, priority, seq)", so paging deep into a backlog never counts the jobs
+before the page, and a job pushed meanwhile never shifts the pages.
+
+:class:`JobSource` is the interface the pages use.  :class:`DocumentJobs`
+answers from the document in memory: one pass over the candidate jobs per page,
+keeping only the ``limit`` smallest keys after the cursor (index sets narrow
+the candidates for claimed and done jobs, and ids and keys are looked up
+directly).  When the deep-backlog segments land, a segment-aware source keeps
+the same interface: per queue and priority the claim order is the document's
+jobs below the first segment, the segments in seq order, then the rest, and a
+segment's reference carries its first and last seq and its count, so a page
+after a cursor reads at most the one segment object the page falls in.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from osqueue.errors import InvalidInput, NotFound
+from osqueue.state import Document, StoredJob
+from osqueue.storage.port import Storage
+
+STATUSES = ("queued", "claimed", "dead", "done")
+MAX_LIMIT = 500
+#: the most payload bytes a job page shows
+PREVIEW_BYTES = 16 * 1024
+
+SortKey = tuple[str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    queue: str | None = None
+    status: str | None = None
+    #: an exact job id or idempotency key
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise InvalidInput(
+                f"{self.status!r} is not one of {', '.join(STATUSES)}", field="status"
+            )
+
+    def matches(self, job: StoredJob) -> bool:
+        return (self.queue is None or job.queue == self.queue) and (
+            self.status is None or job.status == self.status
+        )
+
+
+def sort_key(job: StoredJob) -> SortKey:
+    return (job.queue, job.priority, job.seq)
+
+
+def encode_cursor(key: SortKey) -> str:
+    """A page cursor as URL-safe text (queue names may hold any character)."""
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> SortKey:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        queue, priority, seq = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("is not a cursor from this dashboard", field="after") from exc
+    if not (isinstance(queue, str) and isinstance(priority, int) and isinstance(seq, int)):
+        raise InvalidInput("is not a cursor from this dashboard", field="after")
+    return (queue, priority, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[StoredJob]
+    #: the cursor of the next page (None: this is the last)
+    next_after: SortKey | None
+    #: how many jobs match the filter in all
+    total: int
+
+
+class JobSource(Protocol):
+    """Pages of jobs in claim order (the document's now; segments' later)."""
+
+    async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage: ...
+
+    async def get(self, job_id: str) -> StoredJob | None: ...
+
+
+class DocumentJobs:
+    """Jobs in one decoded document."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+
+    async def get(self, job_id: str) -> StoredJob | None:
+        return self.doc.jobs.get(job_id)
+
+    async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidInput(f"must be between 1 and {MAX_LIMIT}", field="limit")
+        seen = [0]  # every candidate that matches, counted as the pass goes
+        matching = _counting((j for j in self._candidates(where) if where.matches(j)), seen)
+        later = (j for j in matching if after is None or sort_key(j) > after)
+        jobs = heapq.nsmallest(limit + 1, later, key=sort_key)  # consumes every candidate
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
+        return JobPage(
+            jobs=jobs,
+            next_after=sort_key(jobs[-1]) if more else None,
+            total=seen[0],
+        )
+
+    def _candidates(self, where: JobFilter) -> Iterable[StoredJob]:
+        doc, index = self.doc, self.doc.index
+        if where.text:
+            found = doc.jobs.get(where.text)
+            if found is not None:
+                return [found]
+            held = index.keys.get(where.text)
+            if held is not None:
+                return [doc.jobs[held]]
+            return [j for j in doc.jobs.values() if j.key == where.text]
+        if where.status == "claimed":
+            return [doc.jobs[i] for i in index.claimed if i in doc.jobs]
+        if where.status == "done":
+            return [doc.jobs[i] for i in index.done if i in doc.jobs]
+        return doc.jobs.values()
+
+
+def _counting(jobs: Iterable[StoredJob], counts: list[int]) -> Iterable[StoredJob]:
+    for job in jobs:
+        counts[0] += 1
+        yield job
+
+
+# --------------------------------------------------------------------------- payloads
+
+PreviewKind = Literal["json", "text", "binary", "empty", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    kind: PreviewKind
+    text: str
+    #: the payload's full size in bytes
+    size: int
+    truncated: bool
+
+
+def preview(payload: bytes | None, cap: int = PREVIEW_BYTES) -> Preview:
+    """The payload as JSON (indented), UTF-8 text or a hex dump, cut at ``cap`` bytes."""
+    if payload is None:
+        return Preview("missing", "", 0, False)
+    size = len(payload)
+    if not payload:
+        return Preview("empty", "", 0, False)
+    head = payload[:cap]
+    truncated = size > cap
+    if not truncated:
+        try:
+            parsed = json.loads(head)
+        except ValueError:
+            pass
+        else:
+            return Preview("json", json.dumps(parsed, indent=2, ensure_ascii=False), size, False)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if truncated and exc.start >= len(head) - 3:  # cut inside a character
+            text = head[: exc.start].decode("utf-8")
+        else:
+            return Preview("binary", _hexdump(head[:1024]), size, size > 1024)
+    return Preview("text", text, size, truncated)
+
+
+def _hexdump(data: bytes) -> str:
+    lines = []
+    for offset in range(0, len(data), 16):
+        chunk = data[offset : offset + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        shown = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{offset:08x}  {hexes:<47}  {shown}")
+    return "\n".join(lines)
+
+
+async def payload_of(job: StoredJob, storage: Storage) -> bytes | None:
+    """The job's payload: inline, or its object under ``payloads/`` (None: gone)."""
+    if job.payload_ref is None:
+        return job.payload or b""
+    try:
+        return await storage.get(job.payload_ref)
+    except NotFound:
+        return None

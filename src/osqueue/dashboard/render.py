@@ -1,0 +1,68 @@
+"""HTML from the package's templates (Jinja2, autoescaped) and the filters they use.
+
+Every value a page shows passes through Jinja2's autoescaping, payload previews
+and error messages included, and the pages carry no inline script (the
+Content-Security-Policy forbids it), so a payload cannot run code in the page.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import jinja2
+
+from osqueue.cli.status import age_text
+
+
+def ts(seconds: float | None) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def dt(value: datetime | None) -> str:
+    return "-" if value is None else ts(value.timestamp())
+
+
+def num(value: int | float | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}"
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n = n / 1024  # type: ignore[assignment]
+    return f"{n}"  # pragma: no cover
+
+
+def age(seconds: float | None) -> str:
+    return age_text(seconds)
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("osqueue.dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(ts=ts, dt=dt, num=num, size=size, age=age)
+    return env
+
+
+class Renderer:
+    def __init__(self) -> None:
+        self._env = environment()
+
+    def page(self, template: str, **context: Any) -> str:
+        return self._env.get_template(template).render(**context)

@@ -1,0 +1,85 @@
+"""``osqueue dashboard`` as a command: the listen rule, the missing extra, and a
+real process that announces itself, serves, and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from dashboard_helpers import SRC, seed_stopped
+from typer.testing import CliRunner
+
+import osqueue.dashboard
+from osqueue.cli import dashboard as dashboard_command
+from osqueue.cli.app import app
+from osqueue.errors import MissingExtra
+
+
+def test_a_public_listen_without_a_token_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["dashboard", tmp_path.as_uri(), "--listen", "0.0.0.0:8080"], env={}
+    )
+    assert result.exit_code == 3, result.output
+    assert "not a loopback address" in result.stderr
+    assert "--insecure" in result.stderr
+
+
+def test_without_the_extra_the_error_names_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp -> ImportError
+    monkeypatch.delitem(sys.modules, "osqueue.dashboard.web", raising=False)
+    monkeypatch.delitem(sys.modules, "osqueue.dashboard.pages", raising=False)
+    monkeypatch.delattr(osqueue.dashboard, "web", raising=False)
+    with pytest.raises(MissingExtra, match=re.escape("pip install 'osqueue[dashboard]'")):
+        dashboard_command._import_web()
+
+
+def test_the_command_serves_until_sigterm(tmp_path: Path) -> None:
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    seed_stopped(queue)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "osqueue.cli",
+            "dashboard",
+            queue.as_uri(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        for line in process.stderr:  # blocks until the next line: no sleeping
+            lines.append(line)
+            match = re.search(r"dashboard for \S+ at (http://127\.0\.0\.1:\d+)", line)
+            if match:
+                break
+        else:
+            raise AssertionError("no readiness line: " + "".join(lines))
+        assert any("actions are disabled" in line for line in lines)
+        with urllib.request.urlopen(match[1] + "/api/overview", timeout=30) as response:
+            data = json.load(response)
+        assert data["status"]["queues"]["emails"]["claimed"] == 2
+        process.send_signal(signal.SIGTERM)
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 0, rest
+        assert "dashboard stopped" in rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()

@@ -1,0 +1,235 @@
+"""The dashboard's pure parts: job pages, payload previews, history, the broker log,
+sessions and the access rule.  No event loop but the one pytest gives async tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from osqueue.dashboard.brokerlog import BrokerLog
+from osqueue.dashboard.history import SampledHistory, flows_of
+from osqueue.dashboard.queries import (
+    DocumentJobs,
+    JobFilter,
+    decode_cursor,
+    encode_cursor,
+    preview,
+    sort_key,
+)
+from osqueue.dashboard.security import Access, Refused, Sessions, access_for
+from osqueue.dashboard.snapshot import Snapshot
+from osqueue.errors import InvalidInput
+from osqueue.state import BrokerInfo, ClaimOp, Document, Fail, Push, apply, to_datetime
+
+T0 = 1_800_000_000.0
+
+
+def build(n_per_queue: int = 7) -> Document:
+    """Queues a and b, priorities 0 and 1 mixed; two of a claimed; one of b dead."""
+    ops: list[object] = []
+    for i in range(n_per_queue):
+        ops.append(Push(id=f"a{i:02d}", payload=b"p", queue="a", priority=i % 2))
+        ops.append(Push(id=f"b{i:02d}", payload=b"p", queue="b", key=f"key-b{i}"))
+    ops.append(Push(id="dead1", payload=b"x", queue="b", max_attempts=1, priority=-1))
+    doc, _ = apply(Document.empty(), ops, T0)  # type: ignore[arg-type]
+    doc, (_claimed,) = apply(doc, [ClaimOp("w1", ("a",), max_jobs=2)], T0 + 1)
+    doc, (dying,) = apply(doc, [ClaimOp("w2", ("b",))], T0 + 2)
+    assert dying.jobs[0].id == "dead1"  # type: ignore[attr-defined]
+    token = dying.jobs[0].claim.token  # type: ignore[attr-defined]
+    doc, _ = apply(doc, [Fail("dead1", token, error="boom")], T0 + 3)
+    return doc
+
+
+def snapshot(doc: Document, t: float) -> Snapshot:
+    return Snapshot(
+        url="memory://t", doc=doc, etag=str(doc.version), read_at=t, decode_s=0.0, size_bytes=0
+    )
+
+
+async def walk(source: DocumentJobs, where: JobFilter, limit: int) -> list[str]:
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await source.page(where, after, limit)
+        seen += [j.id for j in page.jobs]
+        assert len(page.jobs) <= limit
+        if page.next_after is None:
+            return seen
+        after = decode_cursor(encode_cursor(page.next_after))
+
+
+async def test_pages_cover_every_job_once_in_claim_order() -> None:
+    doc = build()
+    source = DocumentJobs(doc)
+    expected = [j.id for j in sorted(doc.jobs.values(), key=sort_key)]
+    for limit in (1, 3, 5, 100):
+        assert await walk(source, JobFilter(), limit) == expected
+    page = await source.page(JobFilter(), None, 4)
+    assert page.total == len(doc.jobs)
+
+
+async def test_filters_by_queue_status_id_and_key() -> None:
+    doc = build()
+    source = DocumentJobs(doc)
+    claimed = await source.page(JobFilter(status="claimed"), None, 10)
+    assert {j.id for j in claimed.jobs} == {"a00", "a02"}  # priority 0 first, then FIFO
+    dead = await source.page(JobFilter(queue="b", status="dead"), None, 10)
+    assert [j.id for j in dead.jobs] == ["dead1"]
+    assert dead.total == 1
+    by_queue = await source.page(JobFilter(queue="a"), None, 100)
+    assert by_queue.total == 7
+    assert all(j.queue == "a" for j in by_queue.jobs)
+    assert [j.id for j in (await source.page(JobFilter(text="b03"), None, 5)).jobs] == ["b03"]
+    assert [j.id for j in (await source.page(JobFilter(text="key-b4"), None, 5)).jobs] == ["b04"]
+    assert (await source.page(JobFilter(text="nope"), None, 5)).total == 0
+
+
+def test_bad_filter_cursor_and_limit_are_named() -> None:
+    with pytest.raises(InvalidInput, match="status"):
+        JobFilter(status="sleeping")
+    with pytest.raises(InvalidInput, match="after"):
+        decode_cursor("not-a-cursor")
+
+
+async def test_limit_out_of_range_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="limit"):
+        await DocumentJobs(build()).page(JobFilter(), None, 0)
+
+
+def test_preview_kinds_and_cap() -> None:
+    as_json = preview(json.dumps({"b": 1, "a": [1, 2]}).encode())
+    assert as_json.kind == "json"
+    assert '"a": [' in as_json.text
+    assert preview(b"hello").kind == "text"
+    binary = preview(bytes(range(256)))
+    assert binary.kind == "binary"
+    assert binary.text.startswith("00000000  00 01 02")
+    big = preview(b"x" * 100, cap=10)
+    assert (big.kind, big.text, big.size, big.truncated) == ("text", "x" * 10, 100, True)
+    cut = preview("é".encode() * 10, cap=5)  # cut in the middle of a character
+    assert cut.kind == "text"
+    assert cut.text == "éé"
+    assert cut.truncated
+    assert preview(b"").kind == "empty"
+    assert preview(None).kind == "missing"
+
+
+def test_sampled_history_rates_and_depth() -> None:
+    doc = build()
+    history = SampledHistory(resolution_s=10, window_s=100)
+    history.observe(snapshot(doc, T0))
+    history.observe(snapshot(doc, T0 + 5))  # inside the resolution: not kept
+    more, _ = apply(doc, [Push(id=f"n{i}", payload=b"p", queue="a") for i in range(20)], T0 + 6)
+    history.observe(snapshot(more, T0 + 10))
+    series = history.last_hour(T0 + 10)
+    assert series.times == [T0, T0 + 10]
+    assert series.rates["pushed"] == [0.0, 2.0]  # 20 pushes in 10 s
+    assert series.depth["a"] == [5, 25]
+    assert series.depth["b"] == [7, 7]
+    assert history.last_hour(T0 + 105).times == [T0 + 10]  # the window moves on
+    total, per_queue = flows_of(snapshot(more, T0))
+    assert total.pushed == 35
+    assert per_queue is None
+
+
+def test_broker_log_records_each_tenure_and_the_write_rate() -> None:
+    doc = build()
+    log = BrokerLog(rate_window_s=60)
+    for i, (epoch, address) in enumerate([(1, "h:1"), (1, "h:1"), (2, "h:2"), (2, None)]):
+        doc.broker = BrokerInfo(
+            id=f"b{epoch}", address=address, epoch=epoch, lease_until=to_datetime(T0 + 100)
+        )
+        doc.version = 100 + 10 * i
+        log.observe(snapshot(doc, T0 + i))
+    assert [(t.epoch, t.address, t.seen_at) for t in log.tenures()] == [
+        (2, None, T0 + 3),
+        (2, "h:2", T0 + 2),
+        (1, "h:1", T0),
+    ]
+    assert log.commit_rate() == pytest.approx(10.0)
+
+
+def test_sessions_expire_and_stay_bounded() -> None:
+    now = [0.0]
+    sessions = Sessions(max_sessions=3, ttl_s=10, clock=lambda: now[0])
+    first = sessions.new()
+    assert sessions.get(first.id) is first
+    for _ in range(3):
+        sessions.new()
+    assert len(sessions) == 3
+    assert sessions.get(first.id) is None
+    last = sessions.new()
+    now[0] = 11.0
+    assert sessions.get(last.id) is None
+    assert sessions.get(None) is None
+    assert sessions.get("made-up") is None
+
+
+def test_actions_need_csrf_then_a_token_then_the_login() -> None:
+    sessions = Sessions()
+    anonymous, admin = sessions.new(), sessions.new(admin=True)
+    access = Access(token="s3cret", open_reads=True)
+    with pytest.raises(Refused, match="CSRF"):
+        access.check_action(admin, "forged")
+    with pytest.raises(Refused, match="CSRF"):
+        access.check_action(admin, None)
+    with pytest.raises(Refused, match="needs the admin token") as refused:
+        access.check_action(anonymous, anonymous.csrf)
+    assert refused.value.login
+    assert refused.value.status == 403
+    access.check_action(admin, admin.csrf)
+    with pytest.raises(Refused, match="without an admin token"):
+        Access(token=None, open_reads=True).check_action(admin, admin.csrf)
+    assert access.token_matches("s3cret")
+    assert not access.token_matches("s3cret ")
+    assert not access.token_matches("")
+    assert not Access(None, True).token_matches("x")
+
+
+def test_listening_beyond_loopback_needs_a_token_or_insecure() -> None:
+    assert access_for("127.0.0.1:0", None, insecure=False).open_reads
+    assert access_for("localhost:8080", None, insecure=False).open_reads
+    with pytest.raises(InvalidInput, match="not a loopback address"):
+        access_for("0.0.0.0:8080", None, insecure=False)
+    guarded = access_for("0.0.0.0:8080", "t", insecure=False)
+    assert not guarded.open_reads
+    with pytest.raises(Refused, match="log in") as refused:
+        guarded.check_read(None)
+    assert refused.value.status == 401
+    assert access_for("0.0.0.0:8080", None, insecure=True).open_reads
+    with pytest.raises(InvalidInput, match="listen"):
+        access_for("nonsense", None, insecure=False)
+
+
+async def test_snapshot_source_decodes_only_when_the_etag_changes() -> None:
+    from osqueue.dashboard.snapshot import SnapshotSource, spacing_s
+    from osqueue.state import encode
+    from osqueue.storage import MemoryStorage
+
+    name = f"snap-{T0}"
+    storage = MemoryStorage(name)
+    try:
+        doc = build()
+        await storage.write("queue.json", encode(doc), if_match=None)
+        seen: list[int] = []
+        source = SnapshotSource(f"memory://{name}", storage=storage, refresh_s=1.0)
+        source.observe(lambda s: seen.append(s.version))
+        first = await source.refresh()
+        again = await source.refresh()
+        assert again.doc is first.doc  # the same ETag: not decoded again
+        assert again.decode_s == 0.0
+        assert again.read_at >= first.read_at
+        changed, _ = apply(doc, [Push(id="new", payload=b"p", queue="a")], T0 + 9)
+        await storage.write("queue.json", encode(changed), if_match=first.etag)
+        third = await source.refresh()
+        assert third.doc is not first.doc
+        assert "new" in third.doc.jobs
+        assert seen == [doc.version, doc.version, changed.version]  # every read is observed
+        assert source.next_delay_s() == 1.0  # a fast decode: every refresh_s
+        holders = third.holders(T0 + 11)
+        assert [(h.worker, h.jobs, h.queues) for h in holders] == [("w1", 2, ("a",))]
+        assert holders[0].oldest_heartbeat_age_s == pytest.approx(10.0)
+    finally:
+        MemoryStorage.drop(name)
+    assert spacing_s(2.0, 3.0, 0.25) == 12.0  # a slow decode spaces the reads out

@@ -1,0 +1,86 @@
+"""The blocking twin is derived from the client protocol: every method, its
+signature and its docstring, and each call runs the client's own method."""
+
+from __future__ import annotations
+
+import inspect
+import pydoc
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import osqueue.sync
+from osqueue.api import NewJob
+from osqueue.client.remote import SyncRemoteClient, connect_sync
+from osqueue.client.sync import SyncClient, SyncClientProtocol
+from osqueue.errors import InvalidInput, JobNotFound
+from osqueue.storage import MemoryStorage
+
+LIFECYCLE = {"close"}  # written by hand: it also stops the loop thread
+
+
+def _protocol_methods() -> list[str]:
+    return sorted(
+        name
+        for name, member in inspect.getmembers(SyncClientProtocol)
+        if not name.startswith("_") and inspect.iscoroutinefunction(member)
+    )
+
+
+def test_every_async_method_of_the_protocol_has_a_blocking_twin() -> None:
+    methods = _protocol_methods()
+    assert {"push", "claim", "complete_and_claim", "push_results", "purge_dead"} <= set(methods)
+    for name in methods:
+        twin = getattr(SyncClient, name)
+        assert not inspect.iscoroutinefunction(twin), name
+        if name in LIFECYCLE:
+            continue
+        source = getattr(SyncClientProtocol, name)
+        assert twin.__wrapped__ is source, name
+        assert inspect.signature(twin) == inspect.signature(source), name
+        assert twin.__doc__ == source.__doc__, name
+
+
+def test_help_shows_the_async_signature_and_docstring() -> None:
+    text = pydoc.render_doc(SyncClient, renderer=pydoc.plaintext)
+    assert "push_results(self, jobs: 'Sequence[NewJob]') -> 'list[str | OsqueueError]'" in text
+    assert "Push a batch; one result per job" in text
+    assert "**options: 'Unpack[PushOptions]'" in text
+
+
+def test_the_old_names_still_import() -> None:
+    assert SyncRemoteClient is SyncClient is osqueue.sync.SyncClient
+    assert connect_sync is osqueue.sync.connect
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    name = f"sync-{uuid.uuid4().hex}"
+    yield f"memory://{name}"
+    MemoryStorage.drop(name)
+
+
+def test_each_blocking_call_runs_the_clients_method(url: str) -> None:
+    with osqueue.sync.connect(url, embedded=True) as q:
+        first = q.push(b"a", queue="q", priority=-2)  # ascending: claimed first
+        results = q.push_results([NewJob(b"b", queue="q"), NewJob(b"c", queue="")])
+        assert isinstance(results[0], str)
+        assert isinstance(results[1], InvalidInput)
+        assert q.push_many([NewJob(b"d", queue="q")])[0] != first
+        [job] = q.claim("w", ["q"])
+        assert (job.id, job.payload, job.priority) == (first, b"a", -2)
+        q.heartbeat(job)
+        errors, claimed = q.complete_and_claim([job], "w", ["q"], max_jobs=5)
+        assert errors == [None]
+        assert len(claimed) == 2
+        q.release(claimed[0])
+        q.fail(claimed[1], error="boom", retry_after_s=0)
+        with pytest.raises(JobNotFound):  # errors come through as raised
+            q.cancel("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        stats = q.stats()
+        assert (stats.pushed, stats.completed, stats.depth) == (3, 1, 2)
+        assert q.retry_dead() == 0
+        assert q.purge_dead() == 0
+    with pytest.raises(osqueue.ShuttingDown):
+        q.stats()  # closed: the loop thread is gone
