@@ -295,3 +295,23 @@ async def test_missing_gcs_bucket_is_a_storage_error(gcs_shim: GcsShimServer) ->
             await call()
         assert "bucket or container does not exist" in str(info.value)
         assert_wrapped(info.value)
+
+
+async def test_a_refused_signature_is_a_definite_storage_error(
+    azurite_server: AzuriteServer,
+) -> None:
+    """Azurite's 403 for a wrong account key: a 4xx changed nothing, so even a write is a
+    plain ``StorageError`` (not an unknown outcome), and it names the refusal."""
+    wrong_key = AZURITE_KEY[:-8] + "AAAAAAA="
+    url = azurite_server.url(f"errors/{uuid.uuid4().hex[:12]}", account_key=wrong_key)
+    store = from_url(url + "&max_retries=0")
+    for call in (
+        lambda: store.read("k"),
+        lambda: store.write("k", b"v", if_match=None),
+        lambda: store.put("k", b"v"),
+    ):
+        with pytest.raises(StorageError) as info:
+            await call()
+        assert type(info.value) is StorageError
+        assert "access denied" in str(info.value)
+        assert_wrapped(info.value)
