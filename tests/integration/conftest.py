@@ -1,6 +1,7 @@
 """Fixtures for remote mode: a broker and its gRPC server in this process, on port 0.
 
-``queue_url`` runs each test over ``memory://`` and ``file://``;
+``queue_url`` runs each test over every storage backend (``backends.BACKENDS``:
+memory, file, moto's S3 and Azurite);
 ``broker_server`` starts a :class:`~osqueue.server.BrokerServer` there (it
 advertises its bound port in the queue document), and ``remote`` connects a
 :class:`~osqueue.client.remote.RemoteClient` the way users do: by URL only.
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from backends import BACKENDS, backend_url
 from remote_helpers import CertFiles, fast_config, quiet_broker_config, self_signed
 
 from osqueue.client.remote import RemoteClient, connect
@@ -20,16 +22,10 @@ from osqueue.server.runner import BrokerServer
 from osqueue.storage import MemoryStorage
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=BACKENDS)
 def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        name = f"remote-{uuid.uuid4().hex}"
-        yield f"memory://{name}"
-        MemoryStorage.drop(name)
-    else:
-        directory = tmp_path / "queue"
-        directory.mkdir()
-        yield directory.as_uri()
+    with backend_url(request, request.param, tmp_path, "remote") as url:
+        yield url
 
 
 @pytest.fixture
