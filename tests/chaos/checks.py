@@ -162,12 +162,19 @@ def check_chain(
         )
     takeovers = _check_epochs(seen, versions)
     _check_recorder(observations)
+    early = premature_takeovers(broker_events, contents)
+    assert not early, (
+        f"a broker took the queue over while the lease before it was live, at versions {early}: "
+        + "; ".join(
+            str(e) for e in broker_events if e["version"] in {v for x in early for v in (x - 1, x)}
+        )[:3000]
+    )
     figures = ChainFigures(
         versions=len(versions),
         recorder_versions=len({o.version for o in observations}),
         recorder_reads=recorder_reads,
         takeovers=takeovers,
-        premature_takeovers=len(premature_takeovers(broker_events, contents)),
+        premature_takeovers=len(early),
     )
     if stored is not None:
         figures.stored_history = _check_stored(stored, broker_events, first, last)

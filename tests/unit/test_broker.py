@@ -263,6 +263,85 @@ async def test_standby_takes_over_after_the_lease_runs_out(backend: Storage) -> 
     await standby.stop()
 
 
+class _Held(Scripted):
+    """Document writes wait for ``gate``; ``waiting`` is set once one does."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.waiting = asyncio.Event()
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        if key == DOCUMENT_KEY and not self.gate.is_set():
+            self.waiting.set()
+        return await super().write(key, data, if_match=if_match)
+
+
+async def _turns(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def _dead_active(store: Storage, clock: ManualClock) -> osqueue.Broker:
+    """A broker that served, then died silently (its lease left to run out)."""
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    await active.client().push(b"x")
+    active.tasks()[0].cancel()
+    await _turns()
+    return active
+
+
+async def test_a_standby_that_loses_the_race_for_a_lease_stands_by_again() -> None:
+    """Two brokers race for an expired lease: the one whose takeover write loses
+    finds the winner's live lease and waits for it, instead of deposing it."""
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    held = _Held(store)
+    held.gate.clear()
+    standby = osqueue.Broker(held, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not held.waiting.is_set():  # the lease runs out; its takeover write waits
+        clock.advance(1.0)
+        await _turns()
+    winner = osqueue.Broker(store, config(address="10.0.0.3:7070"), clock=clock)
+    await winner.start()  # takes over first, with a fresh lease
+    held.gate.set()  # the standby's write goes out and loses
+    await _turns(50)
+    assert not starting.done()
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.3:7070", active.epoch + 1)
+    await winner.stop()  # a graceful stop ends its lease: now the standby takes over
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.2:7070", active.epoch + 2)
+    await standby.stop()
+
+
+async def test_a_takeover_whose_answer_was_lost_is_adopted_not_repeated() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    scripted = Scripted(store)
+    scripted.script.append("lost")  # the takeover write lands; its answer does not
+    standby = osqueue.Broker(scripted, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting
+    assert scripted.writes == 1  # one takeover, adopted when read back
+    assert standby.epoch == active.epoch + 1
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.epoch == active.epoch + 1
+    await standby.client().push(b"y")  # and it serves on the adopted version
+    await standby.stop()
+
+
 async def test_zombie_worker_cannot_complete_a_reclaimed_job() -> None:
     clock = ManualClock()
     async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
