@@ -12,7 +12,9 @@ not write.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,11 +22,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from corrupt_archive import write_corrupt_archive
 from remote_helpers import fast_config, quiet_broker_config
+from typer.testing import CliRunner
 
 import osqueue
 from osqueue.broker.broker import State
 from osqueue.broker.payloads import BadPayload, Payloads
+from osqueue.cli.app import app
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import CorruptDocument, DocumentGone
 from osqueue.server.runner import BrokerServer
@@ -278,3 +283,53 @@ async def test_a_document_replaced_while_serving_stops_the_broker_without_overwr
         await broker.stop()
         await outsider.close()
     assert (await from_url(local_url).read(DOCUMENT_KEY)).data == hostile  # stop wrote nothing
+
+
+# --------------------------------------------------------------------------- the archive
+
+
+def test_archive_verify_reports_every_corrupt_line_with_its_key_and_line(tmp_path: Path) -> None:
+    directory = tmp_path / "queue"
+    directory.mkdir()
+    good, bad = write_corrupt_archive(directory)
+    url = directory.as_uri()
+
+    result = CliRunner().invoke(app, ["archive", url, "--verify"])
+    assert result.exit_code == 6, (result.stdout, result.stderr)
+    listed = [row.strip() for row in result.stdout.splitlines() if " line " in row]
+    assert [
+        (row.split(" line ")[0], int(row.split(" line ")[1].split()[0])) for row in listed
+    ] == bad
+    assert f"verified 3 objects, {good + len(bad)} lines: 4 corrupt lines" in result.stdout
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("error: CorruptDocument: 4 corrupt archive lines in 2 objects")
+    assert f"{bad[0][0]} line 2 (byte " in error
+
+    as_json = CliRunner().invoke(app, ["archive", url, "--verify", "--json"])
+    assert as_json.exit_code == 6
+    report = json.loads(as_json.stdout)["verify"]
+    assert report["objects"] == 3
+    assert [(c["key"], c["line"]) for c in report["corrupt"]] == bad
+    assert "blank line" in report["corrupt"][1]["reason"]
+    assert "version 7 in the object of version 2" in report["corrupt"][2]["reason"]
+    assert "truncated" in report["corrupt"][3]["reason"]  # the record was cut mid-line
+
+    listing = CliRunner().invoke(app, ["archive", url])  # without --verify: a listing only
+    assert listing.exit_code == 0
+
+
+def test_archive_verify_passes_an_archive_the_broker_wrote(tmp_path: Path) -> None:
+    directory = tmp_path / "queue"
+    directory.mkdir()
+
+    async def complete_five() -> None:
+        async with osqueue.Broker(directory.as_uri(), quiet_broker_config()) as broker:
+            q = broker.client()
+            await q.push_many([osqueue.NewJob(b"%d" % i) for i in range(5)])
+            for job in await q.claim("w", max_jobs=5):
+                await q.complete(job)
+
+    asyncio.run(complete_five())
+    result = CliRunner().invoke(app, ["archive", directory.as_uri(), "--verify"])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert "verified 5 objects, 5 lines: 0 corrupt lines" in result.stdout
