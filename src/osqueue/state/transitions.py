@@ -93,6 +93,18 @@ class Transition:
     dropped_segments: list[str] = field(default_factory=list)
 
 
+def _check_digest(op: Push) -> None:
+    """A push's recorded payload digest: for a payload object, 64 lowercase hex digits."""
+    if op.payload_ref is None:
+        raise InvalidInput("a digest is recorded for a payload object only", field="payload_sha256")
+    digest = op.payload_sha256
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip(_HEX):
+        raise InvalidInput(f"{digest!r} is not a hex SHA-256", field="payload_sha256")
+
+
+_HEX = "0123456789abcdef"
+
+
 def backoff_s(attempts: int, policy: Policy) -> float:
     """How long a job waits after its ``attempts``-th failed attempt (the one backoff
     policy, :class:`~osqueue.backoff.Backoff`, with the policy's base and cap)."""
@@ -177,6 +189,8 @@ class _Tx:
             raise InvalidInput(
                 "a job needs exactly one of payload and payload_ref", field="payload"
             )
+        if op.payload_sha256 is not None:
+            _check_digest(op)
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
@@ -202,6 +216,8 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
+        if op.payload_ref is not None:  # what a claim must find in the object
+            job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
