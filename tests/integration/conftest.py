@@ -17,6 +17,7 @@ from remote_helpers import CertFiles, fast_config, quiet_broker_config, self_sig
 
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.storage import MemoryStorage
 
 
@@ -41,7 +42,7 @@ def memory_url() -> Iterator[str]:
 
 @pytest.fixture
 async def broker_server(queue_url: str) -> AsyncIterator[BrokerServer]:
-    server = BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config())
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config())
     await server.start()
     try:
         yield server
