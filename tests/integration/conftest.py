@@ -65,12 +65,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
     """A self-signed certificate for 127.0.0.1/localhost, and an unrelated one."""
     directory = tmp_path_factory.mktemp("tls")
     cert, key = self_signed("osqueue test broker")
-    other, _ = self_signed("somebody else")
+    other, other_key = self_signed("somebody else")
     (directory / "cert.pem").write_bytes(cert)
     (directory / "key.pem").write_bytes(key)
     (directory / "other.pem").write_bytes(other)
+    (directory / "other-key.pem").write_bytes(other_key)
     return CertFiles(
         cert=str(directory / "cert.pem"),
         key=str(directory / "key.pem"),
         other_cert=str(directory / "other.pem"),
+        other_key=str(directory / "other-key.pem"),
     )
