@@ -42,7 +42,12 @@ Continuation = Callable[[Any], Awaitable[Handler]]
 
 @dataclass(frozen=True, slots=True)
 class Tokens:
-    """The tokens a server accepts, one per access level (only ``admin`` is required)."""
+    """The tokens a server accepts, one per access level (only ``admin`` is required).
+
+    :meth:`access_of` takes the ``Bearer <token>`` value as it arrives, so an
+    HTTP endpoint (metrics, a dashboard) can check an ``Authorization`` header
+    with the same tokens and grant the read level.
+    """
 
     admin: str
     write: str | None = None

@@ -55,7 +55,13 @@ def advertised_address(listen: str, port: int, advertise: str | None) -> str:
 
 
 class BrokerServer:
-    """A :class:`~osqueue.Broker` and the gRPC server in front of it."""
+    """A :class:`~osqueue.Broker` and the gRPC server in front of it.
+
+    ``server`` says how to listen and whom to serve (address, advertised
+    address, tokens, TLS, limits), ``broker`` how the broker runs (lease,
+    timeouts); the address the broker writes into the document is filled in
+    here.  ``standby=True`` waits for the active broker's lease to run out.
+    """
 
     def __init__(
         self,
@@ -177,6 +183,8 @@ async def run_broker(
     announce: Callable[[BrokerServer], object] | None = None,
 ) -> None:
     """Serve the queue at ``url`` until SIGTERM/SIGINT (or ``stop`` is set), then drain.
+
+    ``server``, ``broker`` and ``standby`` are those of :class:`BrokerServer`.
 
     Returns after a graceful stop; raises the broker's error if it failed, or
     ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set

@@ -214,7 +214,10 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
         raise OsqueueError(f"cannot listen on {config.listen} (address in use?)")
     await server.start()
     log.info(
-        "gRPC server listening",
+        "gRPC server listening on %s:%s (%s)",
+        host,
+        port,
+        f"TLS, certificate SHA-256 {fingerprint}" if fingerprint else "plaintext",
         extra={
             "action": "listen",
             "address": f"{host}:{port}",
