@@ -114,3 +114,11 @@ def test_broker_refuses_a_read_token_without_the_admin_token(tmp_path: Path) -> 
     line = error_line(result, exits.EXIT_CODES[InvalidInput])
     assert "read_token" in line
     assert not (tmp_path / DOCUMENT_KEY).exists()  # refused before touching the queue
+
+
+def test_broker_refuses_a_write_token_equal_to_the_admin_token(tmp_path: Path) -> None:
+    args = ["broker", tmp_path.as_uri(), "--listen", "127.0.0.1:0", "--token", "same"]
+    result = invoke(*args, env={"OSQUEUE_WRITE_TOKEN": "same"})
+    line = error_line(result, exits.EXIT_CODES[InvalidInput])
+    assert "write_token" in line
+    assert "differ" in line

@@ -157,7 +157,7 @@ class Connection:
                         await self.open_trusted(address)
                 except (StorageError, BrokerUnavailable) as exc:
                     log.warning(
-                        "could not reach the broker yet; will retry: %s",
+                        "not connected yet; the first call will look again: %s",
                         exc,
                         extra={"action": "discover"},
                     )
