@@ -19,6 +19,7 @@ from remote_helpers import CertFiles, fast_config, quiet_broker_config, self_sig
 
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.storage import MemoryStorage
 
 
@@ -37,7 +38,7 @@ def memory_url() -> Iterator[str]:
 
 @pytest.fixture
 async def broker_server(queue_url: str) -> AsyncIterator[BrokerServer]:
-    server = BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config())
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config())
     await server.start()
     try:
         yield server
@@ -60,12 +61,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
     """A self-signed certificate for 127.0.0.1/localhost, and an unrelated one."""
     directory = tmp_path_factory.mktemp("tls")
     cert, key = self_signed("osqueue test broker")
-    other, _ = self_signed("somebody else")
+    other, other_key = self_signed("somebody else")
     (directory / "cert.pem").write_bytes(cert)
     (directory / "key.pem").write_bytes(key)
     (directory / "other.pem").write_bytes(other)
+    (directory / "other-key.pem").write_bytes(other_key)
     return CertFiles(
         cert=str(directory / "cert.pem"),
         key=str(directory / "key.pem"),
         other_cert=str(directory / "other.pem"),
+        other_key=str(directory / "other-key.pem"),
     )

@@ -30,10 +30,12 @@ from osqueue.api import NewJob, QueueClient
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
+    AllowPlaintextToken,
     ClientOptions,
     Embedded,
     Queue,
     TlsCa,
+    TlsFingerprint,
     Token,
     TokenFile,
     Url,
@@ -136,6 +138,8 @@ def push(
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Push jobs; print each job id on its own line once the broker acknowledged it."""
@@ -153,7 +157,16 @@ def push(
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
     template = JobTemplate(queue, priority, delay_s, key, max_attempts)
-    options = ClientOptions(url, token, token_file, tls_ca, embedded, timeout_s=retry_for_s or None)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        timeout_s=retry_for_s or None,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
     if lines:
         asyncio.run(pusher.push_lines(options, sys.stdin.buffer))
