@@ -85,8 +85,9 @@ async def serving(args: argparse.Namespace) -> AsyncIterator[tuple[Broker, Queue
         return
     from osqueue.client.remote import RemoteClient, RemoteConfig
     from osqueue.server.runner import BrokerServer
+    from osqueue.server.server import ServerConfig
 
-    async with BrokerServer(url, listen="127.0.0.1:0", broker_config=config) as server:
+    async with BrokerServer(url, ServerConfig(listen="127.0.0.1:0"), config) as server:
         assert server.broker is not None
         remote = RemoteClient(server.broker.storage, RemoteConfig(timeout_s=120.0))
         try:

@@ -16,6 +16,7 @@ from osqueue.api import EncodedResult, JobResult, NewJob
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import InvalidInput, JobNotFound
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
@@ -164,7 +165,7 @@ async def test_a_worker_over_grpc_keeps_its_handlers_results(remote: RemoteClien
 
 
 async def test_a_result_survives_a_failover(queue_url: str) -> None:
-    first = BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config())
+    first = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config())
     await first.start()
     client = await connect(queue_url, config=fast_config())
     try:
@@ -179,7 +180,7 @@ async def test_a_result_survives_a_failover(queue_url: str) -> None:
         await entered.wait()
         await first.stop()  # the parked call is told to find the broker again
         async with BrokerServer(
-            queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+            queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
         ):
             assert (await client.result(job_id)).value == "before the failover"
             (job,) = await client.claim("w")
@@ -193,7 +194,7 @@ def test_the_sync_twin_reads_results(queue_url: str) -> None:
     from osqueue.client.loop_thread import LoopThread
 
     broker_loop = LoopThread("test-broker")
-    server = BrokerServer(queue_url, listen="127.0.0.1:0")
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"))
     broker_loop.run(server.start())
     try:
         with osqueue.sync.connect(queue_url, config=fast_config()) as q:

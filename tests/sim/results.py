@@ -6,7 +6,8 @@ of the id (no draw from the run's random stream, so seeds replay as before).
 Some jobs are pushed with a short ``result_ttl_s`` (:func:`sim_ttl`) so
 entries expire and are pruned within a run.
 
-The rule (I3, ``result-kept``): for every completion the broker accepted, with
+The rule (:attr:`Rule.RESULT_KEPT <sim.history.Rule.RESULT_KEPT>`, I3,
+``result-kept``): for every completion the broker accepted, with
 the result it carried (the ``COMPLETE_OK`` event's ``result``),
 
 * every landed version from the first where the job is done under that token
@@ -30,14 +31,13 @@ from collections.abc import Iterable, Mapping
 
 from osqueue.api import EncodedResult
 from osqueue.state import Document, FinishedJob
-from sim.history import Event, History, Kind, Violation
+from sim.findings import Chain, Findings
+from sim.history import Event, History, Kind, Outcome, Rule
 
 #: results of 1/4 of the jobs are larger than the broker's inline limit (1 KiB)
 LARGE_BYTES = 1500
 #: 1/3 of the jobs keep their results only this long
 SHORT_TTL_S = 6.0
-
-RULE = "result-kept"
 
 
 def _bucket(job_id: str, n: int) -> int:
@@ -71,23 +71,17 @@ def _matches(entry: FinishedJob, result: EncodedResult) -> bool:
     return data.ref is not None and data.ref.startswith(f"results/{entry.id}=")
 
 
-def check_results(
-    history: History,
-    docs: list[Document],
-    result_objects: Mapping[str, bytes],
-) -> list[Violation]:
+def check_results(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
     """The ``result-kept`` rule over the versions that landed, in landing order."""
-    out: list[Violation] = []
     accepted = [e for e in history.of(Kind.COMPLETE_OK) if e.result is not None]
+    f.checked["results"] += len(accepted)
     for event in accepted:
-        _check_kept(event, docs, out)
-    final = docs[-1] if docs else None
-    if final is not None:
-        _check_objects(final, {e.job: e for e in accepted}, result_objects, out)
-    return out
+        _check_kept(event, chain.docs, f)
+    if chain.docs:
+        _check_objects(chain.docs[-1], {e.job: e for e in accepted}, outcome.result_objects, f)
 
 
-def _check_kept(event: Event, docs: Iterable[Document], out: list[Violation]) -> None:
+def _check_kept(event: Event, docs: Iterable[Document], f: Findings) -> None:
     assert event.result is not None
     job_id = event.job
     previous: Document | None = None  # the version before ``doc``
@@ -102,16 +96,14 @@ def _check_kept(event: Event, docs: Iterable[Document], out: list[Violation]) ->
             current = doc.finished.get(job_id)
             if current is None:
                 if not _gone_for_a_reason(job_id, entry, previous, doc):
-                    out.append(_lost(event, doc, entry))
+                    f.add(Rule.RESULT_KEPT, _lost(event, doc, entry))
                 return
             if not _matches(current, event.result):
-                out.append(
-                    Violation(
-                        "I3",
-                        f"{RULE}: job {job_id}'s entry in version {doc.version} holds "
-                        f"{current.result!r}, not the {event.result.kind} result its accepted "
-                        f"completion (token {event.token}) carried",
-                    )
+                f.add(
+                    Rule.RESULT_KEPT,
+                    f"job {job_id}'s entry in version {doc.version} holds {current.result!r}, "
+                    f"not the {event.result.kind} result its accepted completion (token "
+                    f"{event.token}) carried",
                 )
                 return
             entry = current
@@ -134,17 +126,15 @@ def _gone_for_a_reason(
     return job is not None and job.status in ("queued", "claimed")
 
 
-def _lost(event: Event, doc: Document, entry: FinishedJob | None) -> Violation:
+def _lost(event: Event, doc: Document, entry: FinishedJob | None) -> str:
     if entry is None:
-        return Violation(
-            "I3",
-            f"{RULE}: job {event.job} is done in version {doc.version} under token "
-            f"{event.token} but the record of finished jobs has no entry for it",
+        return (
+            f"job {event.job} is done in version {doc.version} under token {event.token} "
+            "but the record of finished jobs has no entry for it"
         )
-    return Violation(
-        "I3",
-        f"{RULE}: job {event.job}'s result left the record in version {doc.version}, before "
-        f"its TTL ran out (expires {entry.expires_at:.3f}) and with no eviction counted",
+    return (
+        f"job {event.job}'s result left the record in version {doc.version}, before its "
+        f"TTL ran out (expires {entry.expires_at:.3f}) and with no eviction counted"
     )
 
 
@@ -152,7 +142,7 @@ def _check_objects(
     final: Document,
     accepted: Mapping[str, Event],
     result_objects: Mapping[str, bytes],
-    out: list[Violation],
+    f: Findings,
 ) -> None:
     for entry in final.finished:
         ref = entry.result.ref if entry.result is not None else None
@@ -161,12 +151,10 @@ def _check_objects(
         data = result_objects.get(ref)
         event = accepted.get(entry.id)
         if data is None:
-            out.append(Violation("I3", f"{RULE}: job {entry.id}'s result object {ref} is gone"))
+            f.add(Rule.RESULT_KEPT, f"job {entry.id}'s result object {ref} is gone")
         elif event is not None and event.result is not None and data != event.result.data:
-            out.append(
-                Violation(
-                    "I3",
-                    f"{RULE}: job {entry.id}'s result object {ref} does not hold what its "
-                    "accepted completion carried",
-                )
+            f.add(
+                Rule.RESULT_KEPT,
+                f"job {entry.id}'s result object {ref} does not hold what its accepted "
+                "completion carried",
             )

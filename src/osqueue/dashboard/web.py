@@ -24,6 +24,7 @@ from importlib import resources
 
 from aiohttp import web
 
+from osqueue.address import split_host_port
 from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
@@ -33,7 +34,6 @@ from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import COOKIE, Access, Refused, Session, Sessions, access_for
 from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput, JobNotFound, NotFound, OsqueueError
-from osqueue.server.server import split_host_port
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)

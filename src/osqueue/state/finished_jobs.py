@@ -189,6 +189,11 @@ class FinishedRecord:
             self._blob = None
         return entry
 
+    def discard(self, job_id: str) -> None:
+        """Forget ``job_id``'s entry, if any (the hot path of every push: one check)."""
+        if self.entries and job_id in self.entries:
+            self.remove(job_id)
+
     def _pop_soonest(self) -> FinishedJob | None:
         """Remove and return the entry closest to expiry (skipping stale heap items)."""
         heap, current = self._heap, self._expires

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -82,10 +82,19 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     dedupe: bool = True
     #: how long its record of finishing (and result) is kept (None: the broker's default)
     result_ttl_s: float | None = None
+    #: What the payload object must hold, recorded at push: its size and the hex
+    #: SHA-256 of its bytes.  A claim whose object does not match fails that job
+    #: (see :mod:`osqueue.broker.payloads`).  None in documents written before
+    #: they were recorded (their objects are read unchecked) and for inline jobs.
+    payload_ref_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    payload_ref_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
 
     @property
     def payload_size(self) -> int:
-        return len(self.payload) if self.payload is not None else 0
+        """The payload's size: inline, or the object's as recorded at push (0 if unknown)."""
+        if self.payload is not None:
+            return len(self.payload)
+        return self.payload_ref_bytes or 0
 
 
 class BrokerInfo(msgspec.Struct, frozen=True):

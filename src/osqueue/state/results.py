@@ -21,6 +21,7 @@ import msgspec
 
 from osqueue.api import RESULT_KINDS, EncodedResult, FinishedStatus, JobResult
 from osqueue.errors import InvalidInput
+from osqueue.state import validate
 from osqueue.state.document import Document
 from osqueue.state.finished_jobs import FINISHED_ERROR_CHARS, RESULT_PREFIX, FinishedJob, ResultData
 from osqueue.state.model import StoredJob
@@ -216,6 +217,13 @@ def record(
             result=result,
         )
     )
+
+
+def ttl_of(result_ttl_s: float | None) -> float | None:
+    """A push's ``result_ttl_s``, checked (None: the broker's default)."""
+    if result_ttl_s is None:
+        return None
+    return validate.seconds(result_ttl_s, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
 
 
 def sweep(doc: Document, now: float, policy: Policy) -> int:

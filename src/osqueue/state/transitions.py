@@ -97,6 +97,18 @@ class Transition:
     finished: list[str] = field(default_factory=list)
 
 
+def _check_digest(op: Push) -> None:
+    """A push's recorded payload digest: for a payload object, 64 lowercase hex digits."""
+    if op.payload_ref is None:
+        raise InvalidInput("a digest is recorded for a payload object only", field="payload_sha256")
+    digest = op.payload_sha256
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip(_HEX):
+        raise InvalidInput(f"{digest!r} is not a hex SHA-256", field="payload_sha256")
+
+
+_HEX = "0123456789abcdef"
+
+
 def backoff_s(attempts: int, policy: Policy) -> float:
     """How long a job waits after its ``attempts``-th failed attempt (the one backoff
     policy, :class:`~osqueue.backoff.Backoff`, with the policy's base and cap)."""
@@ -167,9 +179,7 @@ class _Tx:
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
         delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
-        ttl = op.result_ttl_s
-        if ttl is not None:
-            ttl = validate.seconds(ttl, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
+        ttl = finishing.ttl_of(op.result_ttl_s)
         size = len(op.payload) if op.payload is not None else op.payload_size
         if size > self.policy.max_payload_bytes:
             raise InvalidInput(
@@ -186,6 +196,8 @@ class _Tx:
             raise InvalidInput(
                 "a job needs exactly one of payload and payload_ref", field="payload"
             )
+        if op.payload_sha256 is not None:
+            _check_digest(op)
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
@@ -212,12 +224,13 @@ class _Tx:
             dedupe=op.dedupe is not False,
             result_ttl_s=ttl,
         )
+        if op.payload_ref is not None:  # what a claim must find in the object
+            job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
         frag = encode_job(job)
-        # The record of finished jobs yields to jobs (the sweep evicts from it), so its
-        # bytes do not count here.
+        # (the record of finished jobs yields to jobs: the sweep evicts from it)
         room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1) - doc.finished.size_bytes()
         if doc.size_upper() + len(frag) + 1 + room > self.policy.max_document_bytes:
             raise QueueFull(
@@ -227,8 +240,7 @@ class _Tx:
             )
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
-        if doc.finished and op.id in doc.finished:  # pushed again after its dedupe window
-            doc.finished.remove(op.id)
+        doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
         return Pushed(op.id, True)
 
