@@ -12,7 +12,7 @@ import pytest
 import osqueue
 from osqueue.api import EncodedResult, JobResult
 from osqueue.clock import ManualClock
-from osqueue.errors import InvalidInput, JobNotFound, LeaseLost, ShuttingDown
+from osqueue.errors import CorruptDocument, InvalidInput, JobNotFound, LeaseLost, ShuttingDown
 from osqueue.state import DOCUMENT_KEY, decode
 from osqueue.storage import MemoryStorage
 from osqueue.storage.port import Storage
@@ -317,3 +317,17 @@ async def test_a_result_read_is_logged_when_its_object_vanished(
         with caplog.at_level(logging.WARNING), pytest.raises(JobNotFound):
             await q.result(job_id)
         assert any("result object is gone" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_result_object_cut_short_is_corrupt_naming_its_key() -> None:
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(**SMALL)) as broker:
+        q = broker.client()
+        job_id = await q.push(b"x")
+        (job,) = await q.claim("w")
+        await q.complete(job, result=b"V" * 64)
+        (ref,) = await store.list("results/")
+        await store.put(ref, b"V" * 10)
+        with pytest.raises(CorruptDocument) as info:
+            await q.result(job_id)
+        assert ref in str(info.value)

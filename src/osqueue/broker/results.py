@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from osqueue.api import EncodedResult, Job
 from osqueue.broker.orphans import sweep_orphans
 from osqueue.errors import (
+    CorruptDocument,
     DuplicateKey,
     InvalidInput,
     LeaseLost,
@@ -180,15 +181,26 @@ class ResultObjects:
                 log.warning("could not delete an unused result object", extra={"key": ref})
 
     async def read(self, data: ResultData) -> EncodedResult | None:
-        """The result a record references; None if its object is gone."""
+        """The result a record references; None if its object is gone.  An object
+        whose length is not the entry's ``size`` (replaced or cut short outside
+        osqueue) is ``CorruptDocument`` naming its key."""
         if data.value is not None:
             return EncodedResult(data.kind, data.value)
         assert data.ref is not None
         try:
-            return EncodedResult(data.kind, await self.storage.get(data.ref))
+            found = await self.storage.get(data.ref)
         except NotFound:
             log.warning("a referenced result object is gone", extra={"key": data.ref})
             return None
+        if len(found) != data.size:
+            log.error(
+                "a result object does not hold what its entry says",
+                extra={"key": data.ref, "expected_bytes": data.size, "found_bytes": len(found)},
+            )
+            raise CorruptDocument(
+                f"result object {data.ref!r} holds {len(found)} bytes; its entry says {data.size}"
+            )
+        return EncodedResult(data.kind, found)
 
     # ------------------------------------------------------------------ sweep
 
