@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
 
 from osqueue.broker.activity import BrokerCounters
 from osqueue.broker.lease import Lease
 from osqueue.broker.lifecycle import Lifecycle
+from osqueue.broker.payloads import Payloads
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
-from osqueue.state import Document
 
 log = logging.getLogger(__name__)
 
 
-class Orphans(Protocol):
-    """Objects beside the document that an orphan sweep judges (payloads, results)."""
-
-    async def sweep(
-        self,
-        suspects: set[str],
-        document: Callable[[], Document | None],
-        may_delete: Callable[[], bool],
-    ) -> tuple[set[str], int]: ...
-
-
 class PayloadSweeper:
-    """Runs :meth:`Payloads.sweep <osqueue.broker.payloads.Payloads.sweep>` (or any
-    :class:`Orphans`' sweep: :class:`~osqueue.broker.result_sweep.ResultSweeper`) every
+    """Runs :meth:`Payloads.sweep <osqueue.broker.payloads.Payloads.sweep>` every
     ``interval_s`` while the broker serves.
 
     The objects it deletes are left behind by a push whose broker died between
@@ -43,12 +29,9 @@ class PayloadSweeper:
     again an interval later.
     """
 
-    #: what it sweeps (for the log)
-    what = "payload"
-
     def __init__(
         self,
-        objects: Orphans,
+        payloads: Payloads,
         clock: Clock,
         interval_s: float,
         *,
@@ -56,7 +39,7 @@ class PayloadSweeper:
         life: Lifecycle,
         lease: Lease,
     ) -> None:
-        self._objects = objects
+        self._payloads = payloads
         self._clock = clock
         self._interval_s = interval_s
         self._counters = counters
@@ -74,24 +57,15 @@ class PayloadSweeper:
             if not self._life.serving:
                 return
             try:
-                suspects = await self.sweep_once(suspects)
+                suspects, deleted = await self._payloads.sweep(
+                    suspects, lambda: self._lease.doc, self._may_delete
+                )
+                self._counters.payloads_swept += deleted
             except StorageError as exc:
                 self._counters.storage_error("payload_sweep")
                 log.warning(
-                    "%s sweep failed; trying again in %gs: %s",
-                    self.what,
+                    "payload sweep failed; trying again in %gs: %s",
                     interval_s,
                     exc,
                     extra={"action": "sweep"},
                 )
-
-    async def sweep_once(self, suspects: set[str]) -> set[str]:
-        """One sweep; returns the suspects for the next."""
-        suspects, deleted = await self._objects.sweep(
-            suspects, lambda: self._lease.doc, self._may_delete
-        )
-        self.count(deleted)
-        return suspects
-
-    def count(self, deleted: int) -> None:
-        self._counters.payloads_swept += deleted
