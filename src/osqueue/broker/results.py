@@ -8,7 +8,7 @@ is read back by ``result()``.
 
 Objects nothing references are deleted by the orphan sweep
 (:mod:`osqueue.broker.orphans`, run by
-:class:`~osqueue.broker.payload_sweep.ResultSweeper`): the upload of a
+:class:`~osqueue.broker.result_sweep.ResultSweeper`): the upload of a
 completion that never committed (refused, a stale token, the broker died
 between the upload and the commit) and the object of an entry that expired or
 was evicted.  Until its completion is answered an upload is in
