@@ -342,6 +342,48 @@ async def test_a_takeover_whose_answer_was_lost_is_adopted_not_repeated() -> Non
     await standby.stop()
 
 
+class FailingReadBack(Scripted):
+    """After the first document write (a lost takeover), the second read (the direct
+    read-back of the bytes that landed) fails once with a 503."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.reads_after_write: int | None = None
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        try:
+            return await super().write(key, data, if_match=if_match)
+        finally:
+            if key == DOCUMENT_KEY and self.reads_after_write is None:
+                self.reads_after_write = 0
+
+    async def read(self, key: str) -> Blob:
+        if self.reads_after_write is not None:
+            self.reads_after_write += 1
+            if self.reads_after_write == 2:
+                raise StorageError("injected: 503 on the read-back")
+        return await super().read(key)
+
+
+async def test_a_failed_read_back_of_a_lost_takeover_is_retried_and_adopted() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    scripted = FailingReadBack(store)
+    scripted.script.append("lost")  # the takeover write lands; its answer does not
+    standby = osqueue.Broker(scripted, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting  # the 503 on the read-back did not end the start
+    assert scripted.reads_after_write is not None
+    assert scripted.reads_after_write >= 4  # the failed read-back was read again
+    assert scripted.writes == 1  # one takeover, adopted when read back
+    assert standby.epoch == active.epoch + 1
+    assert standby.counters.storage_errors_by["document_read"] == 1
+    await standby.stop()
+
+
 async def test_zombie_worker_cannot_complete_a_reclaimed_job() -> None:
     clock = ManualClock()
     async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:

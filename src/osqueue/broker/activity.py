@@ -22,12 +22,15 @@ log = logging.getLogger(__name__)
 
 #: What the broker was doing when a storage call failed (the label of
 #: ``osqueue_broker_storage_errors_total``).
-StorageCall = Literal["document_read", "document_write", "archive_write", "payload_sweep"]
+StorageCall = Literal[
+    "document_read", "document_write", "archive_write", "payload_sweep", "result_sweep"
+]
 STORAGE_CALLS: tuple[StorageCall, ...] = (
     "document_read",
     "document_write",
     "archive_write",
     "payload_sweep",
+    "result_sweep",
 )
 
 #: Upper bounds of the commit-duration buckets (seconds): a memory store's

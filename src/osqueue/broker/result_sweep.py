@@ -64,7 +64,7 @@ class ResultSweeper:
                 )
                 self._counters.results_swept += deleted
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("result_sweep")
                 log.warning(
                     "result sweep failed; trying again in %gs: %s",
                     self._interval_s,
