@@ -333,6 +333,7 @@ async def test_a_read_token_may_call_stats_only_and_is_refused_before_decoding()
                 ("Push", pb.PushRequest(jobs=[pb.NewJob(id="a", queue="q")])),
                 ("RetryDead", pb.DeadRequest()),
                 ("Cancel", pb.CancelRequest(ids=["a"])),
+                ("Result", pb.ResultRequest(id="a")),
             ):
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await getattr(stub, name)(request, metadata=read)
@@ -415,12 +416,13 @@ async def test_the_admin_token_may_call_every_rpc(memory_url: str) -> None:
         assert len(streamed) == 2
         await q.release(streamed[0])  # Release
         await q.complete(streamed[1])  # Complete
+        assert (await q.result(streamed[1].id)).status == "done"  # Result
         await q.cancel(streamed[0].id)  # Cancel
         stats = await q.stats()
         assert (stats.completed, stats.dead) == (1, 0)
         called = {
             "Push", "Claim", "Heartbeat", "Fail", "Stats", "RetryDead", "PurgeDead",
-            "ClaimStream", "Release", "Complete", "Cancel",
+            "ClaimStream", "Release", "Complete", "Cancel", "Result",
         }  # fmt: skip
         assert called == set(pb.DESCRIPTOR.services_by_name["Queue"].methods_by_name)
 
