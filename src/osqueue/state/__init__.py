@@ -13,6 +13,7 @@ from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
+    BrokerPerf,
     Claim,
     Counters,
     JobStatus,
@@ -85,6 +86,7 @@ __all__ = [
     "PAYLOAD_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
+    "BrokerPerf",
     "Cancel",
     "Claim",
     "ClaimOp",
