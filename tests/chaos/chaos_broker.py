@@ -35,15 +35,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import IO, Any
 
 from osqueue import runtime
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import BrokerConfig
 from osqueue.clock import SystemClock
 from osqueue.errors import OsqueueError
-from osqueue.server.runner import BrokerServer, advertised_address
-from osqueue.server.server import serve
+from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.state import DOCUMENT_KEY
 from osqueue.state.codec import decode_owner
 from osqueue.storage import from_url
@@ -135,25 +134,6 @@ class RecordingStorage:
         await self.inner.close()
 
 
-class ChaosBrokerServer(BrokerServer):
-    """A :class:`BrokerServer` whose broker gets the recording storage and the skewed clock."""
-
-    def __init__(self, storage: Storage, clock: SkewedClock, **options: Any) -> None:
-        super().__init__(storage.url, **options)
-        self._storage = storage
-        self._clock = clock
-
-    async def listen(self) -> None:
-        if self.server is not None:
-            return
-        self.server = await serve(None, self.server_config)
-        self.address = advertised_address(
-            self.server_config.listen, self.server.port, self.advertise
-        )
-        config = replace(self.broker_config, address=self.address)
-        self.broker = Broker(self._storage, config, clock=self._clock, standby=self.standby)
-
-
 def _say(text: str) -> None:
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
@@ -192,13 +172,12 @@ async def run(args: argparse.Namespace) -> int:
         backoff_cap_s=2.0,
         stats_log_interval_s=None,
     )
-    server = ChaosBrokerServer(
+    server = BrokerServer(
         storage,
-        clock,
-        listen=args.listen,
-        advertise=args.advertise,
+        ServerConfig(listen=args.listen, advertise=args.advertise),
+        config,
         standby=args.standby,
-        broker_config=config,
+        clock=clock,
     )
     await server.listen()
     if args.standby:

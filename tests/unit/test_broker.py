@@ -967,3 +967,24 @@ async def test_a_serving_broker_logs_its_activity_every_interval(
         assert (first["ops"], first["jobs"], first["storage_errors"]) == (3, 3, 0)
         assert first["commits"] >= 3  # and lease renewals
         assert (second["ops"], second["jobs"]) == (0, 3)
+
+
+async def test_the_serving_broker_keeps_a_summary_of_its_last_minute_in_the_document() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(), clock=clock) as broker:
+        q = broker.client()
+        await asyncio.gather(*(q.push(b"x") for _ in range(10)))
+        clock.advance(6.0)  # the summary is refreshed every 5 s
+        await q.push(b"y")
+        doc = await stored(store)
+        assert doc.broker is not None
+        perf = doc.broker.perf
+        assert perf is not None
+        assert perf.window_s == 60.0
+        assert perf.commits >= 1
+        assert perf.ops >= perf.commits
+        assert 0.0 <= perf.p50_ms <= perf.p99_ms
+    stopped = await stored(store)
+    assert stopped.broker is not None
+    assert stopped.broker.perf is None  # a stopped broker's lease carries no summary

@@ -109,6 +109,7 @@ class Lease:
             epoch=self.epoch if epoch is None else epoch,
             lease_until=to_datetime(now if closing else now + self._config.lease_s),
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
+            perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
         )
 
     def fresh(self) -> bool:

@@ -23,8 +23,10 @@ from types import TracebackType
 
 from osqueue.address import split_host_port
 from osqueue.broker import Broker, BrokerConfig, State
+from osqueue.clock import Clock
 from osqueue.errors import NotBroker, OsqueueError
 from osqueue.server.server import RunningServer, ServerConfig, serve
+from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +67,17 @@ class BrokerServer:
 
     def __init__(
         self,
-        url: str,
+        url: str | Storage,
         server: ServerConfig | None = None,
         broker: BrokerConfig | None = None,
         *,
         standby: bool = False,
+        clock: Clock | None = None,
     ) -> None:
+        #: the queue's storage URL, or a store already opened (tests wrap one)
         self.url = url
         self.standby = standby
+        self.clock = clock
         self.server_config = server or ServerConfig()
         self.broker_config = broker or BrokerConfig()
         self.server: RunningServer | None = None
@@ -95,7 +100,7 @@ class BrokerServer:
             self.server_config.listen, self.server.port, self.server_config.advertise
         )
         config = replace(self.broker_config, address=self.address)
-        self.broker = Broker(self.url, config, standby=self.standby)
+        self.broker = Broker(self.url, config, clock=self.clock, standby=self.standby)
 
     async def start(self) -> None:
         """Listen, then start the broker (a standby returns once it took over)."""

@@ -18,6 +18,7 @@ from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
+    BrokerPerf,
     Claim,
     Counters,
     JobStatus,
@@ -92,6 +93,7 @@ __all__ = [
     "RESULT_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
+    "BrokerPerf",
     "Cancel",
     "Claim",
     "ClaimOp",

@@ -97,7 +97,18 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return self.payload_ref_bytes or 0
 
 
-class BrokerInfo(msgspec.Struct, frozen=True):
+class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
+    """How the broker's commits went over its last ``window_s`` (what ``osqueue top``
+    and the dashboard show without a metrics endpoint)."""
+
+    window_s: float
+    commits: int
+    ops: int
+    p50_ms: float
+    p99_ms: float
+
+
+class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The broker that owns the document, where to reach it, until when."""
 
     id: str
@@ -106,6 +117,8 @@ class BrokerInfo(msgspec.Struct, frozen=True):
     lease_until: datetime
     #: The broker's heartbeat timeout, so remote workers can pace their heartbeats.
     heartbeat_timeout_s: float | None = None
+    #: The broker's recent commits (refreshed every few seconds while it serves).
+    perf: BrokerPerf | None = None
 
 
 class Counters(msgspec.Struct, frozen=True):
