@@ -12,7 +12,15 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
-from osqueue.state.model import BrokerInfo, SegmentRef, StoredJob
+from osqueue.state.model import (
+    BrokerInfo,
+    CatchUp,
+    ParentFailure,
+    QueueSettings,
+    Schedule,
+    SegmentRef,
+    StoredJob,
+)
 from osqueue.state.validate import MAX_ERROR_CHARS
 
 
@@ -37,6 +45,15 @@ class Policy:
     head_jobs: int = 2_000
     #: jobs one Load puts back
     load_jobs: int = 2_000
+    # Scheduling (osqueue.state.schedules, .limits, .deps)
+    #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
+    schedule_grace_s: float = 60.0
+    #: schedules a document holds at most
+    max_schedules: int = 100_000
+    #: how long finished jobs are remembered for the children pushed after them
+    finished_window_s: float = 3600.0
+    #: how many finished jobs are remembered at most
+    max_finished: int = 10_000
     #: a stream spills once this many of its ready jobs sit in the document
     #: behind its head and segments (None: never)
     spill_above_jobs: int | None = 20_000
@@ -59,6 +76,11 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     #: caller chose the id (it may send this push again); an id the in-process
     #: client made up is never re-sent, so its job needs none.
     dedupe: bool = True
+    #: the job's group (``max_claimed_per_group`` caps its claimed jobs)
+    group: str | None = None
+    #: parents: the job waits until every one of them completed
+    after: tuple[str, ...] = ()
+    on_parent_failure: ParentFailure = "cancel"
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):
@@ -150,6 +172,36 @@ class Load(msgspec.Struct, frozen=True):
     next_job: StoredJob | None = None
 
 
+class SetQueue(msgspec.Struct, frozen=True, gc=False):
+    """Change a queue's settings (None: leave as it is; 0: remove the limit)."""
+
+    queue: str
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_claimed: int | None = None
+    max_claimed_per_group: int | None = None
+    paused: bool | None = None
+
+
+class PutSchedule(msgspec.Struct, frozen=True, gc=False):
+    """Add a schedule, or replace the one of that name (its last tick is kept, so
+    a tick it recorded is never fired again)."""
+
+    name: str
+    queue: str
+    cron: str | None = None
+    tz: str | None = None
+    every_s: float | None = None
+    payload: bytes = b""
+    priority: int = 0
+    max_attempts: int = 5
+    catch_up: CatchUp = "once"
+
+
+class RemoveSchedule(msgspec.Struct, frozen=True, gc=False):
+    name: str
+
+
 Op = (
     Push
     | ClaimOp
@@ -164,6 +216,9 @@ Op = (
     | RestartHeartbeats
     | Spill
     | Load
+    | SetQueue
+    | PutSchedule
+    | RemoveSchedule
 )
 
 
@@ -193,7 +248,20 @@ class Counted(msgspec.Struct, frozen=True, gc=False):
     n: int
 
 
-OpResult = Pushed | Claimed | Ok | Removed | Counted
+class QueueSet(msgspec.Struct, frozen=True, gc=False):
+    """A queue's settings after a :class:`SetQueue`."""
+
+    queue: str
+    settings: QueueSettings
+
+
+class Scheduled(msgspec.Struct, frozen=True, gc=False):
+    """The schedule a :class:`PutSchedule` stored (with its first ``next_at``)."""
+
+    schedule: Schedule
+
+
+OpResult = Pushed | Claimed | Ok | Removed | Counted | QueueSet | Scheduled
 Result = OpResult | OsqueueError
 
 
@@ -215,10 +283,15 @@ __all__ = [
     "PurgeDead",
     "Push",
     "Pushed",
+    "PutSchedule",
+    "QueueSet",
     "Release",
+    "RemoveSchedule",
     "Removed",
     "RestartHeartbeats",
     "Result",
     "RetryDead",
+    "Scheduled",
+    "SetQueue",
     "Spill",
 ]

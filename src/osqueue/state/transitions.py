@@ -31,10 +31,12 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import spill, validate
+from osqueue.state import deps, scheduling, spill, validate
 from osqueue.state.document import Document, encode_job
+from osqueue.state.finished import Outcome
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.index import ReadyEntry
+from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -53,11 +55,14 @@ from osqueue.state.ops import (
     PurgeDead,
     Push,
     Pushed,
+    PutSchedule,
     Release,
     Removed,
+    RemoveSchedule,
     RestartHeartbeats,
     Result,
     RetryDead,
+    SetQueue,
     Spill,
 )
 from osqueue.state.segments import Barrier, Stream
@@ -116,6 +121,9 @@ class _Tx:
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
+        #: jobs that ended in this version (done, dead, cancelled): their waiting
+        #: children are settled after the sweep (:mod:`osqueue.state.deps`)
+        self.ended: list[tuple[str, Outcome]] = []
 
     # -- helpers ------------------------------------------------------------------
 
@@ -138,16 +146,28 @@ class _Tx:
             )
         return job
 
-    def _leave(self, job: StoredJob) -> None:
-        """Remove a job from the document, keeping a dedupe tombstone for its id."""
+    def _leave(self, job: StoredJob, outcome: Outcome | None = None) -> None:
+        """Remove a job from the document, keeping a dedupe tombstone for its id (and,
+        for a job that finished, how it ended: :mod:`osqueue.state.finished`)."""
         self.doc.drop_job(job.id)
         self.removed.append(job)
         if job.dedupe and job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
             self.doc.add_tombstone(job.id, job.created_at)
+        if outcome is not None and self.doc.finished:
+            self.doc.finished.add(job.id, outcome, self.now)
+
+    # deps.Host: what settling a waiting job's parents needs
+    def put_job(self, job: StoredJob) -> None:
+        self._put(job)
+
+    def cancel_child(self, job: StoredJob) -> None:
+        self._leave(job, "cancelled")
+        self.stats["cancelled"] += 1
 
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
+            self.ended.append((job.id, "dead"))
             return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
         run_at = to_datetime(self.now + delay) if delay > 0 else None
@@ -178,7 +198,7 @@ class _Tx:
                 "a job needs exactly one of payload and payload_ref", field="payload"
             )
         doc = self.doc
-        if op.id in doc.jobs or op.id in doc.recent:
+        if op.id in doc.jobs or op.id in doc.recent or op.id in doc.finished.items:
             return Pushed(op.id, False)
         if op.key is not None:
             holder = doc.index.keys.get(op.key)
@@ -202,6 +222,11 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
+        if op.group is not None or op.after:
+            placed = scheduling.place_push(self, op, job)
+            if placed is None:  # a failed parent cancelled it at once
+                return Pushed(op.id, True)
+            job = placed
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
@@ -232,12 +257,16 @@ class _Tx:
             queues = tuple(dict.fromkeys(queues))
         single = queues[0] if len(queues) == 1 else None
         barriers = doc.segments.barriers  # queues with segments: where claims stop
+        gate = None  # the queues' settings (pause, rate, caps): osqueue.state.limits
+        if doc.queue_settings or index.held:
+            gate = Gate(doc, queues, self.now)
+            queues, single = gate.open(queues), None
         out: list[StoredJob] = []
-        while len(out) < max_jobs:
+        while queues and len(out) < max_jobs:
             if single is not None and not barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
             else:
-                best, best_queue, starved = _next_in_order(doc, queues, barriers)
+                best, best_queue, starved = _next_in_order(doc, queues, barriers, gate)
                 if starved is not None:
                     self.starved.add(starved)
                     break
@@ -262,6 +291,10 @@ class _Tx:
             )
             self._put(claimed)
             out.append(claimed)
+            if gate is not None and not gate.took(claimed):
+                queues = tuple(q for q in queues if q != claimed.queue)
+        if gate is not None:
+            gate.commit()
         return Claimed(tuple(out))
 
     def heartbeat(self, op: Heartbeat) -> OpResult:
@@ -285,6 +318,7 @@ class _Tx:
         )
         self._put(done)
         self.completed.append(done)
+        self.ended.append((done.id, "done"))
         self.stats["completed"] += 1
         return _OK
 
@@ -311,11 +345,15 @@ class _Tx:
         if job is None and op.segment is not None:
             removed = spill.cancel_spilled(self.doc, op)
             self.stats["cancelled"] += 1
+            self.doc.finished.add(op.job_id, "cancelled", self.now)
+            self.ended.append((op.job_id, "cancelled"))
             return removed
         if job is None or job.status == "done":
             raise JobNotFound(f"no live job {op.job_id}")
-        self._leave(job)
+        self._leave(job, "cancelled")
         self.stats["cancelled"] += 1
+        if job.status != "dead":  # a dead job's children were settled when it died
+            self.ended.append((job.id, "cancelled"))
         return Removed((job,))
 
     def _dead(self, ids: tuple[str, ...] | None) -> list[StoredJob]:
@@ -340,7 +378,7 @@ class _Tx:
     def purge_dead(self, op: PurgeDead) -> OpResult:
         found = self._dead(op.ids)
         for job in found:
-            self._leave(job)
+            self._leave(job, "dead")
         return Removed(tuple(found))
 
     def mark_archived(self, op: MarkArchived) -> OpResult:
@@ -348,7 +386,7 @@ class _Tx:
         jobs = self.doc.jobs
         gone = [jobs[i] for i in sorted(self.doc.index.done) if jobs[i].done_version in versions]
         for job in gone:
-            self._leave(job)
+            self._leave(job, "done")
         pruned = [j.done_version for j in gone if j.done_version is not None]
         if pruned:
             self.doc.archived_through = max(self.doc.archived_through, *pruned)
@@ -413,6 +451,9 @@ class _Tx:
         index.heartbeat_floor = floor
 
     def _prune_recent(self) -> None:
+        if self.doc.finished:
+            policy = self.policy
+            self.doc.finished.prune(self.now, policy.finished_window_s, policy.max_finished)
         recent = self.doc.recent
         if not recent:
             return
@@ -444,6 +485,9 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     RestartHeartbeats: _Tx.restart_heartbeats,
     Spill: _Tx.spill,
     Load: _Tx.load,
+    SetQueue: scheduling.set_queue,
+    PutSchedule: scheduling.put_schedule,
+    RemoveSchedule: scheduling.remove_schedule,
 }
 
 
@@ -466,6 +510,8 @@ def transition(
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())
+    if tx.doc.schedules:  # ticks that have come: pushed in this very version
+        scheduling.fire(tx)
     results: list[Result] = []
     for op in ops:
         handler = _DISPATCH.get(type(op))
@@ -477,6 +523,8 @@ def transition(
         except OsqueueError as exc:
             results.append(exc)
     tx.sweep()
+    if tx.ended and tx.doc.index.children:
+        deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
@@ -513,27 +561,33 @@ def apply(
 
 def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
     """Would a claim on ``queues`` at ``now`` get a job?  (Not while the next job in
-    claim order sits in a segment: it becomes claimable when a load commits.)"""
+    claim order sits in a segment: it becomes claimable when a load commits; nor
+    while the queue's settings hold it back.)"""
     index = doc.index
     index.promote_due(doc.jobs, now)
     barriers = doc.segments.barriers
-    if not barriers:
+    gate = None
+    if doc.queue_settings or index.held:
+        gate = Gate(doc, queues, now)
+        queues = gate.open(queues)
+    if not barriers and gate is None:
         return any(index.head(q, doc.jobs) is not None for q in queues)
-    return _next_in_order(doc, queues, barriers)[0] is not None
+    return _next_in_order(doc, queues, barriers, gate)[0] is not None
 
 
 def _next_in_order(
-    doc: Document, queues: Sequence[str], barriers: dict[str, Barrier]
+    doc: Document, queues: Sequence[str], barriers: dict[str, Barrier], gate: Gate | None = None
 ) -> tuple[ReadyEntry | None, str, Stream | None]:
     """The next job in claim order across ``queues``, and its queue; or, when that
-    job sits in a segment, ``(None, "", its stream)``: the claim stops there."""
+    job sits in a segment, ``(None, "", its stream)``: the claim stops there.
+    With a ``gate``, a queue's next job is the first whose group has room."""
     index, jobs = doc.index, doc.jobs
     best: ReadyEntry | None = None
     best_queue = ""
     stop: Barrier | None = None  # the first barrier in claim order
     stop_queue = ""
     for q in queues:
-        entry = index.head(q, jobs)
+        entry = index.head(q, jobs) if gate is None else gate.head(q)
         barrier = barriers.get(q) if barriers else None
         if barrier is not None and (entry is None or entry > barrier):
             if stop is None or barrier < stop:
@@ -543,6 +597,12 @@ def _next_in_order(
     if stop is not None and (best is None or stop < best):
         return None, "", (stop_queue, stop[0])
     return best, best_queue, None
+
+
+def next_tick_at(doc: Document) -> float | None:
+    """When the next schedule tick falls due: a commit is needed then (it pushes the
+    tick's job), parked claims or not."""
+    return doc.schedules.next_due() if doc.schedules else None
 
 
 def next_wakeup(doc: Document, policy: Policy) -> float | None:
