@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
 from osqueue.api import Job, NewJob, PushOptions, Stats
+from osqueue.broker.local_scheduling import SchedulingCalls
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -63,8 +64,9 @@ def _raise_if_error(result: Result) -> Result:
     return result
 
 
-class LocalClient:
-    """A :class:`~osqueue.api.QueueClient` talking to a broker in this process."""
+class LocalClient(SchedulingCalls):
+    """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
+    :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -99,6 +101,9 @@ class LocalClient:
             "key": job.key,
             "max_attempts": job.max_attempts,
             "dedupe": dedupe,
+            "group": job.group,
+            "after": tuple(job.after),
+            "on_parent_failure": job.on_parent_failure,
         }
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
@@ -190,6 +195,9 @@ class LocalClient:
                 job.key,
                 job.max_attempts,
                 dedupe=bool(job.id),
+                group=job.group,
+                after=job.after,
+                on_parent_failure=job.on_parent_failure,
             )
         else:
             op = await self._push_op(job)
@@ -276,6 +284,7 @@ class LocalClient:
             priority=job.priority,
             key=job.key,
             created_at=job.created_at.timestamp(),
+            group=job.group,
         )
 
     # -- the holder's calls -------------------------------------------------------

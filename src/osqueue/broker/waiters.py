@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from osqueue.clock import Clock
 from osqueue.state import Claimed, ClaimOp, Document, Result, claimable
+from osqueue.state.limits import capacity_now
 
 if TYPE_CHECKING:
     from osqueue.broker.intake import Intake
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 class _Waiter:
     queues: tuple[str, ...]
     future: asyncio.Future[None]
+    max_jobs: int = 1
 
 
 class Waiters:
@@ -48,7 +50,7 @@ class Waiters:
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self._life.closing:
                 return result
-            waiter = _Waiter(op.queues, asyncio.get_running_loop().create_future())
+            waiter = _Waiter(op.queues, asyncio.get_running_loop().create_future(), op.max_jobs)
             self.parked.append(waiter)
             self._intake.wake()  # let the loop arm a timer for delayed jobs
             try:
@@ -66,16 +68,43 @@ class Waiters:
             sleeper.cancel()
 
     def wake(self, doc: Document | None) -> None:
-        """Wake the parked claims that ``doc`` has a claimable job for now."""
+        """Wake the parked claims that ``doc`` has a claimable job for now.  A queue
+        whose settings limit its claims (a rate, ``max_claimed``) wakes only as
+        many as it has room for, not every claim parked on it."""
         if not self.parked or doc is None:
             return
         now = self._clock.now()
+        room: dict[str, float] = {}  # limited queues: jobs left to hand out in this wake
         for w in list(self.parked):
-            if claimable(doc, w.queues, now) and not w.future.done():
-                w.future.set_result(None)
+            if w.future.done() or not claimable(doc, w.queues, now):
+                continue
+            if doc.queue_settings and not _take_room(doc, w, now, room):
+                continue
+            w.future.set_result(None)
 
     def release(self) -> None:
         """Wake every parked claim (the broker stops or steps down)."""
         for w in self.parked:
             if not w.future.done():
                 w.future.set_result(None)
+
+
+def _take_room(doc: Document, w: _Waiter, now: float, room: dict[str, float]) -> bool:
+    """Spend ``w``'s share of its queues' room; False when every queue it asks for
+    is limited and has none left in this wake."""
+    want = float(w.max_jobs)
+    found = False
+    for q in w.queues:
+        if q not in room:
+            cap = capacity_now(doc, q, now)
+            if cap is None:
+                return True  # a queue without a limit on claims: no need to ration
+            room[q] = cap
+        if room[q] > 0:
+            found = True
+            spent = min(room[q], want)
+            room[q] -= spent
+            want -= spent
+            if want <= 0:
+                break
+    return found

@@ -19,10 +19,10 @@ from osqueue.state.model import (
     Counters,
     JobStatus,
     ParentFailure,
-    QueueSettings,
     Schedule,
     SegmentRef,
     StoredJob,
+    StoredSettings,
     to_datetime,
 )
 from osqueue.state.ops import (
@@ -121,7 +121,6 @@ __all__ = [
     "Pushed",
     "PutSchedule",
     "QueueSet",
-    "QueueSettings",
     "Release",
     "RemoveSchedule",
     "Removed",
@@ -137,6 +136,7 @@ __all__ = [
     "Spill",
     "SpillPlan",
     "StoredJob",
+    "StoredSettings",
     "Stream",
     "Transition",
     "apply",

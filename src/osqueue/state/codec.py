@@ -20,9 +20,9 @@ from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules
 from osqueue.state.model import (
     READABLE_FORMATS,
     BrokerInfo,
-    QueueSettings,
     SegmentRef,
     StoredJob,
+    StoredSettings,
     WireDocument,
 )
 from osqueue.state.schedules import Schedules
@@ -253,7 +253,7 @@ def _validate_job(where: str, job: StoredJob, wire: WireDocument) -> None:
         raise _fail(f"{where}.{problem[0]}", problem[1])
 
 
-def _queue_settings(wire: WireDocument) -> dict[str, QueueSettings]:
+def _queue_settings(wire: WireDocument) -> dict[str, StoredSettings]:
     try:
         return queue_settings_of(wire.queue_settings, wire.format)
     except ValueError as exc:

@@ -36,8 +36,8 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
-    QueueSettings,
     StoredJob,
+    StoredSettings,
 )
 from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
@@ -103,7 +103,7 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
-        queue_settings: dict[str, QueueSettings] | None = None,
+        queue_settings: dict[str, StoredSettings] | None = None,
         schedules: Schedules | None = None,
         finished: Finished | None = None,
     ) -> None:
@@ -122,7 +122,7 @@ class Document:
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
         #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
-        self.queue_settings: dict[str, QueueSettings] = (
+        self.queue_settings: dict[str, StoredSettings] = (
             queue_settings if queue_settings is not None else {}
         )
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
@@ -267,7 +267,7 @@ class Document:
             return FORMAT
         return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
 
-    def set_queue_settings(self, queue: str, settings: QueueSettings | None) -> None:
+    def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
         """Replace (None: drop) one queue's settings (the header's length is stale then)."""
         if settings is None:
             self.queue_settings.pop(queue, None)

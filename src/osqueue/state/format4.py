@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from osqueue.errors import InvalidInput
-from osqueue.state.model import QueueSettings, Schedule, StoredJob
+from osqueue.state.model import Schedule, StoredJob, StoredSettings
 from osqueue.state.schedules import Schedules, check_cron, check_every, check_name, check_tz
 from osqueue.state.validate import NAME_RE
 
@@ -36,7 +36,7 @@ def check_job_fields(job: StoredJob, fmt: int) -> tuple[str, str] | None:
     return None
 
 
-def queue_settings_of(raw: dict[str, QueueSettings], fmt: int) -> dict[str, QueueSettings]:
+def queue_settings_of(raw: dict[str, StoredSettings], fmt: int) -> dict[str, StoredSettings]:
     """The settings, checked (``ValueError("[queue].field: problem")`` if not)."""
     if raw and fmt < NEW_IN:
         raise ValueError(f": a format {fmt} document has no queue settings")

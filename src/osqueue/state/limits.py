@@ -1,6 +1,6 @@
 """Queue settings: pause, a rate limit, and caps on claimed jobs, checked at claim time.
 
-Each queue may carry :class:`~osqueue.state.model.QueueSettings` in the
+Each queue may carry :class:`~osqueue.state.model.StoredSettings` in the
 document (``queue_settings``; one :class:`~osqueue.state.ops.SetQueue` op
 changes them, pause and resume included), so the broker that serves applies
 them and a takeover inherits them:
@@ -32,11 +32,12 @@ from collections.abc import Sequence
 
 import msgspec
 
+from osqueue.api import QueueSettings
 from osqueue.errors import InvalidInput
 from osqueue.state import validate
 from osqueue.state.document import Document
 from osqueue.state.index import Index, ReadyEntry
-from osqueue.state.model import QueueSettings, StoredJob, to_datetime
+from osqueue.state.model import StoredJob, StoredSettings, to_datetime
 
 #: A rate above this is no rate limit worth the name.
 MAX_RATE_PER_S = 1_000_000.0
@@ -48,7 +49,7 @@ _TOKEN_DIGITS = 6
 # --------------------------------------------------------------------------- settings
 
 
-def capacity(settings: QueueSettings) -> float:
+def capacity(settings: StoredSettings) -> float:
     """The bucket's capacity: ``burst``, or one second's worth (at least 1)."""
     if settings.burst is not None:
         return float(settings.burst)
@@ -56,7 +57,7 @@ def capacity(settings: QueueSettings) -> float:
     return float(max(1, math.ceil(settings.rate_per_s)))
 
 
-def tokens_at(settings: QueueSettings, now: float) -> float:
+def tokens_at(settings: StoredSettings, now: float) -> float:
     """The bucket's level at ``now`` (full when never used; no refill backwards)."""
     full = capacity(settings)
     if settings.tokens is None or settings.tokens_at is None:
@@ -66,7 +67,7 @@ def tokens_at(settings: QueueSettings, now: float) -> float:
     return min(full, settings.tokens + elapsed * settings.rate_per_s)
 
 
-def next_token_at(settings: QueueSettings, now: float) -> float | None:
+def next_token_at(settings: StoredSettings, now: float) -> float | None:
     """When the bucket next holds a whole token (None: no rate limit, or it does now)."""
     if settings.rate_per_s is None or settings.tokens is None or settings.tokens_at is None:
         return None
@@ -110,7 +111,7 @@ def check_settings(
 
 
 def updated(
-    old: QueueSettings | None,
+    old: StoredSettings | None,
     *,
     rate_per_s: float | None,
     burst: int | None,
@@ -118,12 +119,12 @@ def updated(
     max_claimed_per_group: int | None,
     paused: bool | None,
     now: float,
-) -> QueueSettings:
+) -> StoredSettings:
     """``old`` with the given changes (None: unchanged; 0: no limit).  The bucket
     keeps its level across a change, cut to the new capacity."""
-    cur = old or QueueSettings()
+    cur = old or StoredSettings()
     level = tokens_at(cur, now) if cur.rate_per_s is not None else None
-    new = QueueSettings(
+    new = StoredSettings(
         paused=cur.paused if paused is None else paused,
         rate_per_s=cur.rate_per_s if rate_per_s is None else (float(rate_per_s) or None),
         burst=cur.burst if burst is None else (burst or None),
@@ -141,7 +142,7 @@ def updated(
     return new
 
 
-def is_default(settings: QueueSettings) -> bool:
+def is_default(settings: StoredSettings) -> bool:
     """No setting in force (the entry can leave the document)."""
     return (
         not settings.paused
@@ -227,7 +228,7 @@ class Gate:
             )
 
 
-def _budget(s: QueueSettings, claimed: int, now: float) -> float | None:
+def _budget(s: StoredSettings, claimed: int, now: float) -> float | None:
     if s.paused:
         return 0.0
     budget: float | None = None
@@ -239,7 +240,9 @@ def _budget(s: QueueSettings, claimed: int, now: float) -> float | None:
     return budget
 
 
-def _restore(index: Index, jobs: dict[str, StoredJob], queue: str, s: QueueSettings | None) -> None:
+def _restore(
+    index: Index, jobs: dict[str, StoredJob], queue: str, s: StoredSettings | None
+) -> None:
     """Put back into ``queue``'s ready heap the held entries whose group has room."""
     cap = s.max_claimed_per_group if s is not None else None
     for key in [k for k in index.held if k[0] == queue]:
@@ -286,3 +289,17 @@ def capacity_now(doc: Document, queue: str, now: float) -> float | None:
     if s is None:
         return None
     return _budget(s, doc.index.count(queue, "claimed"), now)
+
+
+def settings_info(queue: str, s: StoredSettings | None) -> QueueSettings:
+    """The public view of a queue's stored settings (no entry: none in force)."""
+    if s is None:
+        return QueueSettings(queue)
+    return QueueSettings(
+        queue=queue,
+        paused=s.paused,
+        rate_per_s=s.rate_per_s,
+        burst=s.burst,
+        max_claimed=s.max_claimed,
+        max_claimed_per_group=s.max_claimed_per_group,
+    )

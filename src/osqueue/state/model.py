@@ -175,7 +175,7 @@ class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     segments: list[SegmentRef] = []
 
 
-class QueueSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One queue's settings (format 4; see :mod:`osqueue.state.limits`): checked at
     claim time on the broker's clock.  ``None`` is no limit."""
 
@@ -237,7 +237,7 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
-    queue_settings: dict[str, QueueSettings] = {}
+    queue_settings: dict[str, StoredSettings] = {}
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -260,7 +260,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
     #: format 4: queue -> its settings
-    queue_settings: dict[str, QueueSettings] = {}
+    queue_settings: dict[str, StoredSettings] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     #: jobs that finished recently: id -> [outcome, Unix second] (any format; a

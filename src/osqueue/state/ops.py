@@ -16,10 +16,10 @@ from osqueue.state.model import (
     BrokerInfo,
     CatchUp,
     ParentFailure,
-    QueueSettings,
     Schedule,
     SegmentRef,
     StoredJob,
+    StoredSettings,
 )
 from osqueue.state.validate import MAX_ERROR_CHARS
 
@@ -252,7 +252,7 @@ class QueueSet(msgspec.Struct, frozen=True, gc=False):
     """A queue's settings after a :class:`SetQueue`."""
 
     queue: str
-    settings: QueueSettings
+    settings: StoredSettings
 
 
 class Scheduled(msgspec.Struct, frozen=True, gc=False):

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 import msgspec
 from croniter import CroniterError, croniter
 
+from osqueue.api import ScheduleInfo
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.state import validate
 from osqueue.state.model import CatchUp, Schedule, to_datetime
@@ -368,3 +369,22 @@ def fire_due(
         )
         fired.append((s, tick, job_id))
     return fired
+
+
+def schedule_info(s: Schedule) -> ScheduleInfo:
+    """The public view of a stored schedule."""
+    return ScheduleInfo(
+        name=s.name,
+        queue=s.queue,
+        cron=s.cron,
+        tz=s.tz,
+        every_s=s.every_s,
+        payload=s.payload,
+        priority=s.priority,
+        max_attempts=s.max_attempts,
+        catch_up=s.catch_up,
+        next_run_at=s.next_at.timestamp(),
+        last_run_at=s.last_at.timestamp() if s.last_at is not None else None,
+        last_job_id=s.last_job,
+        note=s.last_note,
+    )
