@@ -25,7 +25,7 @@ import grpc
 import msgspec
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient
+from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient, Scheduling
 from osqueue.errors import (
     BrokerMoved,
     BrokerUnavailable,
@@ -36,7 +36,15 @@ from osqueue.errors import (
 )
 from osqueue.server.limits import Admission, Limits, RequestChecker
 from osqueue.wire._pb import queue_pb2 as pb
-from osqueue.wire.convert import job_from_ref, job_to_pb, stats_to_pb
+from osqueue.wire.convert import (
+    job_from_ref,
+    job_to_pb,
+    queue_settings_to_pb,
+    schedule_info_to_pb,
+    schedule_spec_from_pb,
+    settings_args_from_pb,
+    stats_to_pb,
+)
 from osqueue.wire.status import OK, grpc_code, to_status, trailers
 
 log = logging.getLogger(__name__)
@@ -146,6 +154,12 @@ class QueueService:
             "Stats": self._unary(pb.StatsRequest, self.stats, pb.StatsResponse),
             "RetryDead": self._unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
             "PurgeDead": self._unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
+            "Schedule": self._unary(pb.ScheduleRequest, self.schedule, pb.ScheduleResponse),
+            "Unschedule": self._unary(pb.UnscheduleRequest, self.unschedule, pb.UnscheduleResponse),
+            "ListSchedules": self._unary(
+                pb.ListSchedulesRequest, self.list_schedules, pb.ListSchedulesResponse
+            ),
+            "SetQueue": self._unary(pb.SetQueueRequest, self.set_queue, pb.SetQueueResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 
@@ -406,6 +420,43 @@ class QueueService:
         ids = self.check.dead(request)
         admin = await self._dead_admin(context)
         return pb.CountResponse(count=await admin.purge_dead(ids))
+
+    # ------------------------------------------------------------------ scheduling
+
+    async def _scheduling(self, context: Context) -> Scheduling:
+        if isinstance(self.client, Scheduling):
+            return self.client
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "this broker's client has no schedules or settings"
+        )
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    async def schedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleResponse:
+        spec = schedule_spec_from_pb(self.check.schedule(request))
+        admin = await self._scheduling(context)
+        info = await admin.schedule(spec.pop("name"), **spec)
+        return pb.ScheduleResponse(schedule=schedule_info_to_pb(info))
+
+    async def unschedule(
+        self, request: pb.UnscheduleRequest, context: Context
+    ) -> pb.UnscheduleResponse:
+        self.check.text(request.name, "name", self.limits.max_id_chars)
+        admin = await self._scheduling(context)
+        return pb.UnscheduleResponse(removed=await admin.unschedule(request.name))
+
+    async def list_schedules(
+        self, request: pb.ListSchedulesRequest, context: Context
+    ) -> pb.ListSchedulesResponse:
+        admin = await self._scheduling(context)
+        infos = await admin.schedules()
+        return pb.ListSchedulesResponse(schedules=[schedule_info_to_pb(i) for i in infos])
+
+    async def set_queue(self, request: pb.SetQueueRequest, context: Context) -> pb.SetQueueResponse:
+        settings = request.settings
+        self.check.queue(settings.queue, "queue")
+        admin = await self._scheduling(context)
+        result = await admin.set_queue(settings.queue, **settings_args_from_pb(settings))
+        return pb.SetQueueResponse(settings=queue_settings_to_pb(result))
 
 
 # ---------------------------------------------------------------------- helpers
