@@ -52,6 +52,8 @@ class JobTemplate:
     delay_s: float
     key: str | None
     max_attempts: int
+    group: str | None = None
+    after: tuple[str, ...] = ()
 
     def job(self, payload: bytes) -> NewJob:
         return NewJob(
@@ -62,6 +64,8 @@ class JobTemplate:
             key=self.key,
             max_attempts=self.max_attempts,
             id=new_id(),
+            group=self.group,
+            after=self.after,
         )
 
 
@@ -88,6 +92,22 @@ def push(
         int,
         typer.Option("--max-attempts", envvar="OSQUEUE_MAX_ATTEMPTS", min=1, help="Then dead."),
     ] = 5,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            envvar="OSQUEUE_GROUP",
+            help="The job's group (see queue --max-claimed-per-group).",
+        ),
+    ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            envvar="OSQUEUE_AFTER",
+            help="A parent job's id (repeat it): the job waits until every parent completed.",
+        ),
+    ] = None,
     data: Annotated[
         str | None,
         typer.Option("--data", "-d", envvar="OSQUEUE_DATA", help="The payload (UTF-8 text)."),
@@ -140,7 +160,9 @@ def push(
         )
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
-    template = JobTemplate(queue, priority, delay_s, key, max_attempts)
+    template = JobTemplate(
+        queue, priority, delay_s, key, max_attempts, group, tuple(after) if after else ()
+    )
     options = ClientOptions(url, token, token_file, tls_ca, embedded, timeout_s=retry_for_s or None)
     pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
     if lines:

@@ -61,6 +61,12 @@ Prepared = TypeVar("Prepared")
 #: Errors about the broker rather than the item: when every item of a batch got
 #: one of these, the whole call fails with it (the client retries the batch).
 _CALL_LEVEL = (BrokerMoved, Overloaded, Unauthenticated)
+#: Push options added after the first release, with their defaults.
+_LATER_OPTIONS: tuple[tuple[str, object], ...] = (
+    ("group", None),
+    ("after", ()),
+    ("on_parent_failure", "cancel"),
+)
 #: Bytes a job adds to a ClaimResponse beyond its payload (generous upper bound).
 _JOB_OVERHEAD_BYTES = 1024
 
@@ -259,6 +265,11 @@ class QueueService:
     async def _push_one(self, job: NewJob) -> str:
         options = msgspec.structs.asdict(job)
         payload = options.pop("payload")
+        # Options added later are passed only when set, so a client written
+        # before them still serves the pushes that do not use them.
+        for name, default in _LATER_OPTIONS:
+            if options[name] == default:
+                del options[name]
         return await self.client.push(payload, **cast(PushOptions, options))
 
     def _wait_budget_s(self, wait_s: float, context: Context) -> float:
