@@ -193,7 +193,7 @@ async def test_overview_job_pages_retry_and_refusal(
         text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
         # the page after the click offers resume, and says the queue is paused
         row = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
-        assert row.find_element(By.CSS_SELECTOR, '[data-field="paused"]').text == "paused"
+        assert row.find_element(By.CSS_SELECTOR, "[data-paused]").text == "paused"
         row.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]')
         return text
 

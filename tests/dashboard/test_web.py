@@ -82,6 +82,8 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "claimed": 0,
         "dead": 1,
         "oldest_age_s": None,
+        "waiting": 0,
+        "paused": False,
     }
     assert data["status"]["completed"] == 3
     series = data["series"]
