@@ -41,7 +41,8 @@ def run(doc: Document, job_id: str, *, ok: bool = True, now: float = T0) -> Docu
     doc, (res,) = apply(doc, [ClaimOp("w", ("default",), 100)], now)
     assert isinstance(res, Claimed)
     job = doc.jobs[job_id]
-    assert job.status == "claimed" and job.claim is not None
+    assert job.status == "claimed"
+    assert job.claim is not None
     op = Complete(job_id, job.claim.token) if ok else Fail(job_id, job.claim.token, "boom")
     doc, (res,) = apply(doc, [op], now)
     assert not isinstance(res, Exception), res
@@ -108,7 +109,7 @@ def test_a_dead_parent_cancels_its_children_down_the_line_unless_they_run_anyway
 
 def test_a_cancelled_parent_cancels_its_children() -> None:
     doc = push(push(Document.empty(), "p"), "c", "p")
-    doc, (res,) = apply(doc, [Cancel("p")], T0)
+    doc, (_res,) = apply(doc, [Cancel("p")], T0)
     assert status(doc, "c") is None
     assert doc.finished.status("p") == "cancelled"
 
@@ -185,9 +186,11 @@ def test_a_waiting_job_keeps_its_delay_from_its_push() -> None:
     doc = run(doc, "p", now=T0 + 10)
     assert status(doc, "c") == "queued"
     doc, (res,) = apply(doc, [ClaimOp("w", ("default",), 10)], T0 + 50)
-    assert isinstance(res, Claimed) and res.jobs == ()
+    assert isinstance(res, Claimed)
+    assert res.jobs == ()
     doc, (res,) = apply(doc, [ClaimOp("w", ("default",), 10)], T0 + 101)
-    assert isinstance(res, Claimed) and [j.id for j in res.jobs] == ["c"]
+    assert isinstance(res, Claimed)
+    assert [j.id for j in res.jobs] == ["c"]
 
 
 @pytest.mark.parametrize(
@@ -222,7 +225,8 @@ def test_waiting_jobs_round_trip_and_older_formats_cannot_hold_them() -> None:
     assert back.index.children == {"p": {"c": None}}
     with pytest.raises(CorruptDocument) as err:
         decode(data.replace(b'"format":4', b'"format":3'))
-    assert err.value.path is not None and err.value.path.startswith("$.jobs[1]")
+    assert err.value.path is not None
+    assert err.value.path.startswith("$.jobs[1]")
     with pytest.raises(CorruptDocument) as err:
         decode(data.replace(b',"after":["p"]', b""))
     assert err.value.path == "$.jobs[1].after"

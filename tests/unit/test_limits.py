@@ -50,7 +50,7 @@ def claim(
 def complete(doc: Document, job_id: str, now: float) -> Document:
     job = doc.jobs[job_id]
     assert job.claim is not None
-    doc, (res,) = apply(doc, [Complete(job_id, job.claim.token)], now)
+    doc, (_res,) = apply(doc, [Complete(job_id, job.claim.token)], now)
     return doc
 
 

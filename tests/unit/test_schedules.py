@@ -56,7 +56,8 @@ def test_every_s_ticks_fall_on_the_epoch_multiples_and_fire_in_the_commit_that_r
     job = doc.jobs["beat:20260101T000100Z"]
     assert (job.queue, job.payload, job.status) == ("q", b"hi", "queued")
     s = doc.schedules.get("beat")
-    assert s is not None and s.last_at is not None
+    assert s is not None
+    assert s.last_at is not None
     assert (s.last_at.timestamp(), s.next_at.timestamp()) == (T0 + 60, T0 + 120)
     assert s.last_job == "beat:20260101T000100Z"
 
@@ -95,7 +96,8 @@ def test_catch_up_skip_skips_a_tick_that_is_too_late_and_goes_on() -> None:
     doc, _ = apply(doc, [], T0 + 3 * 3600 + 600)  # two ticks missed, the latest 600 s late
     assert jobs_of(doc) == ["beat:20260101T010000Z"]
     s = doc.schedules.get("beat")
-    assert s is not None and s.last_note is not None
+    assert s is not None
+    assert s.last_note is not None
     assert "skipped" in s.last_note
     assert s.last_job == "beat:20260101T010000Z"
     assert s.next_at.timestamp() == T0 + 4 * 3600
@@ -207,7 +209,8 @@ def test_a_tick_the_document_cannot_hold_is_recorded_with_a_note() -> None:
     doc, _ = apply(doc, [], T0 + 61, small)
     assert jobs_of(doc) == []
     s = doc.schedules.get("beat")
-    assert s is not None and s.last_note is not None
+    assert s is not None
+    assert s.last_note is not None
     assert "pushed no job" in s.last_note
     assert s.next_at.timestamp() == T0 + 120  # no commit loop spinning on it
 
