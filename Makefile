@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 NODE_PREFIX := $(VENV)/node
 SEEDS ?= 100000
+REAL_SEEDS ?= 32
 
 .PHONY: setup test lint typecheck unit demo soak bench proto clean
 
@@ -50,8 +51,9 @@ unit: setup
 demo: setup
 	$(BIN)/osqueue demo
 
+# the simulation: SEEDS seeds in memory, REAL_SEEDS seeds over moto's S3 and over Azurite
 soak: setup
-	$(BIN)/pytest -q tests/simulation --seeds $(SEEDS) -p no:randomly
+	$(BIN)/pytest -q tests/simulation --seeds $(SEEDS) --real-seeds $(REAL_SEEDS) -p no:randomly
 
 bench: setup
 	$(BIN)/osqueue bench --json

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -583,6 +585,55 @@ def test_broker_push_work_status_as_processes(
     broker.popen.send_signal(signal.SIGTERM)
     assert broker.wait() == 0
     assert read_doc(qdir).broker.address is None  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_broker_serves_metrics_while_it_runs(qdir: Path, procs: list[Proc]) -> None:
+    broker, _ = start_broker(procs, qdir, qdir, "--metrics-listen", "127.0.0.1:0")
+    metrics = broker.expect(broker.err, r"metrics at (http://127\.0\.0\.1:(\d+)/metrics)")
+    subprocess.run(
+        [*OSQUEUE, "push", url_of(qdir), "--data", "m", "-q", "mq"], check=True, timeout=TIMEOUT_S
+    )
+    with urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S) as answer:
+        assert answer.status == 200
+        body = answer.read().decode()
+    assert 'osqueue_broker_state{state="serving"} 1.0' in body
+    assert 'osqueue_queue_depth{queue="mq"} 1.0' in body
+    assert 'osqueue_broker_ops_total{kind="push",outcome="ok"} 1.0' in body
+    broker.popen.send_signal(signal.SIGTERM)
+    assert broker.wait() == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S)
+
+
+@pytest.mark.slow
+def test_worker_serves_metrics_while_it_runs(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    start_broker(procs, handlers_dir, qdir)
+    subprocess.run([*OSQUEUE, "push", url_of(qdir), "--data", "w"], check=True, timeout=TIMEOUT_S)
+    worker = spawn(
+        procs,
+        handlers_dir,
+        "work",
+        url_of(qdir),
+        "-H",
+        "cli_handlers:blocking",
+        "--shutdown-grace-period-s",
+        "0.2",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    metrics = worker.expect(worker.err, r"metrics at (http://127\.0\.0\.1:\d+/metrics)")
+    worker.expect(worker.out, r"started ")  # the handler holds the job
+    with urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S) as answer:
+        body = answer.read().decode()
+    assert "osqueue_worker_slots_busy 1.0" in body
+    assert 'osqueue_worker_claimed_jobs_total{queue="default"} 1.0' in body
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S)
 
 
 @pytest.mark.slow

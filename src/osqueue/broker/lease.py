@@ -131,7 +131,7 @@ class Lease:
                     raise DocumentGone("the queue document was deleted from outside") from None
                 return None
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_read")
                 await self._retry.wait(attempt, exc)
                 attempt += 1
                 continue
@@ -176,7 +176,7 @@ class Lease:
             try:
                 await archiver.write_inherited(inherited, archived)
             except StorageError as exc:  # a 503 or a lost answer: back off, read again
-                self._counters.storage_errors += 1
+                self._counters.storage_error("archive_write")
                 await self._retry.wait(0, exc)
                 continue
             now = self._clock.now()
@@ -192,7 +192,7 @@ class Lease:
             except Conflict:
                 continue  # someone else wrote first (bootstrap race or another broker)
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_write")
                 await self._retry.wait(0, exc)
                 continue  # re-read and decide again
             self.epoch = epoch
@@ -214,7 +214,7 @@ class Lease:
             except CorruptDocument as exc:
                 return exc
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_read")
                 await self._retry.wait(attempt, exc)
                 attempt += 1
         owner = stored.broker

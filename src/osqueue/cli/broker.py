@@ -2,8 +2,9 @@
 
 The broker writes its address into the queue document, so clients need only
 the storage URL.  It prints one line on stderr once it serves
-(``serving URL at HOST:PORT (epoch N)``); SIGTERM/Ctrl-C drains it: stop
-taking ops, flush, clear the address, exit.
+(``serving URL at HOST:PORT (epoch N)``, then ``metrics at
+http://HOST:PORT/metrics`` with ``--metrics-listen``); SIGTERM/Ctrl-C drains
+it: stop taking ops, flush, clear the address, exit.
 """
 
 from __future__ import annotations
@@ -112,6 +113,15 @@ def broker(
             rich_help_panel=_BROKER,
         ),
     ] = 3600.0,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-listen",
+            envvar="OSQUEUE_METRICS_LISTEN",
+            help="host:port to serve Prometheus metrics on at /metrics, no token needed"
+            " (port 0: any free port; needs osqueue[metrics]).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
@@ -122,12 +132,16 @@ def broker(
         heartbeat_timeout_s=heartbeat_timeout_s,
         drain_timeout_s=drain_timeout_s,
         payload_sweep_interval_s=payload_sweep_s or None,
+        metrics_listen=metrics_listen,
     )
 
     def announce(server: BrokerServer) -> None:
         # From the broker itself: no storage read that a flaky network could lose.
         epoch = server.broker.epoch if server.broker is not None else 0
         exits.info(f"serving {url} at {server.address} (epoch {epoch})")
+        metrics = server.broker.metrics_address if server.broker is not None else None
+        if metrics is not None:
+            exits.info(f"metrics at http://{metrics}/metrics")
 
     async def main() -> None:
         if standby:

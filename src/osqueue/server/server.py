@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from osqueue.address import split_host_port as split_host_port  # its home; kept here too
 from osqueue.api import QueueClient
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.server.auth import BearerTokenInterceptor
@@ -48,16 +49,6 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     #: How long calls in flight may finish when the server stops.
     stop_grace_s: float = 5.0
-
-
-def split_host_port(address: str, field: str = "listen") -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> (host, port)."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise InvalidInput(f"{address!r} is not host:port", field=field)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_text)
 
 
 def is_loopback(host: str) -> bool:
