@@ -58,6 +58,15 @@ class BrokerConfig:
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 20_000
+    #: Scheduling (docs/scheduling.md): a ``catch_up="skip"`` schedule skips a
+    #: tick it fires later than this after the tick fell due.
+    schedule_grace_s: float = 60.0
+    #: Schedules a document holds at most.
+    max_schedules: int = 100_000
+    #: Finished jobs are remembered this long (for children pushed after them) ...
+    finished_window_s: float = 3600.0
+    #: ... and at most this many of them.
+    max_finished: int = 10_000
     #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` (port 0: any
     #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
     #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
@@ -116,4 +125,8 @@ class BrokerConfig:
             head_jobs=self.head_jobs,
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
+            schedule_grace_s=self.schedule_grace_s,
+            max_schedules=self.max_schedules,
+            finished_window_s=self.finished_window_s,
+            max_finished=self.max_finished,
         )

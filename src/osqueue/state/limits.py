@@ -42,8 +42,14 @@ from osqueue.state.model import StoredJob, StoredSettings, to_datetime
 #: A rate above this is no rate limit worth the name.
 MAX_RATE_PER_S = 1_000_000.0
 MAX_CAP = 10_000_000
-#: Tokens are kept to this many decimals (the document's bytes stay short).
+#: Tokens are kept to this many decimals (the document's bytes stay short), rounded
+#: down, so rounding never adds a token.
 _TOKEN_DIGITS = 6
+
+
+def _round_down(tokens: float) -> float:
+    scale = 10**_TOKEN_DIGITS
+    return math.floor(tokens * scale + 1e-9) / scale
 
 
 # --------------------------------------------------------------------------- settings
@@ -122,6 +128,7 @@ def updated(
 ) -> StoredSettings:
     """``old`` with the given changes (None: unchanged; 0: no limit).  The bucket
     keeps its level across a change, cut to the new capacity."""
+    now = round(now, 3)  # the clock as the document stores it (the bucket's time is exact)
     cur = old or StoredSettings()
     level = tokens_at(cur, now) if cur.rate_per_s is not None else None
     new = StoredSettings(
@@ -136,8 +143,10 @@ def updated(
         ),
     )
     if new.rate_per_s is not None and level is not None:
+        # the bucket's clock never goes back (a broker whose clock is behind earns nothing)
+        at = max(now, cur.tokens_at.timestamp()) if cur.tokens_at is not None else now
         new = msgspec.structs.replace(
-            new, tokens=round(min(level, capacity(new)), _TOKEN_DIGITS), tokens_at=to_datetime(now)
+            new, tokens=_round_down(min(level, capacity(new))), tokens_at=to_datetime(at)
         )
     return new
 
@@ -162,6 +171,7 @@ class Gate:
 
     def __init__(self, doc: Document, queues: Sequence[str], now: float) -> None:
         self._doc = doc
+        now = round(now, 3)  # the clock as the document stores it (the bucket's time is exact)
         self._now = now
         #: queue -> how many more jobs it may give (None: no limit but groups)
         self._budget: dict[str, float | None] = {}
@@ -221,7 +231,7 @@ class Gate:
             s = doc.queue_settings.get(q)
             if s is None or s.rate_per_s is None:
                 continue
-            level = round(tokens_at(s, now) - n, _TOKEN_DIGITS)
+            level = _round_down(tokens_at(s, now) - n)
             at = max(now, s.tokens_at.timestamp()) if s.tokens_at is not None else now
             doc.set_queue_settings(
                 q, msgspec.structs.replace(s, tokens=level, tokens_at=to_datetime(at))
