@@ -49,7 +49,7 @@ _TOKEN_DIGITS = 6
 
 def _round_down(tokens: float) -> float:
     scale = 10**_TOKEN_DIGITS
-    return math.floor(tokens * scale + 1e-9) / scale
+    return float(math.floor(tokens * scale + 1e-9) / scale)
 
 
 # --------------------------------------------------------------------------- settings
