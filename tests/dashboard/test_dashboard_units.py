@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from osqueue.dashboard.brokerlog import BrokerLog
+from osqueue.dashboard.brokerlog import BrokerLog, DocumentMetrics
 from osqueue.dashboard.history import DocumentHistory, SampledHistory, flows_of
 from osqueue.dashboard.queries import (
     DocumentJobs,
@@ -21,6 +21,7 @@ from osqueue.dashboard.security import Access, Refused, Sessions, access_for
 from osqueue.dashboard.snapshot import Snapshot
 from osqueue.errors import InvalidInput
 from osqueue.state import BrokerInfo, ClaimOp, Document, Fail, Push, apply, to_datetime
+from osqueue.state.model import BrokerPerf
 
 T0 = 1_800_000_000.0
 
@@ -259,3 +260,24 @@ async def test_snapshot_source_decodes_only_when_the_etag_changes() -> None:
     finally:
         MemoryStorage.drop(name)
     assert spacing_s(2.0, 3.0, 0.25) == 12.0  # a slow decode spaces the reads out
+
+
+async def test_document_metrics_turn_the_brokers_summary_into_figures() -> None:
+    doc = build()
+    metrics = DocumentMetrics()
+    assert await metrics.figures() is None  # nothing read yet
+    metrics.observe(snapshot(doc, T0))
+    assert await metrics.figures() is None  # no summary in this document
+    doc.broker = BrokerInfo(
+        id="b1",
+        address="h:1",
+        epoch=1,
+        lease_until=to_datetime(T0 + 10),
+        perf=BrokerPerf(window_s=60.0, commits=120, ops=2400, p50_ms=4.0, p99_ms=9.5),
+    )
+    metrics.observe(snapshot(doc, T0 + 1))
+    figures = await metrics.figures()
+    assert figures is not None
+    assert figures.commits_per_s == pytest.approx(2.0)
+    assert figures.ops_per_commit == pytest.approx(20.0)
+    assert figures.p99_commit_s == pytest.approx(0.0095)

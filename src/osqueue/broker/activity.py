@@ -4,7 +4,7 @@ metrics, and the periodic INFO line that reports them."""
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from osqueue.clock import Clock
 from osqueue.metrics import Histogram
+from osqueue.state.model import BrokerPerf
 
 if TYPE_CHECKING:
     from osqueue.broker.intake import Intake
@@ -64,6 +65,43 @@ class CommitRecords:
         self.ops.update(zip(map(type, ops), repeat(error)))
 
 
+class CommitWindow:
+    """The commits of the last ``window_s`` (monotonic time, duration, ops each), and
+    their summary, recomputed at most every ``refresh_s`` so the cost per commit
+    is one append."""
+
+    def __init__(self, window_s: float = 60.0, refresh_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self.refresh_s = refresh_s
+        self._commits: deque[tuple[float, float, int]] = deque()
+        self._perf: BrokerPerf | None = None
+        self._perf_at = -float("inf")
+
+    def add(self, mono: float, seconds: float, ops: int) -> None:
+        self._commits.append((mono, seconds, ops))
+
+    def perf(self, mono: float) -> BrokerPerf | None:
+        """The summary as of ``mono`` (None before the first commit)."""
+        if mono - self._perf_at < self.refresh_s:
+            return self._perf
+        commits = self._commits
+        while commits and commits[0][0] < mono - self.window_s:
+            commits.popleft()
+        self._perf_at = mono
+        if not commits:
+            self._perf = None
+            return None
+        times = sorted(c[1] for c in commits)
+        self._perf = BrokerPerf(
+            window_s=self.window_s,
+            commits=len(times),
+            ops=sum(c[2] for c in commits),
+            p50_ms=round(times[len(times) // 2] * 1000, 3),
+            p99_ms=round(times[min(len(times) - 1, int(0.99 * len(times)))] * 1000, 3),
+        )
+        return self._perf
+
+
 @dataclass(slots=True)
 class BrokerCounters:
     """Running totals since the broker was made (``Broker.counters``)."""
@@ -80,6 +118,8 @@ class BrokerCounters:
     storage_errors_by: Counter[StorageCall] = field(default_factory=Counter)
     #: per-commit records for the metrics; None while no one reads them
     records: CommitRecords | None = None
+    #: the last minute of commits, summarised into the document (BrokerInfo.perf)
+    window: CommitWindow = field(default_factory=CommitWindow)
 
     def storage_error(self, call: StorageCall) -> None:
         """A storage call failed (it is retried, or the broker stops)."""

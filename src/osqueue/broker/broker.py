@@ -219,7 +219,7 @@ class Broker:
             if self.standby:
                 life.state = State.STANDBY
                 await self._lease.await_vacancy()
-            takeover = await self._lease.acquire(self._archiver)
+            takeover = await self._lease.acquire(self._archiver, patient=self.standby)
         except BaseException:  # cancelled while standing by, or the document is gone
             await self._close_metrics()
             raise

@@ -214,9 +214,11 @@ class CommitLoop:
                 await self._retry.wait(attempt, exc)
                 attempt += 1
             else:
-                seconds = self._clock.monotonic() - started
+                done_at = self._clock.monotonic()
+                seconds = done_at - started
                 self._committed(t, etag, futures, len(data))
                 self._record(batch, t, seconds)  # once its ops are answered
+                self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):

@@ -24,7 +24,17 @@ from rich.text import Text
 from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import (
+    AllowPlaintextToken,
+    ClientOptions,
+    Embedded,
+    TlsCa,
+    TlsFingerprint,
+    Token,
+    TokenFile,
+    Url,
+    open_client,
+)
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
 from osqueue.errors import InvalidInput, MissingExtra
 
@@ -142,6 +152,8 @@ def work(
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Run a worker: claim jobs, run the handler, heartbeat, complete or fail them."""
@@ -162,7 +174,15 @@ def work(
     handlers = load_handler(handler)
     if spark:
         handlers = _spark_handlers(handlers, spark_master)
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     runtime.tune_gc()
     worker = runtime.run(_run(options, handlers, config))
     counters = worker.counters

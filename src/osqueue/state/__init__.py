@@ -14,6 +14,7 @@ from osqueue.state.limits import next_capacity_at
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
+    BrokerPerf,
     CatchUp,
     Claim,
     Counters,
@@ -96,6 +97,7 @@ __all__ = [
     "PAYLOAD_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
+    "BrokerPerf",
     "Cancel",
     "CatchUp",
     "Claim",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -31,11 +30,10 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import deps, scheduling, spill, validate
+from osqueue.state import deps, scheduling, spill, sweep, validate
 from osqueue.state.document import Document, encode_job
 from osqueue.state.finished import Outcome
 from osqueue.state.history import HistorySample, minute_of, record
-from osqueue.state.index import ReadyEntry
 from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
@@ -65,7 +63,8 @@ from osqueue.state.ops import (
     SetQueue,
     Spill,
 )
-from osqueue.state.segments import Barrier, Stream
+from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
+from osqueue.state.segments import Stream
 from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
@@ -96,6 +95,38 @@ class Transition:
     starved: set[Stream] = field(default_factory=set)
     #: segment objects no reference names any more (fully loaded: delete them)
     dropped_segments: list[str] = field(default_factory=list)
+
+
+def _check_digest(op: Push) -> None:
+    """A push's recorded payload digest: for a payload object, 64 lowercase hex digits."""
+    if op.payload_ref is None:
+        raise InvalidInput("a digest is recorded for a payload object only", field="payload_sha256")
+    digest = op.payload_sha256
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip(_HEX):
+        raise InvalidInput(f"{digest!r} is not a hex SHA-256", field="payload_sha256")
+
+
+_HEX = "0123456789abcdef"
+
+
+def _payload_size(op: Push, policy: Policy) -> int:
+    """A push's payload, checked against the policy's limits; its size in bytes."""
+    size = len(op.payload) if op.payload is not None else op.payload_size
+    if size > policy.max_payload_bytes:
+        raise InvalidInput(
+            f"{size} bytes is above the limit of {policy.max_payload_bytes}", field="payload"
+        )
+    if op.payload is not None and len(op.payload) > policy.max_inline_payload_bytes:
+        raise InvalidInput(
+            f"{len(op.payload)} bytes is above the inline limit of "
+            f"{policy.max_inline_payload_bytes}; store it as a payload object",
+            field="payload",
+        )
+    if (op.payload is None) == (op.payload_ref is None):
+        raise InvalidInput("a job needs exactly one of payload and payload_ref", field="payload")
+    if op.payload_sha256 is not None:
+        _check_digest(op)
+    return size
 
 
 def backoff_s(attempts: int, policy: Policy) -> float:
@@ -181,22 +212,7 @@ class _Tx:
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
         delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
-        size = len(op.payload) if op.payload is not None else op.payload_size
-        if size > self.policy.max_payload_bytes:
-            raise InvalidInput(
-                f"{size} bytes is above the limit of {self.policy.max_payload_bytes}",
-                field="payload",
-            )
-        if op.payload is not None and len(op.payload) > self.policy.max_inline_payload_bytes:
-            raise InvalidInput(
-                f"{len(op.payload)} bytes is above the inline limit of "
-                f"{self.policy.max_inline_payload_bytes}; store it as a payload object",
-                field="payload",
-            )
-        if (op.payload is None) == (op.payload_ref is None):
-            raise InvalidInput(
-                "a job needs exactly one of payload and payload_ref", field="payload"
-            )
+        size = _payload_size(op, self.policy)
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent or op.id in doc.finished.items:
             return Pushed(op.id, False)
@@ -222,6 +238,8 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
+        if op.payload_ref is not None:  # what a claim must find in the object
+            job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         if op.group is not None or op.after:
             placed = scheduling.place_push(self, op, job)
             if placed is None:  # a failed parent cancelled it at once
@@ -266,7 +284,7 @@ class _Tx:
             if single is not None and not barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
             else:
-                best, best_queue, starved = _next_in_order(doc, queues, barriers, gate)
+                best, best_queue, starved = next_in_order(doc, queues, barriers, gate)
                 if starved is not None:
                     self.starved.add(starved)
                     break
@@ -409,66 +427,10 @@ class _Tx:
             self.dropped_segments.append(dropped)
         return result
 
-    # -- the sweep that rides along with every commit ------------------------------
+    # -- the sweep that rides along with every commit (osqueue.state.sweep) ----------
 
     def sweep(self) -> None:
-        index = self.doc.index
-        if not index.claimed:
-            self._prune_recent()
-            return
-        timeout = self.policy.heartbeat_timeout_s
-        # Compare datetimes (no float conversion per claimed job) to find candidates
-        # (1 ms of slack over the exact test below), and sort only those.
-        cutoff = _datetime_at(self.now - timeout + 0.001)
-        floor = index.heartbeat_floor
-        if floor is None or floor < cutoff:  # one may have expired: walk the claims
-            self._reclaim_expired(cutoff, timeout)
-        self._prune_recent()
-
-    def _reclaim_expired(self, cutoff: datetime, timeout: float) -> None:
-        jobs, index = self.doc.jobs, self.doc.index
-        expired: list[str] = []
-        floor: datetime | None = None  # the oldest heartbeat among the live claims
-        for job_id in index.claimed:
-            heartbeat_at = jobs[job_id].claim.heartbeat_at  # type: ignore[union-attr]
-            if heartbeat_at < cutoff:
-                expired.append(job_id)
-            elif floor is None or heartbeat_at < floor:
-                floor = heartbeat_at
-        for job_id in sorted(expired):
-            job = jobs[job_id]
-            assert job.claim is not None
-            if job.claim.heartbeat_at.timestamp() + timeout < self.now:
-                error = (
-                    f"reclaimed: worker {job.claim.worker!r} stopped heartbeating "
-                    f"(token {job.claim.token}, timeout {timeout:g}s)"
-                )
-                self.stats["reclaimed"] += 1
-                self._put(self._requeue(job, error, None))
-                self.reclaimed.append(job_id)
-            elif floor is None or job.claim.heartbeat_at < floor:
-                floor = job.claim.heartbeat_at  # within the slack: still claimed
-        index.heartbeat_floor = floor
-
-    def _prune_recent(self) -> None:
-        if self.doc.finished:
-            policy = self.policy
-            self.doc.finished.prune(self.now, policy.finished_window_s, policy.max_finished)
-        recent = self.doc.recent
-        if not recent:
-            return
-        window = self.policy.dedupe_window_s
-        oldest = next(iter(recent.values()))  # seconds never decrease in insertion order
-        # Rebuild only once the oldest is well past the window: O(n) per window/4.
-        # A tombstone's second is its job's creation time rounded down, so "+ 1"
-        # keeps it at least dedupe_window_s after its job was created.
-        if oldest + 1 < self.now - 1.25 * window:
-            cutoff = self.now - window
-            self.doc.set_recent({k: v for k, v in recent.items() if v + 1 >= cutoff})
-
-
-def _datetime_at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
+        sweep.run(self)
 
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
@@ -559,60 +521,13 @@ def apply(
     return t.doc, t.results
 
 
-def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
-    """Would a claim on ``queues`` at ``now`` get a job?  (Not while the next job in
-    claim order sits in a segment: it becomes claimable when a load commits; nor
-    while the queue's settings hold it back.)"""
-    index = doc.index
-    index.promote_due(doc.jobs, now)
-    barriers = doc.segments.barriers
-    gate = None
-    if doc.queue_settings or index.held:
-        gate = Gate(doc, queues, now)
-        queues = gate.open(queues)
-    if not barriers and gate is None:
-        return any(index.head(q, doc.jobs) is not None for q in queues)
-    return _next_in_order(doc, queues, barriers, gate)[0] is not None
-
-
-def _next_in_order(
-    doc: Document, queues: Sequence[str], barriers: dict[str, Barrier], gate: Gate | None = None
-) -> tuple[ReadyEntry | None, str, Stream | None]:
-    """The next job in claim order across ``queues``, and its queue; or, when that
-    job sits in a segment, ``(None, "", its stream)``: the claim stops there.
-    With a ``gate``, a queue's next job is the first whose group has room."""
-    index, jobs = doc.index, doc.jobs
-    best: ReadyEntry | None = None
-    best_queue = ""
-    stop: Barrier | None = None  # the first barrier in claim order
-    stop_queue = ""
-    for q in queues:
-        entry = index.head(q, jobs) if gate is None else gate.head(q)
-        barrier = barriers.get(q) if barriers else None
-        if barrier is not None and (entry is None or entry > barrier):
-            if stop is None or barrier < stop:
-                stop, stop_queue = barrier, q
-        elif entry is not None and (best is None or entry < best):
-            best, best_queue = entry, q
-    if stop is not None and (best is None or stop < best):
-        return None, "", (stop_queue, stop[0])
-    return best, best_queue, None
-
-
-def next_tick_at(doc: Document) -> float | None:
-    """When the next schedule tick falls due: a commit is needed then (it pushes the
-    tick's job), parked claims or not."""
-    return doc.schedules.next_due() if doc.schedules else None
-
-
-def next_wakeup(doc: Document, policy: Policy) -> float | None:
-    """The earliest time a delayed job becomes due or a claim may expire."""
-    times: list[float] = []
-    due = doc.index.next_due(doc.jobs)
-    if due is not None:
-        times.append(due)
-    for job_id in doc.index.claimed:
-        claim = doc.jobs[job_id].claim
-        if claim is not None:
-            times.append(claim.heartbeat_at.timestamp() + policy.heartbeat_timeout_s)
-    return min(times) if times else None
+__all__ = [
+    "CLAIM_RESERVE_BYTES",
+    "Transition",
+    "apply",
+    "backoff_s",
+    "claimable",
+    "next_tick_at",
+    "next_wakeup",
+    "transition",
+]
