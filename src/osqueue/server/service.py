@@ -25,7 +25,7 @@ import grpc
 import msgspec
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient, Scheduling
+from osqueue.api import CompletesAndClaims, Job, NewJob, PushOptions, QueueClient
 from osqueue.errors import (
     BrokerMoved,
     BrokerUnavailable,
@@ -35,14 +35,11 @@ from osqueue.errors import (
     Unauthenticated,
 )
 from osqueue.server.limits import Admission, Limits, RequestChecker
+from osqueue.server.scheduling import SchedulingRpcs
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
     job_from_ref,
     job_to_pb,
-    queue_settings_to_pb,
-    schedule_info_to_pb,
-    schedule_spec_from_pb,
-    settings_args_from_pb,
     stats_to_pb,
 )
 from osqueue.wire.status import OK, grpc_code, to_status, trailers
@@ -105,8 +102,9 @@ def _gathering(
     return run
 
 
-class QueueService:
-    """Serves ``osqueue.v1.Queue`` by calling ``client``."""
+class QueueService(SchedulingRpcs):
+    """Serves ``osqueue.v1.Queue`` by calling ``client`` (the scheduling RPCs are in
+    :mod:`osqueue.server.scheduling`)."""
 
     def __init__(self, client: QueueClient | None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
@@ -431,43 +429,6 @@ class QueueService:
         ids = self.check.dead(request)
         admin = await self._dead_admin(context)
         return pb.CountResponse(count=await admin.purge_dead(ids))
-
-    # ------------------------------------------------------------------ scheduling
-
-    async def _scheduling(self, context: Context) -> Scheduling:
-        if isinstance(self.client, Scheduling):
-            return self.client
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "this broker's client has no schedules or settings"
-        )
-        raise AssertionError("context.abort returned")  # pragma: no cover
-
-    async def schedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleResponse:
-        spec = schedule_spec_from_pb(self.check.schedule(request))
-        admin = await self._scheduling(context)
-        info = await admin.schedule(spec.pop("name"), **spec)
-        return pb.ScheduleResponse(schedule=schedule_info_to_pb(info))
-
-    async def unschedule(
-        self, request: pb.UnscheduleRequest, context: Context
-    ) -> pb.UnscheduleResponse:
-        self.check.text(request.name, "name", self.limits.max_id_chars)
-        admin = await self._scheduling(context)
-        return pb.UnscheduleResponse(removed=await admin.unschedule(request.name))
-
-    async def list_schedules(
-        self, request: pb.ListSchedulesRequest, context: Context
-    ) -> pb.ListSchedulesResponse:
-        admin = await self._scheduling(context)
-        infos = await admin.schedules()
-        return pb.ListSchedulesResponse(schedules=[schedule_info_to_pb(i) for i in infos])
-
-    async def set_queue(self, request: pb.SetQueueRequest, context: Context) -> pb.SetQueueResponse:
-        settings = request.settings
-        self.check.queue(settings.queue, "queue")
-        admin = await self._scheduling(context)
-        result = await admin.set_queue(settings.queue, **settings_args_from_pb(settings))
-        return pb.SetQueueResponse(settings=queue_settings_to_pb(result))
 
 
 # ---------------------------------------------------------------------- helpers
