@@ -21,12 +21,16 @@ import msgspec
 
 from osqueue.errors import InvalidInput, OsqueueError
 
-JobStatus = Literal["queued", "claimed", "done", "dead"]
+JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
 #: How a job ended: completed (``done``), dead-lettered, or cancelled.
 FinishedStatus = Literal["done", "dead", "cancelled"]
 #: How a result's bytes are to be read: as they are, as UTF-8 text, or as JSON.
 ResultKind = Literal["bytes", "text", "json"]
 RESULT_KINDS: tuple[ResultKind, ...] = ("bytes", "text", "json")
+#: What a job does when a parent ends dead or cancelled: be cancelled too, or run.
+ParentFailure = Literal["cancel", "run"]
+#: What a schedule does with ticks missed while no broker served.
+CatchUp = Literal["once", "skip"]
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
@@ -45,6 +49,12 @@ class NewJob(msgspec.Struct, frozen=True):
     key: str | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     id: str | None = None
+    #: the job's group: the queue's ``max_claimed_per_group`` caps its claimed jobs
+    group: str | None = None
+    #: parents: the job waits (status ``waiting``) until each of them completed
+    after: tuple[str, ...] = ()
+    #: what a parent that ends dead or cancelled does to this job
+    on_parent_failure: ParentFailure = "cancel"
     #: How long the job's result (and how it finished) is kept after it finishes;
     #: None: the broker's ``result_ttl_s``.  0 keeps nothing.
     result_ttl_s: float | None = None
@@ -60,6 +70,9 @@ class JobOptions(TypedDict, total=False):
     key: str | None
     max_attempts: int
     id: str | None
+    group: str | None
+    after: tuple[str, ...]
+    on_parent_failure: ParentFailure
     result_ttl_s: float | None
 
 
@@ -82,6 +95,7 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     priority: int = 0
     key: str | None = None
     created_at: float = 0.0
+    group: str | None = None
 
 
 class EncodedResult(msgspec.Struct, frozen=True, gc=False):
@@ -161,6 +175,10 @@ class QueueStats:
     oldest_age_s: float | None
     #: queued jobs that sit in segment objects (deep backlogs), out of ``depth``
     spilled: int = 0
+    #: jobs waiting for their parents (not in ``depth``: not claimable yet)
+    waiting: int = 0
+    #: the queue is paused (nothing of it is claimed)
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +208,39 @@ class Stats:
     @property
     def depth(self) -> int:
         return sum(q.depth for q in self.queues.values())
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """A queue's settings (``set_queue``); ``None`` is no limit."""
+
+    queue: str
+    paused: bool = False
+    rate_per_s: float | None = None
+    #: the rate limit's bucket: claims allowed at once after a quiet spell
+    burst: int | None = None
+    max_claimed: int | None = None
+    max_claimed_per_group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A periodic job as the document holds it (``schedules()``); times are Unix seconds."""
+
+    name: str
+    queue: str
+    cron: str | None
+    tz: str | None
+    every_s: float | None
+    payload: bytes
+    priority: int
+    max_attempts: int
+    catch_up: CatchUp
+    next_run_at: float
+    last_run_at: float | None = None
+    last_job_id: str | None = None
+    #: why the last tick pushed no job (skipped, or the document was full)
+    note: str | None = None
 
 
 @runtime_checkable
@@ -266,4 +317,52 @@ class CompletesAndClaims(Protocol):
         ``None``) per completed job, in order, and the jobs claimed.  Raises
         only when the call as a whole failed (bad claim arguments, checked
         before anything is sent, or the broker refusing every op of it)."""
+        ...
+
+
+@runtime_checkable
+class Scheduling(Protocol):
+    """Periodic jobs and queue settings; both clients of this package offer them."""
+
+    async def schedule(
+        self,
+        name: str,
+        *,
+        queue: str,
+        payload: bytes = b"",
+        cron: str | None = None,
+        every_s: float | None = None,
+        tz: str | None = None,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        catch_up: CatchUp = "once",
+    ) -> ScheduleInfo:
+        """Push a job to ``queue`` on every tick: ``cron`` (five fields, UTC or the
+        ``tz`` named) or ``every_s`` (on the multiples of ``every_s`` since the
+        epoch), exactly one of them.  Re-scheduling a name replaces it.  Each
+        tick yields exactly one job, across crashes and failovers; ticks missed
+        while no broker served yield one job (``catch_up="once"``) or none
+        (``"skip"``)."""
+        ...
+
+    async def unschedule(self, name: str) -> bool:
+        """Remove a schedule; False if there was none of that name."""
+        ...
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, by name."""
+        ...
+
+    async def set_queue(
+        self,
+        queue: str,
+        *,
+        rate_per_s: float | None = None,
+        burst: int | None = None,
+        max_claimed: int | None = None,
+        max_claimed_per_group: int | None = None,
+        paused: bool | None = None,
+    ) -> QueueSettings:
+        """Change a queue's settings: ``None`` leaves one as it is, ``0`` removes a
+        limit.  Enforced at claim time on the broker's clock; returns them all."""
         ...

@@ -185,3 +185,28 @@ async def test_overview_job_pages_retry_and_refusal(
     assert await step(log_in_and_retry) == "retried 1 dead job"
     job = seeded.document().jobs[seeded.dead]
     assert (job.status, job.attempts) == ("queued", 0)
+
+    def pause_emails() -> str:
+        browser.get(f"{base}/")
+        row = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
+        row.find_element(By.CSS_SELECTOR, 'button[data-action="pause"]').click()
+        text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
+        # the page after the click offers resume, and says the queue is paused
+        row = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
+        assert row.find_element(By.CSS_SELECTOR, "[data-paused]").text == "paused"
+        row.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]')
+        return text
+
+    assert await step(pause_emails) == "paused queue emails"
+    assert seeded.document().queue_settings["emails"].paused
+    assert (await client.stats()).queues["emails"].depth >= 3  # ready jobs are there ...
+    assert await client.claim("worker-9", ["emails"], max_jobs=3) == []  # ... and held back
+    assert await client.claim("worker-9", ["emails"], max_jobs=3, wait_s=0.3) == []
+
+    def resume_emails() -> str:
+        browser.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]').click()
+        text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
+        return text
+
+    assert await step(resume_emails) == "resumed queue emails"
+    assert len(await client.claim("worker-9", ["emails"], max_jobs=3)) == 3

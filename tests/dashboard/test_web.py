@@ -82,6 +82,8 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "claimed": 0,
         "dead": 1,
         "oldest_age_s": None,
+        "waiting": 0,
+        "paused": False,
     }
     assert data["status"]["completed"] == 3
     series = data["series"]
@@ -157,9 +159,14 @@ async def test_after_login_retry_purge_and_cancel_go_through_the_broker(
     assert f"cancelled job {victim}" in body
     assert victim not in seeded.document().jobs
 
-    status, _, body = await post(http, "/queues/emails/pause", {"csrf": csrf_of(body)})
-    assert status == 501
-    assert "broker op" in body
+    status, where, body = await post(http, "/queues/emails/pause", {"csrf": csrf_of(body)})
+    assert (status, where) == (200, "/")
+    assert "paused queue emails" in body
+    assert seeded.document().queue_settings["emails"].paused
+    assert 'action="/queues/emails/resume"' in body  # the overview offers the way back
+    status, where, body = await post(http, "/queues/emails/resume", {"csrf": csrf_of(body)})
+    assert "resumed queue emails" in body
+    assert "emails" not in seeded.document().queue_settings
 
     html = await page(http, "/")
     status, where, body = await post(http, "/logout", {"csrf": csrf_of(html)})

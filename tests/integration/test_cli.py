@@ -190,6 +190,8 @@ def test_status_table_and_json_read_storage_without_a_broker(qdir: Path) -> None
         "claimed": 1,
         "dead": 0,
         "oldest_age_s": status["queues"]["a"]["oldest_age_s"],
+        "waiting": 0,
+        "paused": False,
     }
     assert status["queues"]["a"]["oldest_age_s"] >= 0
     assert status["queues"]["b"]["delayed"] == 1

@@ -420,9 +420,14 @@ async def test_the_admin_token_may_call_every_rpc(memory_url: str) -> None:
         await q.cancel(streamed[0].id)  # Cancel
         stats = await q.stats()
         assert (stats.completed, stats.dead) == (1, 0)
+        await q.schedule("beat", queue="a", every_s=60)  # Schedule
+        assert [s.name for s in await q.schedules()] == ["beat"]  # ListSchedules
+        assert await q.unschedule("beat")  # Unschedule
+        assert (await q.set_queue("a", paused=True)).paused  # SetQueue
         called = {
             "Push", "Claim", "Heartbeat", "Fail", "Stats", "RetryDead", "PurgeDead",
             "ClaimStream", "Release", "Complete", "Cancel", "Result",
+            "Schedule", "ListSchedules", "Unschedule", "SetQueue",
         }  # fmt: skip
         assert called == set(pb.DESCRIPTOR.services_by_name["Queue"].methods_by_name)
 

@@ -95,6 +95,7 @@ class BrokerNode:
             retry_cap_s=2.0,
             broker_id=self.broker_id,
             payload_sweep_interval_s=c.payload_sweep_s,
+            schedule_grace_s=c.schedule_grace_s,
         )
 
     async def supervise(self) -> None:
@@ -278,7 +279,13 @@ class Producer(Client):
                 if job.id not in self.first_sent:
                     self.first_sent[job.id] = sim.now()
                     sim.history.add(
-                        sim.now(), Kind.PUSH_SENT, self.name, job.id, delay_s=job.delay_s
+                        sim.now(),
+                        Kind.PUSH_SENT,
+                        self.name,
+                        job.id,
+                        delay_s=job.delay_s,
+                        after=job.after,
+                        on_parent_failure=job.on_parent_failure,
                     )
             try:
                 results, seq = await self.call(partial(LocalClient.push_results, jobs=batch))
@@ -316,7 +323,9 @@ class Producer(Client):
             if sim.rng.random() < sim.cfg.cancel_rate:
                 self.to_cancel.append(job.id)
             return True
-        if isinstance(result, DuplicateKey):  # another live job holds the key
+        if isinstance(result, DuplicateKey) or (isinstance(result, JobNotFound) and job.after):
+            # another live job holds the key, or a parent is unknown (never created, or it
+            # finished before the queue's first push with parents started the record)
             sim.history.add(sim.now(), Kind.PUSH_REFUSED, self.name, job.id)
             return True
         if isinstance(result, Retryable):
@@ -399,7 +408,10 @@ class Worker(Client):
                 if verdict is False:
                     return []
         kind, _, rest = job.payload.partition(b":")
-        if not rest.startswith(job.id.encode() + b":"):
+        if kind == b"tick":  # a schedule's job: its payload names the schedule
+            if not job.id.startswith(rest.decode() + ":"):
+                sim.unexpected(f"job {job.id} was delivered with the payload {job.payload!r}")
+        elif not rest.startswith(job.id.encode() + b":"):
             sim.unexpected(f"job {job.id} was delivered with the payload {job.payload[:40]!r}")
         if kind == b"poison":
             await self._holder_call(job, Kind.FAIL_OK, lambda c: c.fail(job, error="poison"))
@@ -488,3 +500,55 @@ class Worker(Client):
                 continue
             sim.history.add(sim.now(), kind, self.name, job.id, job.token, seq=seq, result=result)
             return True
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+class Operator(Client):
+    """Sets the run's schedules and queue settings, then pauses and resumes the
+    queues now and then (each call retried until it is answered)."""
+
+    async def run(self) -> None:
+        sim, cfg = self.sim, self.sim.cfg
+        for name, every_s, catch_up in cfg.schedules:
+            await self._until_done(
+                partial(
+                    LocalClient.schedule,
+                    name=name,
+                    queue=cfg.queues[0],
+                    every_s=every_s,
+                    payload=b"tick:" + name.encode(),
+                    catch_up=catch_up,  # type: ignore[arg-type]
+                )
+            )
+        limits = (cfg.rate_per_s, cfg.burst, cfg.max_claimed, cfg.max_claimed_per_group)
+        if any(v is not None for v in limits):
+            for queue in cfg.queues:
+                await self._until_done(
+                    partial(
+                        LocalClient.set_queue,
+                        queue=queue,
+                        rate_per_s=cfg.rate_per_s,
+                        burst=cfg.burst,
+                        max_claimed=cfg.max_claimed,
+                        max_claimed_per_group=cfg.max_claimed_per_group,
+                    )
+                )
+        for _ in range(cfg.pauses):
+            await self.clock.sleep(sim.rng.uniform(1.0, cfg.fault_phase_s / 2))
+            queue = sim.rng.choice(cfg.queues)
+            await self._until_done(partial(LocalClient.set_queue, queue=queue, paused=True))
+            sim.faults["queue_paused"] += 1
+            await self.clock.sleep(sim.rng.uniform(0.5, 5.0))
+            await self._until_done(partial(LocalClient.set_queue, queue=queue, paused=False))
+
+    async def _until_done(self, fn: Callable[[LocalClient], Awaitable[object]]) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self.call(fn)
+                return
+            except Retryable:
+                await self.backoff(attempt)
+                attempt = min(attempt + 1, 6)

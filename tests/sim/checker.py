@@ -26,6 +26,7 @@ from sim.claims import check_attempts, check_claim_order, check_counters, check_
 from sim.findings import Chain, Findings, build_chain
 from sim.history import Event, History, Kind, Outcome, Rule, Violation
 from sim.results import check_results
+from sim.scheduling_rules import check_limits, check_parents, check_ticks, ticked_ids
 from sim.store import Landed
 
 #: the answers a holder gets for presenting its token
@@ -54,7 +55,8 @@ def judge(
     f = Findings(disabled)
     chain = build_chain(_decode_versions(landed, f))
     f.checked["versions"] += len(chain.docs)
-    sent = history.ids(Kind.PUSH_SENT)
+    # a schedule's jobs are pushed by the commit that records their tick (I10)
+    sent = history.ids(Kind.PUSH_SENT) | ticked_ids(chain)
     _check_lifecycles(sent, chain, f)
     _check_archive(sent, chain, outcome, f)
     _check_completions(history, chain, outcome, f)
@@ -63,12 +65,15 @@ def judge(
     _check_delivered_tokens(history, f)
     _check_durable_claims(history, chain, f)
     _check_token_chain(chain.docs, f)
-    _check_no_loss(history, chain, outcome, f)
+    orphaned = check_parents(history, chain, outcome, f)
+    _check_no_loss(history, chain, outcome, f, orphaned)
     _check_payloads(outcome, f)
     check_keys(chain, f)
     check_attempts(chain, f)
     check_claim_order(history, chain, f)
     check_results(history, chain, outcome, f)
+    check_ticks(chain, outcome, f)
+    check_limits(chain, f)
     return f
 
 
@@ -300,14 +305,21 @@ def _check_token_chain(docs: Iterable[Document], f: Findings) -> None:
 # --------------------------------------------------------------------------- I1
 
 
-def _check_no_loss(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
-    """NO_LOSS: every acknowledged push ends archived, dead, or cancelled."""
+def _check_no_loss(
+    history: History,
+    chain: Chain,
+    outcome: Outcome,
+    f: Findings,
+    orphaned: Collection[str] = (),
+) -> None:
+    """NO_LOSS: every acknowledged push ends archived, dead, or cancelled (by a cancel
+    sent, or by a parent that failed: ``orphaned``, judged by PARENT_FAILURE)."""
     archived = {rec.id for rec in outcome.archive}
     final = outcome.final
     dead = {j.id for j in final.jobs.values() if j.status == "dead"} if final else set()
     cancelled = history.ids(Kind.CANCEL_SENT) & set(chain.left_undone)
     for job_id in sorted(history.ids(Kind.PUSH_ACK)):
-        if job_id in archived or job_id in dead or job_id in cancelled:
+        if job_id in archived or job_id in dead or job_id in cancelled or job_id in orphaned:
             continue
         state = "absent from the last version"
         if final is not None and job_id in final.jobs:

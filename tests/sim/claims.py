@@ -18,13 +18,13 @@ from osqueue.state.model import StoredJob
 from sim.findings import Chain, Findings
 from sim.history import History, Kind, Outcome, Rule
 
-LIVE = ("queued", "claimed")
+LIVE = ("waiting", "queued", "claimed")
 #: at most this many findings per rule from the step rules (one broken broker breaks
 #: every later step the same way; the first few say it all)
 MAX_STEP_FINDINGS = 5
 
 
-def _fresh_claims(before: Document, after: Document) -> list[StoredJob]:
+def fresh_claims(before: Document, after: Document) -> list[StoredJob]:
     """The jobs ``after`` holds under a claim ``before`` did not (claimed in this step)."""
     out = []
     for job_id, job in after.jobs.items():
@@ -170,7 +170,7 @@ def check_claim_order(history: History, chain: Chain, f: Findings) -> None:
     delayed = {e.job for e in history.of(Kind.PUSH_SENT) if e.delay_s > 0}
     early = order = 0
     for before, after in chain.steps:
-        fresh = _fresh_claims(before, after)
+        fresh = fresh_claims(before, after)
         if not fresh:
             continue
         f.checked["claims"] += len(fresh)
@@ -218,6 +218,7 @@ def _out_of_order(
     out = []
     for queue, claimed in sorted(by_queue.items()):
         at = min(j.claim.claimed_at for j in claimed if j.claim is not None)
+        capped = _capped_groups(before, after, queue)
         waiting = [
             k
             for k in before.jobs.values()
@@ -225,6 +226,7 @@ def _out_of_order(
             and k.status == "queued"
             and (k.run_at is None or k.run_at < at)
             and _still_queued(after, k)
+            and k.group not in capped
         ]
         if not waiting:
             continue
@@ -238,6 +240,19 @@ def _out_of_order(
                     f"seq {best.seq}) was due and stayed queued"
                 )
     return out
+
+
+def _capped_groups(before: Document, after: Document, queue: str) -> set[str | None]:
+    """The groups of ``queue`` at their cap in ``after`` (their jobs wait their turn)."""
+    settings = before.queue_settings.get(queue)
+    cap = settings.max_claimed_per_group if settings is not None else None
+    if cap is None:
+        return set()
+    counts: dict[str, int] = defaultdict(int)
+    for j in after.jobs.values():
+        if j.queue == queue and j.status == "claimed" and j.group is not None:
+            counts[j.group] += 1
+    return {g for g, n in counts.items() if n >= cap}
 
 
 def _still_queued(after: Document, job: StoredJob) -> bool:

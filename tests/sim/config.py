@@ -86,6 +86,23 @@ class SimConfig:
     all_start_active: bool = False
     #: the brokers' payload sweep interval (the default never comes round in a run)
     payload_sweep_s: float | None = 3600.0
+    # Scheduling (the "scheduling" family; docs/scheduling.md)
+    #: periodic jobs: (name, every_s, catch_up)
+    schedules: tuple[tuple[str, float, str], ...] = ()
+    #: the brokers' schedule_grace_s (a skip schedule's late tick is skipped past it)
+    schedule_grace_s: float = 60.0
+    #: the settings every queue gets (None: that limit is not set)
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_claimed: int | None = None
+    max_claimed_per_group: int | None = None
+    #: share of jobs pushed with a group, drawn from this many groups
+    group_rate: float = 0.0
+    group_pool: int = 3
+    #: share of jobs pushed after an earlier job of their producer
+    after_rate: float = 0.0
+    #: times the queues are paused (and resumed) during the faults
+    pauses: int = 0
 
 
 # --------------------------------------------------------------------------- families
@@ -267,6 +284,34 @@ def background(c: SimConfig, rng: random.Random) -> SimConfig:
     return c
 
 
+def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Schedules, queue limits, groups and dependencies, under broker crashes (in
+    commits too), lost answers, conflicts and clock steps."""
+    return _mix(
+        c,
+        brokers=rng.choice((2, 3)),
+        # ticks come slower than the limits let jobs through, so the queue drains
+        schedules=(
+            ("tick-a", rng.choice((6.0, 10.0)), "once"),
+            ("tick-b", rng.choice((9.0, 15.0)), rng.choice(("once", "skip"))),
+        ),
+        schedule_grace_s=rng.choice((1.0, 3.0, 60.0)),
+        rate_per_s=rng.choice((None, 1.0, 2.0, 5.0)),
+        burst=rng.choice((None, 1, 3)),
+        max_claimed=rng.choice((None, 2, 4)),
+        max_claimed_per_group=rng.choice((None, 1, 2)),
+        group_rate=rng.choice((0.3, 0.7)),
+        group_pool=rng.randint(1, 4),
+        after_rate=rng.choice((0.2, 0.4)),
+        pauses=rng.randint(0, 2),
+        answer_lost=max(0.03, c.answer_lost),
+        rates=_rates(c, lost_after=max(0.05, c.rates.lost_after), spurious_conflict=0.05),
+        nemesis=_nemesis(
+            c, broker_crash=0.03, broker_crash_in_commit=0.03, clock_jump=0.03, jump_max_s=4.0
+        ),
+    )
+
+
 FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "background": background,
     "cas-storm": cas_storm,
@@ -284,6 +329,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "throttled": throttled,
     "wild-clocks": wild_clocks,
     "long-haul": long_haul,
+    "scheduling": scheduling,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

@@ -54,6 +54,9 @@ class Event:
     delay_s: float = 0.0
     #: COMPLETE_OK: the result the completion carried
     result: EncodedResult | None = None
+    #: PUSH_SENT: the job's parents and what a failed one does to it
+    after: tuple[str, ...] = ()
+    on_parent_failure: str = "cancel"
 
 
 class Rule(Enum):
@@ -90,6 +93,14 @@ class Rule(Enum):
     DEAD_AT_MAX_ATTEMPTS = "dead-at-max-attempts"
     NOT_EARLY = "not-early"
     PRIORITY_ORDER = "priority-order"
+    # I10 to I12: schedules, queue limits, dependencies (docs/scheduling.md)
+    TICK_ONCE = "tick-once"
+    TICK_KEPT = "tick-kept"
+    LIMIT_PAUSED = "limit-paused"
+    LIMIT_CLAIMED = "limit-claimed"
+    LIMIT_RATE = "limit-rate"
+    PARENTS_FIRST = "parents-first"
+    PARENT_FAILURE = "parent-failure"
 
     @property
     def invariant(self) -> str:
@@ -188,7 +199,37 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
     Rule.PRIORITY_ORDER: (
         "I9",
         "a claim never takes a job while a due job of the same queue with a lower "
-        "(priority, seq) stays queued in that version",
+        "(priority, seq) stays queued in that version (one of a group at its cap aside)",
+    ),
+    Rule.TICK_ONCE: (
+        "I10",
+        "a schedule's job is born only in the version that records its tick, one job "
+        "per tick, and a recorded tick never goes back",
+    ),
+    Rule.TICK_KEPT: (
+        "I10",
+        "a version committed when a tick was due records the latest due tick, with its "
+        "job (catch_up=once, or skip within the grace) or without (skip, late)",
+    ),
+    Rule.LIMIT_PAUSED: ("I11", "a paused queue gives no claim"),
+    Rule.LIMIT_CLAIMED: (
+        "I11",
+        "a claim never leaves a queue above max_claimed, nor a group above max_claimed_per_group",
+    ),
+    Rule.LIMIT_RATE: (
+        "I11",
+        "over any window of the bucket's clock a rate-limited queue gives at most "
+        "burst + rate x window claims",
+    ),
+    Rule.PARENTS_FIRST: (
+        "I12",
+        "a job with parents is claimed only after every parent completed (or, with "
+        "on_parent_failure=run, ended)",
+    ),
+    Rule.PARENT_FAILURE: (
+        "I12",
+        "a child of a parent that ended dead or cancelled leaves with it (cancel) or "
+        "stays (run); nothing else takes a child out",
     ),
 }
 
@@ -254,8 +295,23 @@ class History:
         *,
         delay_s: float = 0.0,
         result: EncodedResult | None = None,
+        after: tuple[str, ...] = (),
+        on_parent_failure: str = "cancel",
     ) -> None:
-        self.events.append(Event(seq or self.stamp(), at, kind, actor, job, token, delay_s, result))
+        self.events.append(
+            Event(
+                seq or self.stamp(),
+                at,
+                kind,
+                actor,
+                job,
+                token,
+                delay_s,
+                result=result,
+                after=after,
+                on_parent_failure=on_parent_failure,
+            )
+        )
 
     def of(self, kind: Kind) -> list[Event]:
         return [e for e in self.events if e.kind is kind]
@@ -274,6 +330,10 @@ class Outcome:
     payload_objects: frozenset[str] = frozenset()
     #: the objects under results/ at the end, by key
     result_objects: dict[str, bytes] = field(default_factory=dict)
+    #: the brokers' lease (a version's commit time is ``lease_until - lease_s``)
+    lease_s: float | None = None
+    #: the brokers' schedule_grace_s
+    schedule_grace_s: float = 60.0
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)

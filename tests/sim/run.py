@@ -36,7 +36,7 @@ from osqueue.errors import OsqueueError
 from osqueue.ids import deterministic_ids
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from sim import realstore
-from sim.actors import BrokerNode, Producer, Worker
+from sim.actors import BrokerNode, Operator, Producer, Worker
 from sim.checker import judge
 from sim.config import SimConfig, config_for
 from sim.history import History, Kind, Outcome, Problem, Violation, parse_archive
@@ -212,6 +212,12 @@ class Sim:
             key = None
             if rng.random() < cfg.key_rate:
                 key = f"k-{rng.randrange(cfg.key_pool)}"
+            group: str | None = None
+            after: tuple[str, ...] = ()
+            if cfg.group_rate and rng.random() < cfg.group_rate:
+                group = f"g{rng.randrange(cfg.group_pool)}"
+            if cfg.after_rate and i and rng.random() < cfg.after_rate:
+                after = tuple(sorted({f"p{producer}-{rng.randrange(i)}" for _ in range(2)}))
             jobs.append(
                 NewJob(
                     body,
@@ -222,6 +228,9 @@ class Sim:
                     max_attempts=4 if poison else cfg.max_attempts,
                     id=job_id,
                     result_ttl_s=sim_ttl(job_id),
+                    group=group,
+                    after=after,
+                    on_parent_failure=rng.choice(("cancel", "run")) if after else "cancel",
                 )
             )
         return jobs
@@ -238,6 +247,15 @@ class Sim:
             self._spawn(producer.run, f"producer-{i}")
         for i in range(cfg.workers):
             self._spawn(partial(self._worker_slot, i), f"worker-{i}")
+        if (
+            cfg.schedules
+            or cfg.pauses
+            or cfg.rate_per_s
+            or cfg.max_claimed
+            or cfg.burst
+            or cfg.max_claimed_per_group is not None
+        ):
+            self._spawn(Operator(self, "operator").run, "operator")
         self._spawn(self._nemesis, "nemesis")
         await asyncio.sleep(cfg.fault_phase_s)
         self._heal()
@@ -433,7 +451,14 @@ class Sim:
             final = decode((await store.read(DOCUMENT_KEY)).data)
         payloads = frozenset(await store.list("payloads/"))
         results = {key: await store.get(key) for key in await store.list("results/")}
-        self.outcome = Outcome(final, parse_archive(self.archive_objects), payloads, results)
+        self.outcome = Outcome(
+            final,
+            parse_archive(self.archive_objects),
+            payloads,
+            results,
+            lease_s=self.cfg.lease_s,
+            schedule_grace_s=self.cfg.schedule_grace_s,
+        )
 
     def report(self) -> Report:
         outcome = getattr(self, "outcome", None)

@@ -26,6 +26,7 @@ from sim.store import Landed
 
 from osqueue.api import EncodedResult
 from osqueue.state import (
+    BrokerInfo,
     Cancel,
     ClaimOp,
     Complete,
@@ -33,12 +34,15 @@ from osqueue.state import (
     MarkArchived,
     Op,
     Push,
+    PutSchedule,
     ResultData,
+    SetQueue,
     decode,
     encode,
+    to_datetime,
     transition,
 )
-from osqueue.state.model import Counters, StoredJob
+from osqueue.state.model import Claim, Counters, StoredJob
 
 T0 = 1_800_000_000.0
 _replace = msgspec.structs.replace
@@ -48,7 +52,9 @@ class Story:
     """A run written by hand: ops applied with the real transitions, every version
     landing in order, answers recorded as the simulator records them."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease_s: float | None = None) -> None:
+        #: with a lease, every version names broker b1 with its lease (commit times)
+        self.lease_s = lease_s
         self.history = History()
         self.landed: list[Landed] = []
         self.doc = Document.empty()
@@ -63,7 +69,21 @@ class Story:
     def apply(self, *ops: Op, at: float | None = None) -> None:
         """One commit: ``ops`` at ``T0 + at`` (default: a second after the last)."""
         self.t = T0 + at if at is not None else self.t + 1.0
-        self._land(transition(self.doc, ops, self.t).doc)
+        self._land(transition(self.doc, ops, self.t, owner=self._owner()).doc)
+
+    def _owner(self) -> BrokerInfo | None:
+        if self.lease_s is None:
+            return None
+        return BrokerInfo("b1", "b1", 1, to_datetime(self.t + self.lease_s))
+
+    def idle(self, at: float) -> None:
+        """A version that changes nothing but the broker's lease, at ``T0 + at`` (what a
+        broker that forgot its schedules would write)."""
+        self.t = T0 + at
+        doc = self.doc.copy()
+        doc.version += 1
+        doc.broker = self._owner()
+        self._land(doc)
 
     def forge(self, *jobs: StoredJob, stats: Counters | None = None, skip: int = 0) -> None:
         """A version no correct broker writes: ``jobs`` replaced as given."""
@@ -108,12 +128,15 @@ class Story:
         token: int = 0,
         delay_s: float = 0.0,
         result: EncodedResult | None = None,
+        after: tuple[str, ...] = (),
     ) -> None:
-        self.history.add(self.t - T0, kind, actor, job, token, delay_s=delay_s, result=result)
+        self.history.add(
+            self.t - T0, kind, actor, job, token, delay_s=delay_s, result=result, after=after
+        )
 
-    def pushed(self, *job_ids: str, acked: bool = True) -> None:
+    def pushed(self, *job_ids: str, acked: bool = True, after: tuple[str, ...] = ()) -> None:
         for job_id in job_ids:
-            self.said(Kind.PUSH_SENT, "p", job_id)
+            self.said(Kind.PUSH_SENT, "p", job_id, after=after)
             if acked:
                 self.said(Kind.PUSH_ACK, "p", job_id)
 
@@ -127,7 +150,7 @@ class Story:
         self.apply(MarkArchived(tuple(sorted({j.done_version for j in done if j.done_version}))))
 
     def outcome(self) -> Outcome:
-        return Outcome(self.doc, list(self.archive), frozenset(self.payloads))
+        return Outcome(self.doc, list(self.archive), frozenset(self.payloads), lease_s=self.lease_s)
 
     def rules(self, disabled: set[Rule] | None = None) -> set[Rule]:
         found = check(self.history, self.landed, self.outcome(), disabled=disabled or set())
@@ -419,6 +442,133 @@ def priority_order() -> Story:
     return s
 
 
+# --------------------------------------------------------------------------- I10 to I12
+
+
+def _claimed(job: StoredJob, token: int, at: float) -> StoredJob:
+    """``job`` as a claim under ``token`` at ``T0 + at`` would leave it."""
+    when = to_datetime(T0 + at)
+    return _replace(
+        job,
+        status="claimed",
+        claim=Claim("w", token, when, when),
+        attempts=1,
+        first_claimed_at=when,
+    )
+
+
+def ticking(lease_s: float | None = 10.0) -> Story:
+    """A schedule every 10 s, made at T0 + 1; commits at +5 and +11 (the tick of +10)."""
+    s = Story(lease_s=lease_s)
+    s.apply(PutSchedule("beat", "default", every_s=10.0), at=1.0)
+    s.apply(at=5.0)
+    s.apply(at=11.0)
+    assert len(s.doc.jobs) == 1
+    return s
+
+
+def test_a_schedule_that_ticks_passes() -> None:
+    s = ticking()
+    (job_id,) = s.doc.jobs
+    s.apply(ClaimOp("w", ("default",), 1), at=12.0)
+    s.said(Kind.CLAIMED, "w", job_id, 1)
+    s.apply(Complete(job_id, 1), at=13.0)
+    s.said(Kind.COMPLETE_OK, "w", job_id, 1)
+    s.archive_done()
+    s.apply(at=21.5)  # the next tick, fired
+    assert s.rules() == set()
+
+
+def tick_once() -> Story:
+    s = ticking(lease_s=None)  # commit times unknown: TICK_KEPT has nothing to judge
+    sched = s.doc.schedules.get("beat")
+    assert sched is not None
+    assert sched.last_at is not None
+    doc = s.doc.copy()  # the next version records an older tick than the last one
+    doc.version += 1
+    doc.schedules.put(_replace(sched, last_at=sched.last_at - timedelta(seconds=10)))
+    s._land(doc)
+    return s
+
+
+def tick_kept() -> Story:
+    s = ticking()
+    s.idle(at=22.0)  # the tick of +20 was due, and this version did not record it
+    return s
+
+
+def limit_paused() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"), SetQueue("default", paused=True))
+    s.pushed("j1", acked=False)
+    s.forge(_claimed(s.job("j1"), 1, 2.0))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    return s
+
+
+def limit_claimed() -> Story:
+    s = Story()
+    s.apply(
+        Push(id="j1", payload=b"x"), Push(id="j2", payload=b"y"), SetQueue("default", max_claimed=1)
+    )
+    s.pushed("j1", "j2", acked=False)
+    s.apply(ClaimOp("w", ("default",), 2))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.forge(_claimed(s.job("j2"), 2, 3.0))  # a second claimed job: over max_claimed
+    s.said(Kind.CLAIMED, "w", "j2", 2)
+    return s
+
+
+def limit_rate() -> Story:
+    s = Story()
+    s.apply(
+        Push(id="j1", payload=b"x"),
+        Push(id="j2", payload=b"y"),
+        SetQueue("default", rate_per_s=1.0, burst=1),
+    )
+    s.pushed("j1", "j2", acked=False)
+    s.apply(ClaimOp("w", ("default",), 2))  # one token: j1 only
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.forge(_claimed(s.job("j2"), 2, 2.0))  # a second claim with no time for a token
+    s.said(Kind.CLAIMED, "w", "j2", 2)
+    return s
+
+
+def parents_first() -> Story:
+    s = Story()
+    s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", priority=-1, after=("p",)))
+    s.pushed("p", acked=False)
+    s.pushed("c", acked=False, after=("p",))
+    assert s.job("c").status == "waiting"
+    s.forge(_replace(_claimed(s.job("c"), 1, 2.0), after=()))  # claimed while p is queued
+    s.said(Kind.CLAIMED, "w", "c", 1)
+    return s
+
+
+def parent_failure() -> Story:
+    s = Story()
+    s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", after=("p",)))
+    s.pushed("p")
+    s.pushed("c", acked=False, after=("p",))
+    s.said(Kind.CANCEL_SENT, "p", "p")
+    stats = s.doc.stats
+    s.drop("p", stats=_replace(stats, cancelled=stats.cancelled + 1))  # c should go with it
+    s.said(Kind.CANCEL_OK, "p", "p")
+    return s
+
+
+def test_a_child_cancelled_with_its_parent_passes() -> None:
+    s = Story()
+    s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", after=("p",)))
+    s.pushed("p")
+    s.pushed("c", after=("p",))  # acknowledged, and cancelled by its parent: not lost
+    s.said(Kind.CANCEL_SENT, "p", "p")
+    s.apply(Cancel("p"))
+    s.said(Kind.CANCEL_OK, "p", "p")
+    assert "c" not in s.doc.jobs
+    assert s.rules() == set()
+
+
 BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.NO_LOSS: no_loss,
     Rule.PAYLOAD_KEPT: payload_kept,
@@ -445,6 +595,13 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.DEAD_AT_MAX_ATTEMPTS: dead_at_max_attempts,
     Rule.NOT_EARLY: not_early,
     Rule.PRIORITY_ORDER: priority_order,
+    Rule.TICK_ONCE: tick_once,
+    Rule.TICK_KEPT: tick_kept,
+    Rule.LIMIT_PAUSED: limit_paused,
+    Rule.LIMIT_CLAIMED: limit_claimed,
+    Rule.LIMIT_RATE: limit_rate,
+    Rule.PARENTS_FIRST: parents_first,
+    Rule.PARENT_FAILURE: parent_failure,
 }
 
 

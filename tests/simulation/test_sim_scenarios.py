@@ -657,6 +657,10 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "throttled": lambda f: f["throttled"] > 0,
     "wild-clocks": lambda f: f["clock_jump"] > 0,
     "long-haul": lambda f: f["answer_lost"] > 0,
+    "scheduling": lambda f: (
+        f["answer_lost"] > 0
+        and f["broker_crash"] + sum(v for k, v in f.items() if k.startswith("crash_document")) > 0
+    ),
 }
 
 
@@ -674,6 +678,17 @@ def test_family_seeds(family: str) -> None:
     assert SIGNATURES[family](total), f"{family}: {dict(total)}"
     if family == "poison":
         assert sum(r.dead for r in reports) > 0
+    if family == "scheduling":  # the scheduling rules had cases to judge
+        checked: Counter[str] = Counter()
+        for r in reports:
+            checked.update(r.checked)
+        for case in (
+            "schedule ticks",
+            "schedule steps",
+            "claims under limits",
+            "claims of children",
+        ):
+            assert checked[case] > 0, f"no {case}: {dict(checked)}"
 
 
 def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:

@@ -31,7 +31,14 @@ SMALL = {"result_inline_max_bytes": 16, "result_sweep_interval_s": 5.0}
 
 
 def config(**kw: object) -> osqueue.BrokerConfig:
-    base: dict[str, object] = {"lease_s": 10.0, "heartbeat_timeout_s": 30.0, "retry_base_s": 0.001}
+    """A broker that keeps every job's result an hour (the default keeps none unless
+    the push asks: see test_results_kept_only_when_asked)."""
+    base: dict[str, object] = {
+        "lease_s": 10.0,
+        "heartbeat_timeout_s": 30.0,
+        "retry_base_s": 0.001,
+        "result_ttl_s": 3600.0,
+    }
     base.update(kw)
     return osqueue.BrokerConfig(**base)  # type: ignore[arg-type]
 

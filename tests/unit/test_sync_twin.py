@@ -82,5 +82,9 @@ def test_each_blocking_call_runs_the_clients_method(url: str) -> None:
         assert (stats.pushed, stats.completed, stats.depth) == (3, 1, 2)
         assert q.retry_dead() == 0
         assert q.purge_dead() == 0
+        info = q.schedule("beat", queue="q", every_s=60, payload=b"tick")
+        assert [s.name for s in q.schedules()] == [info.name]
+        assert q.unschedule("beat") is True
+        assert q.set_queue("q", max_claimed=3).max_claimed == 3
     with pytest.raises(osqueue.ShuttingDown):
         q.stats()  # closed: the loop thread is gone

@@ -99,7 +99,7 @@ class Broker:
         #: the payload objects under payloads/ (uploads, reads, deletes, the sweep)
         self.payloads = Payloads(storage)
         #: the result objects under results/ (uploads, reads, the sweep)
-        self.results = ResultObjects(storage, config.policy())
+        self.results = ResultObjects(storage, config.policy(), lambda: self._lease.doc)
         retry = StorageRetry(config, self.clock)
         self._tasks = SideTasks()
         self._lease = Lease(

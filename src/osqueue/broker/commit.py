@@ -24,6 +24,7 @@ from osqueue.broker.payloads import Payloads
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.tasks import SideTasks
 from osqueue.broker.waiters import Waiters
+from osqueue.broker.wakeups import commit_due, idle_timeout_s
 from osqueue.clock import Clock, Timer
 from osqueue.errors import (
     BrokerUnavailable,
@@ -33,7 +34,7 @@ from osqueue.errors import (
     OsqueueError,
     StorageError,
 )
-from osqueue.state import DOCUMENT_KEY, Document, Op, Transition, encode, next_wakeup, transition
+from osqueue.state import DOCUMENT_KEY, Document, Op, Transition, encode, transition
 from osqueue.storage.port import Blob, Storage
 
 log = logging.getLogger(__name__)
@@ -126,14 +127,14 @@ class CommitLoop:
     # ------------------------------------------------------------------ waiting
 
     def _due_for_commit(self) -> bool:
-        """An idle commit is due: lease renewal, or a sweep a parked claim waits on."""
+        """An idle commit is due: lease renewal, a schedule tick, or a sweep a parked
+        claim waits on (:mod:`osqueue.broker.wakeups`)."""
         if self._clock.monotonic() - self._lease.written_at >= self._renew_s:
             return True
         doc = self._lease.doc
-        if self._waiters.parked and doc is not None:
-            wake = next_wakeup(doc, self._policy)
-            return wake is not None and wake <= self._clock.now()
-        return False
+        if doc is None:
+            return False
+        return commit_due(doc, self._policy, self._clock.now(), bool(self._waiters.parked))
 
     def _timer_fired(self) -> None:
         self._timer = None
@@ -166,10 +167,11 @@ class CommitLoop:
             return
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
-        if waiters.parked and lease.doc is not None:
-            wake = next_wakeup(lease.doc, self._policy)
-            if wake is not None:
-                timeout = min(timeout, wake - self._clock.now())
+        if lease.doc is not None:
+            parked = bool(waiters.parked)
+            wake_in = idle_timeout_s(lease.doc, self._policy, self._clock.now(), parked)
+            if wake_in is not None:
+                timeout = min(timeout, wake_in)
         if timeout <= 0:
             return
         self._arm_timer(timeout, mono)

@@ -59,20 +59,31 @@ class BrokerConfig:
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 20_000
-    #: Results: how long a finished job's result (and how it finished) is kept,
-    #: unless its push says (``result_ttl_s``); 0 keeps nothing.
-    result_ttl_s: float = 3600.0
+    #: Results (docs/results.md): how long a finished job's result (and how it
+    #: finished) is kept, unless its push says (``result_ttl_s``); 0 (the
+    #: default): results are kept only for the pushes that ask.
+    result_ttl_s: float = 0.0
     #: Results up to this size sit in the document; larger ones in results/ objects.
     result_inline_max_bytes: int = 1024
     #: The largest result accepted.
     max_result_bytes: int = 64 * 1024 * 1024
     #: The record of finished jobs holds at most this many (the soonest to expire go first).
-    max_finished_jobs: int = 5_000
+    max_finished_jobs: int = 10_000
     #: ... and at most this many bytes of the document (fewer near max_document_bytes).
-    max_finished_bytes: int = 1024 * 1024
+    max_finished_bytes: int = 2 * 1024 * 1024
     #: results/ objects nothing references (expired, evicted, or never committed) are
     #: deleted once two sweeps this far apart both found them; None: off.
     result_sweep_interval_s: float | None = 600.0
+    #: Scheduling (docs/scheduling.md): a ``catch_up="skip"`` schedule skips a
+    #: tick it fires later than this after the tick fell due.
+    schedule_grace_s: float = 60.0
+    #: Schedules a document holds at most.
+    max_schedules: int = 100_000
+    #: Dependencies: a finished job stays in the record of finished jobs this long
+    #: for children pushed after it, if it had waiting children or a push named
+    #: parents within this long before it finished (0: children find only the
+    #: parents still in the document).
+    dependency_window_s: float = 3600.0
     #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` (port 0: any
     #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
     #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
@@ -82,6 +93,27 @@ class BrokerConfig:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
             if not getattr(self, name) > 0:
                 raise InvalidInput(f"must be > 0, got {getattr(self, name)}", field=name)
+        self._check_counts()
+        for name in ("result_ttl_s", "dependency_window_s"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_RESULT_TTL_S:
+                raise InvalidInput(
+                    f"must be between 0 and {MAX_RESULT_TTL_S:g} seconds, got {value!r}",
+                    field=name,
+                )
+        for name in ("payload_sweep_interval_s", "stats_log_interval_s", "result_sweep_interval_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
+        if self.metrics_listen is not None:
+            split_host_port(self.metrics_listen, "metrics_listen")
+        if self.inline_payload_max_bytes > self.max_payload_bytes:
+            raise InvalidInput(
+                "must not exceed max_payload_bytes", field="inline_payload_max_bytes"
+            )
+
+    def _check_counts(self) -> None:
+        """The whole-number settings."""
         for name in (
             "max_batch_ops",
             "max_pending_ops",
@@ -92,6 +124,7 @@ class BrokerConfig:
             "max_result_bytes",
             "max_finished_jobs",
             "max_finished_bytes",
+            "max_schedules",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -106,21 +139,6 @@ class BrokerConfig:
             raise InvalidInput(
                 f"must be a whole number >= 0, got {self.result_inline_max_bytes!r}",
                 field="result_inline_max_bytes",
-            )
-        if not 0 <= self.result_ttl_s <= MAX_RESULT_TTL_S:
-            raise InvalidInput(
-                f"must be between 0 and {MAX_RESULT_TTL_S:g} seconds, got {self.result_ttl_s!r}",
-                field="result_ttl_s",
-            )
-        for name in ("payload_sweep_interval_s", "stats_log_interval_s", "result_sweep_interval_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
-        if self.metrics_listen is not None:
-            split_host_port(self.metrics_listen, "metrics_listen")
-        if self.inline_payload_max_bytes > self.max_payload_bytes:
-            raise InvalidInput(
-                "must not exceed max_payload_bytes", field="inline_payload_max_bytes"
             )
 
     @property
@@ -149,4 +167,7 @@ class BrokerConfig:
             max_result_bytes=self.max_result_bytes,
             max_finished_jobs=self.max_finished_jobs,
             max_finished_bytes=self.max_finished_bytes,
+            schedule_grace_s=self.schedule_grace_s,
+            max_schedules=self.max_schedules,
+            dependency_window_s=self.dependency_window_s,
         )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Unpack
 import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
+from osqueue.broker.local_scheduling import SchedulingCalls
 from osqueue.broker.payloads import BadPayload
 from osqueue.errors import (
     DuplicateKey,
@@ -69,8 +70,9 @@ def _raise_if_error(result: Result) -> Result:
     return result
 
 
-class LocalClient:
-    """A :class:`~osqueue.api.QueueClient` talking to a broker in this process."""
+class LocalClient(SchedulingCalls):
+    """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
+    :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -105,6 +107,9 @@ class LocalClient:
             "key": job.key,
             "max_attempts": job.max_attempts,
             "dedupe": dedupe,
+            "group": job.group,
+            "after": tuple(job.after),
+            "on_parent_failure": job.on_parent_failure,
             "result_ttl_s": job.result_ttl_s,
         }
         if len(payload) <= config.inline_payload_max_bytes:
@@ -203,6 +208,9 @@ class LocalClient:
                 job.key,
                 job.max_attempts,
                 dedupe=bool(job.id),
+                group=job.group,
+                after=job.after,
+                on_parent_failure=job.on_parent_failure,
                 result_ttl_s=job.result_ttl_s,
             )
         else:
@@ -345,6 +353,7 @@ class LocalClient:
             priority=job.priority,
             key=job.key,
             created_at=job.created_at.timestamp(),
+            group=job.group,
         )
 
     # -- the holder's calls -------------------------------------------------------

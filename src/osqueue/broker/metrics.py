@@ -53,9 +53,12 @@ from osqueue.state import (
     MarkArchived,
     PurgeDead,
     Push,
+    PutSchedule,
     Release,
+    RemoveSchedule,
     RestartHeartbeats,
     RetryDead,
+    SetQueue,
     Spill,
     stats_of,
 )
@@ -77,6 +80,9 @@ OP_KINDS: dict[type, str] = {
     RestartHeartbeats: "restart_heartbeats",
     Spill: "spill",
     Load: "load",
+    SetQueue: "set_queue",
+    PutSchedule: "schedule",
+    RemoveSchedule: "unschedule",
 }
 #: Shown from the first scrape (at 0), so that ``rate()`` sees the first op.
 _CLIENT_KINDS = ("push", "claim", "heartbeat", "complete", "fail", "release", "cancel")

@@ -37,7 +37,7 @@ from osqueue.errors import (
 )
 from osqueue.ids import new_id
 from osqueue.state import RESULT_PREFIX, Complete, Document, Op, Policy, Result, ResultData
-from osqueue.state.results import check_value, job_of_result_key, result_key
+from osqueue.state.results import check_value, job_of_result_key, keeps_result, result_key
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,17 @@ _NOT_APPLIED = (InvalidInput, LeaseLost, QueueFull, DuplicateKey, Overloaded, Sh
 class ResultObjects:
     """The result objects of one queue, as its broker uses them."""
 
-    def __init__(self, storage: Storage, policy: Policy) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        policy: Policy,
+        document: Callable[[], Document | None] = lambda: None,
+    ) -> None:
         self.storage = storage
+        self._policy = policy
+        #: the broker's committed document (None: not known), to tell whether a job
+        #: keeps its result at all
+        self._document = document
         self._inline_max = policy.result_inline_max_bytes
         self._max = policy.max_result_bytes
         #: keys uploaded for completions not answered yet: the sweep never takes them
@@ -60,7 +69,9 @@ class ResultObjects:
         """The result a completion of ``job_id`` carries: ``result`` encoded
         (:meth:`EncodedResult.of <osqueue.api.EncodedResult.of>`) and checked,
         inline when small, else uploaded (the key stays in :attr:`uploading`
-        until :meth:`answered`)."""
+        until :meth:`answered`).  A job that keeps no result (its
+        ``result_ttl_s`` is 0: :func:`~osqueue.state.results.keeps_result`) has
+        its result checked but neither uploaded nor sent: None."""
         encoded = EncodedResult.of(result)
         if encoded is None:
             return None
@@ -71,6 +82,9 @@ class ResultObjects:
                 field="result",
             )
         check_value(encoded.kind, encoded.data)
+        doc = self._document()
+        if doc is not None and keeps_result(doc, job_id, self._policy) is False:
+            return None
         if size <= self._inline_max:
             return ResultData(encoded.kind, size, value=encoded.data)
         ref = result_key(job_id, new_id())

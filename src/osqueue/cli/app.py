@@ -32,7 +32,9 @@ from osqueue.cli import (
     exits,
     jobs,
     push,
+    queue,
     result,
+    schedule,
     status,
     top,
     work,
@@ -125,6 +127,8 @@ _SPARK = "Spark (needs osqueue\\[spark])"
 app.command("broker", rich_help_panel=_RUNTIME)(broker.broker)
 app.command("push", rich_help_panel=_RUNTIME)(push.push)
 app.command("work", rich_help_panel=_RUNTIME)(work.work)
+app.command("schedule", rich_help_panel=_RUNTIME)(schedule.schedule)
+app.command("queue", rich_help_panel=_RUNTIME)(queue.queue)
 app.command("status", rich_help_panel=_INSPECT)(status.status)
 app.command("top", rich_help_panel=_INSPECT)(top.top)
 app.command("dashboard", rich_help_panel=_INSPECT)(dashboard.dashboard)

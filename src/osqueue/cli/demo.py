@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from osqueue.cli.console import stdout
 from osqueue.errors import OsqueueError
 from osqueue.pipeline.dataroot import DataRoot
-from osqueue.pipeline.task import INDEX_QUEUE
+from osqueue.pipeline.task import INDEX_PER_NAMESPACE, INDEX_QUEUE
 from osqueue.pipeline.wal import GenerateConfig
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class DemoConfig:
     kill: bool = True
     #: Kill a worker once this share of the jobs is done.
     kill_at: float = 0.3
+    #: Indexing jobs of one namespace claimed at once (0: no cap)
+    per_namespace: int = INDEX_PER_NAMESPACE
 
 
 @dataclass
@@ -164,6 +166,17 @@ def demo(
             rich_help_panel=_RUN,
         ),
     ] = True,
+    per_namespace: Annotated[
+        int,
+        typer.Option(
+            "--per-namespace",
+            min=0,
+            envvar="OSQUEUE_DEMO_PER_NAMESPACE",
+            help="Indexing jobs of one namespace claimed at once, across workers "
+            "(the index queue's max_claimed_per_group; 0: no cap, workers may race a manifest).",
+            rich_help_panel=_RUN,
+        ),
+    ] = INDEX_PER_NAMESPACE,
 ) -> None:
     """Run the pipeline end to end on this machine, kill a worker on the way, verify."""
     config = DemoConfig(
@@ -179,6 +192,7 @@ def demo(
         worker_master=worker_master,
         heartbeat_timeout_s=heartbeat_timeout_s,
         kill=kill,
+        per_namespace=per_namespace,
     )
     quiet_third_parties()
     ok = asyncio.run(Demo(config, stdout()).run())
@@ -267,13 +281,16 @@ class Demo:
             f"{data.rows_per_segment:,} records = {data.total_rows:,} WAL records "
             f"under {self.root.uri} ({wrote:.1f} s)",
         )
+        cap = self.config.per_namespace
+        await broker.client().set_queue(INDEX_QUEUE, max_claimed_per_group=cap)
         started = time.perf_counter()
         await asyncio.to_thread(enqueue, spark, self.url, self.root, segments)
         pushed = time.perf_counter() - started
         self.say(
             "enqueue",
             f"{len(segments)} indexing jobs pushed through the Spark data source "
-            f"(df.write.format('osqueue')) in {pushed:.1f} s",
+            f"(df.write.format('osqueue')) in {pushed:.1f} s; "
+            + (f"at most {cap} claimed per namespace" if cap else "no cap per namespace"),
         )
         self.start_workers(self.config.workers)
         self.say(

@@ -20,6 +20,7 @@ from osqueue.state import StoredJob
 
 
 class JobState(enum.StrEnum):
+    waiting = "waiting"
     queued = "queued"
     claimed = "claimed"
     dead = "dead"
@@ -91,10 +92,12 @@ def job_dict(job: StoredJob) -> dict[str, Any]:
         "last_error": job.last_error,
         "payload_bytes": job.payload_size,
         "payload_ref": job.payload_ref,
+        "group": job.group,
+        "after": list(job.after),
     }
 
 
-_STYLE = {"queued": "", "claimed": "cyan", "dead": "red", "done": "green"}
+_STYLE = {"waiting": "yellow", "queued": "", "claimed": "cyan", "dead": "red", "done": "green"}
 
 
 def _table(selected: list[StoredJob], now: float) -> Table:
@@ -106,6 +109,8 @@ def _table(selected: list[StoredJob], now: float) -> Table:
         status: str = job.status
         if job.status == "queued" and job.run_at is not None and job.run_at.timestamp() > now:
             status = f"queued (in {job.run_at.timestamp() - now:.0f}s)"
+        elif job.status == "waiting":
+            status = f"waiting ({len(job.after)} parent{'' if len(job.after) == 1 else 's'})"
         table.add_row(
             job.id,
             job.queue,

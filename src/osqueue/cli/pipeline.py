@@ -191,12 +191,26 @@ def generate(
     if token:
         options["token"] = token
     conf = parse_conf(spark_conf)
+    with osqueue_errors():
+        asyncio.run(_limit_queue(url, queue, token=token, embedded=embedded))
     with spark_session(spark_master, "osqueue-generate", conf) as spark, osqueue_errors():
         done = run_generate(spark, url, data, config, queue=queue, options=options)
     stdout().print(
         f"wrote {len(done.segments):,} segments ({done.rows:,} records) under {data.uri}; "
         f"queued {len(done.segments):,} indexing jobs on {queue!r}"
     )
+
+
+async def _limit_queue(url: str, queue: str, *, token: str | None, embedded: bool) -> None:
+    """The index queue claims one job per namespace at a time (see limit_index_queue)."""
+    from osqueue.client.remote import connect
+    from osqueue.pipeline.generate import limit_index_queue
+
+    client = await connect(url, token=token, embedded=embedded)
+    try:
+        await limit_index_queue(client, queue)
+    finally:
+        await client.close()
 
 
 @pipeline_app.command()

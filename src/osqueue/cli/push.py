@@ -66,6 +66,8 @@ class JobTemplate:
     delay_s: float
     key: str | None
     max_attempts: int
+    group: str | None = None
+    after: tuple[str, ...] = ()
 
     def job(self, payload: bytes) -> NewJob:
         return NewJob(
@@ -76,6 +78,8 @@ class JobTemplate:
             key=self.key,
             max_attempts=self.max_attempts,
             id=new_id(),
+            group=self.group,
+            after=self.after,
         )
 
 
@@ -102,6 +106,22 @@ def push(
         int,
         typer.Option("--max-attempts", envvar="OSQUEUE_MAX_ATTEMPTS", min=1, help="Then dead."),
     ] = 5,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            envvar="OSQUEUE_GROUP",
+            help="The job's group (see queue --max-claimed-per-group).",
+        ),
+    ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            envvar="OSQUEUE_AFTER",
+            help="A parent job's id (repeat it): the job waits until every parent completed.",
+        ),
+    ] = None,
     data: Annotated[
         str | None,
         typer.Option("--data", "-d", envvar="OSQUEUE_DATA", help="The payload (UTF-8 text)."),
@@ -156,7 +176,9 @@ def push(
         )
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
-    template = JobTemplate(queue, priority, delay_s, key, max_attempts)
+    template = JobTemplate(
+        queue, priority, delay_s, key, max_attempts, group, tuple(after) if after else ()
+    )
     options = ClientOptions(
         url,
         token,

@@ -90,6 +90,8 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
             "claimed": q.claimed,
             "dead": q.dead,
             "oldest_age_s": None if q.oldest_age_s is None else round(q.oldest_age_s, 3),
+            "waiting": q.waiting,
+            "paused": q.paused,
         }
         for name, q in sorted(stats.queues.items())
     }

@@ -14,7 +14,10 @@ from osqueue.api import (
     NewJob,
     PushOptions,
     QueueClient,
+    QueueSettings,
     QueueStats,
+    ScheduleInfo,
+    Scheduling,
     Stats,
 )
 
@@ -28,6 +31,9 @@ __all__ = [
     "NewJob",
     "PushOptions",
     "QueueClient",
+    "QueueSettings",
     "QueueStats",
+    "ScheduleInfo",
+    "Scheduling",
     "Stats",
 ]

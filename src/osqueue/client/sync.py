@@ -8,7 +8,8 @@ How the twin is derived.  :class:`SyncClientProtocol` is the one source of
 every method the twin has: the :class:`~osqueue.api.QueueClient` and
 :class:`~osqueue.api.CompletesAndClaims` protocols, plus the calls both of
 this package's clients also offer (``push_results``, ``retry_dead``,
-``purge_dead``).  Each method of :class:`SyncClient` is one line,
+``purge_dead``, and :class:`~osqueue.api.Scheduling`: ``schedule``,
+``unschedule``, ``schedules``, ``set_queue``).  Each method of :class:`SyncClient` is one line,
 ``name = blocking(SyncClientProtocol.name)``: :func:`blocking` turns the
 async method into a function that runs the wrapped client's method of that
 name on the loop thread and returns its result.  It is typed with a
@@ -29,7 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from osqueue.api import CompletesAndClaims, NewJob, QueueClient
+from osqueue.api import CompletesAndClaims, NewJob, QueueClient, Scheduling
 from osqueue.client.connect import Connecting, connect
 from osqueue.client.loop_thread import LoopThread
 from osqueue.client.remote.config import RemoteConfig
@@ -39,7 +40,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class SyncClientProtocol(QueueClient, CompletesAndClaims, Protocol):
+class SyncClientProtocol(QueueClient, CompletesAndClaims, Scheduling, Protocol):
     """What a client must offer to get a blocking twin (both clients of this package do)."""
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
@@ -93,6 +94,10 @@ class SyncClient:
     stats = blocking(SyncClientProtocol.stats)
     retry_dead = blocking(SyncClientProtocol.retry_dead)
     purge_dead = blocking(SyncClientProtocol.purge_dead)
+    schedule = blocking(SyncClientProtocol.schedule)
+    unschedule = blocking(SyncClientProtocol.unschedule)
+    schedules = blocking(SyncClientProtocol.schedules)
+    set_queue = blocking(SyncClientProtocol.set_queue)
 
     def close(self) -> None:
         """Close the client, then stop its loop thread (idempotent)."""

@@ -19,13 +19,14 @@ from osqueue.errors import OsqueueError
 
 log = logging.getLogger(__name__)
 
-#: Pausing a queue needs a broker op (a paused queue is not claimable, held in the
-#: document so it survives failover) that this osqueue does not have yet.
-PAUSE_AVAILABLE = False
+#: Pausing a queue is the broker's queue-settings op (``set_queue(queue,
+#: paused=...)``): a paused queue is not claimable, and the setting is held in the
+#: document, so it survives failover.
+PAUSE_AVAILABLE = True
 
 
 class PauseUnavailable(OsqueueError):
-    """Pausing a queue needs the broker's pause op, which this osqueue does not have yet."""
+    """The broker's client has no queue settings (an osqueue without ``set_queue``)."""
 
 
 class Actions:
@@ -53,15 +54,21 @@ class Actions:
         return list(outcomes)
 
     # ----------------------------------------------------------------- PAUSE / RESUME
-    # The place for pausing and resuming a queue.  When the broker has the op,
-    # call it here (through a client method such as ``client.pause(queue)``), set
-    # PAUSE_AVAILABLE, and the overview's pause buttons (templates/overview.html)
-    # and the /queues/{name}/pause route in web.py start working.
 
     async def pause(self, queue: str, *, paused: bool) -> None:
-        raise PauseUnavailable(
-            f"cannot {'pause' if paused else 'resume'} queue {queue!r}: pausing needs a "
-            "broker op this osqueue does not have yet"
+        """Pause (or resume) ``queue``: the broker's queue-settings op."""
+        async with open_client(self.options) as client:
+            set_queue = getattr(client, "set_queue", None)
+            if set_queue is None:
+                raise PauseUnavailable(
+                    f"cannot {'pause' if paused else 'resume'} queue {queue!r}: this "
+                    f"client ({type(client).__name__}) has no queue settings"
+                )
+            await set_queue(queue, paused=paused)
+        log.info(
+            "queue %s",
+            "paused" if paused else "resumed",
+            extra={"action": "pause" if paused else "resume", "queue": queue},
         )
 
 

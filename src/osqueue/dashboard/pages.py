@@ -256,13 +256,16 @@ def _dead_url(queue: str | None) -> str:
 
 
 async def pause(request: web.Request) -> web.StreamResponse:
-    """PAUSE / RESUME: the route is here; the broker op is not (see actions.py)."""
+    """PAUSE / RESUME a queue (the broker's queue-settings op, through the client)."""
     board = dashboard_of(request)
     verb = request.match_info["verb"]
     if verb not in ("pause", "resume"):
         raise web.HTTPNotFound()
     await _form_for_action(request)
-    await board.actions.pause(request.match_info["queue"], paused=verb == "pause")
+    queue = request.match_info["queue"]
+    await board.actions.pause(queue, paused=verb == "pause")
+    session_of(request).notify("ok", f"{'paused' if verb == 'pause' else 'resumed'} queue {queue}")
+    await board.source.refresh()
     return _redirect("/")
 
 

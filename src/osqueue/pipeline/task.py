@@ -10,6 +10,9 @@ from .wal import parse_segment_key
 
 #: The queue the pipeline's indexing jobs go to by default.
 INDEX_QUEUE = "index"
+#: Indexing jobs of one namespace claimed at once: one, so two workers never race
+#: one namespace's manifest (each job's group is its namespace).
+INDEX_PER_NAMESPACE = 1
 
 
 class IndexTask(msgspec.Struct, frozen=True):
@@ -26,6 +29,11 @@ class IndexTask(msgspec.Struct, frozen=True):
                 f"segment {self.segment!r} does not belong to namespace {self.namespace!r}",
                 field="segment",
             )
+
+    @property
+    def group(self) -> str:
+        """The job's group: its namespace (the index queue caps claims per group)."""
+        return self.namespace
 
     @property
     def key(self) -> str:

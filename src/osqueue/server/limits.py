@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from osqueue.api import NewJob
 from osqueue.errors import InvalidInput, ResourceExhausted
 from osqueue.state import validate
+from osqueue.state.deps import MAX_PARENTS
+from osqueue.state.scheduling import MAX_GROUP_CHARS
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import new_job_from_pb
 
@@ -170,6 +172,7 @@ class RequestChecker:
                 f"{job.max_attempts} is outside [1, {lim.max_attempts}]",
                 field=f"{field}.max_attempts",
             )
+        self._scheduling_fields(job, field)
         new = new_job_from_pb(job)
         try:
             validate.new_job(new.queue, new.priority, new.delay_s, new.key, new.max_attempts)
@@ -177,6 +180,40 @@ class RequestChecker:
             message = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidInput(message, field=f"{field}.{exc.field}") from None
         return new
+
+    def _scheduling_fields(self, job: pb.NewJob, field: str) -> None:
+        """A push's group and parents: bounded here, checked again by the broker."""
+        if job.HasField("group"):
+            self.text(job.group, f"{field}.group", MAX_GROUP_CHARS)
+        if len(job.after) > MAX_PARENTS:
+            raise InvalidInput(
+                f"has {len(job.after)} parents; at most {MAX_PARENTS}", field=f"{field}.after"
+            )
+        for i, parent in enumerate(job.after):
+            self.job_id(parent, f"{field}.after[{i}]")
+        if job.on_parent_failure not in ("", "cancel", "run"):
+            raise InvalidInput(
+                f"{job.on_parent_failure!r} is not one of cancel, run",
+                field=f"{field}.on_parent_failure",
+            )
+
+    def schedule(self, request: pb.ScheduleRequest) -> pb.Schedule:
+        """A Schedule request's bounds (the broker checks the rest, naming the field)."""
+        if not request.HasField("schedule"):
+            raise InvalidInput("is missing", field="schedule")
+        spec = request.schedule
+        lim = self.limits
+        self.text(spec.name, "schedule.name", lim.max_id_chars)
+        self.text(spec.queue, "schedule.queue", lim.max_queue_chars)
+        if len(spec.payload) > lim.max_payload_bytes:
+            raise InvalidInput(
+                f"is {len(spec.payload)} bytes; at most {lim.max_payload_bytes}",
+                field="schedule.payload",
+            )
+        for name in ("cron", "tz"):
+            if spec.HasField(name):
+                self.text(getattr(spec, name), f"schedule.{name}", 256)
+        return spec
 
     def job_ref(self, ref: pb.JobRef, field: str) -> None:
         self.job_id(ref.id, f"{field}.id")

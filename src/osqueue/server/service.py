@@ -43,6 +43,7 @@ from osqueue.errors import (
     Unauthenticated,
 )
 from osqueue.server.limits import Admission, Limits, RequestChecker
+from osqueue.server.scheduling import SchedulingRpcs
 from osqueue.state import validate
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
@@ -68,6 +69,13 @@ Prepared = TypeVar("Prepared")
 #: Errors about the broker rather than the item: when every item of a batch got
 #: one of these, the whole call fails with it (the client retries the batch).
 _CALL_LEVEL = (BrokerMoved, Overloaded, Unauthenticated)
+#: Push options added after the first release, with their defaults.
+_LATER_OPTIONS: tuple[tuple[str, object], ...] = (
+    ("group", None),
+    ("after", ()),
+    ("on_parent_failure", "cancel"),
+    ("result_ttl_s", None),
+)
 #: Bytes a job adds to a ClaimResponse beyond its payload (generous upper bound).
 _JOB_OVERHEAD_BYTES = 1024
 
@@ -115,8 +123,9 @@ def _gathering(
     return run
 
 
-class QueueService:
-    """Serves ``osqueue.v1.Queue`` by calling ``client``."""
+class QueueService(SchedulingRpcs):
+    """Serves ``osqueue.v1.Queue`` by calling ``client`` (the scheduling RPCs are in
+    :mod:`osqueue.server.scheduling`)."""
 
     def __init__(self, client: QueueClient | None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
@@ -171,6 +180,12 @@ class QueueService:
             "RetryDead": self._unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
             "PurgeDead": self._unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
             "Result": self._unary(pb.ResultRequest, self.result, pb.ResultResponse),
+            "Schedule": self._unary(pb.ScheduleRequest, self.schedule, pb.ScheduleResponse),
+            "Unschedule": self._unary(pb.UnscheduleRequest, self.unschedule, pb.UnscheduleResponse),
+            "ListSchedules": self._unary(
+                pb.ListSchedulesRequest, self.list_schedules, pb.ListSchedulesResponse
+            ),
+            "SetQueue": self._unary(pb.SetQueueRequest, self.set_queue, pb.SetQueueResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 
@@ -278,8 +293,11 @@ class QueueService:
     async def _push_one(self, job: NewJob) -> str:
         options = msgspec.structs.asdict(job)
         payload = options.pop("payload")
-        if options["result_ttl_s"] is None:  # the default (also for a client without it)
-            del options["result_ttl_s"]
+        # Options added later are passed only when set, so a client written
+        # before them still serves the pushes that do not use them.
+        for name, default in _LATER_OPTIONS:
+            if options[name] == default:
+                del options[name]
         return await self.client.push(payload, **cast(PushOptions, options))
 
     def _wait_budget_s(self, wait_s: float, context: Context) -> float:

@@ -4,7 +4,8 @@
   row (every column) is encoded as one JSON object.
 * Optional control columns set per row what the options set for all rows:
   ``priority`` (integer), ``key`` (string, idempotency key), ``delay_s``
-  (number), ``max_attempts`` (integer), ``queue`` (string), ``id`` (string).
+  (number), ``max_attempts`` (integer), ``queue`` (string), ``id`` (string),
+  ``group`` (string: the job's group, see the queue's ``max_claimed_per_group``).
 
 The plan is built and checked on the driver from the schema, so a bad column
 fails the query before any task runs, naming the column; row values (nulls)
@@ -39,6 +40,7 @@ CONTROL: Mapping[str, tuple[tuple[str, ...], str]] = {
     "key": (("StringType",), "string"),
     "queue": (("StringType",), "string"),
     "id": (("StringType",), "string"),
+    "group": (("StringType",), "string"),
 }
 
 
@@ -134,6 +136,7 @@ def to_new_job(plan: WritePlan, row: Any, *, default_id: str, row_number: int) -
             key=_control(plan, row, "key", None),
             max_attempts=int(_control(plan, row, "max_attempts", plan.max_attempts)),
             id=str(_control(plan, row, "id", default_id)),
+            group=_control(plan, row, "group", None),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"row {row_number}: {exc}", field="row") from exc

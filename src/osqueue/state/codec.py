@@ -16,13 +16,16 @@ import msgspec
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
+from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
     READABLE_FORMATS,
     BrokerInfo,
     SegmentRef,
     StoredJob,
+    StoredSettings,
     WireDocument,
 )
+from osqueue.state.schedules import Schedules
 from osqueue.state.segment_codec import SEGMENT_PREFIX
 from osqueue.state.segments import Segments
 from osqueue.state.validate import PRIORITY_MAX, PRIORITY_MIN
@@ -46,9 +49,13 @@ def encode(doc: Document) -> bytes:
     last encode are re-encoded), the dedupe tombstones (ids grouped by second)
     from a section that grows by appending, and the segment references from
     a section cached until one changes, so a commit's encode cost is
-    dominated by a byte join.  It writes :data:`FORMAT` when the document has
-    segment references, else :data:`PLAIN_FORMAT` (which the release before
-    segments reads too).  ``len(encode(doc)) == doc.size_bytes()``.
+    dominated by a byte join.  It writes the oldest format that holds the
+    document (:meth:`Document.written_format`): :data:`FORMAT` (4) once it
+    holds schedules, queue settings, or jobs that wait or carry a group, else
+    :data:`SEGMENTS_FORMAT` (3) with segment references, else
+    :data:`PLAIN_FORMAT` (2).  The record of finished jobs and the header's
+    ``dependencies_at`` go in any of them (a release that does not know them
+    ignores them).  ``len(encode(doc)) == doc.size_bytes()``.
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
@@ -61,6 +68,7 @@ def encode(doc: Document) -> bytes:
             tombstones,
             b"]}" if tombstones else b"}",  # close the last second's list, then the map
             b',"queues":{' + segments.section() + b"}" if segments else b"",
+            b',"schedules":[' + doc.schedules.section() + b"]" if doc.schedules else b"",
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
@@ -158,7 +166,10 @@ def decode(data: bytes) -> Document:
         jobs=jobs,
         segments=_segments(wire),
         history=wire.history,
+        queue_settings=_queue_settings(wire),
+        schedules=_schedules(wire),
         finished=_finished(wire),
+        dependencies_at=wire.dependencies_at,
     )
 
 
@@ -243,6 +254,25 @@ def _validate_job(where: str, job: StoredJob, wire: WireDocument) -> None:
         raise _fail(f"{where}.done_version", "a done job must record its version")
     if job.payload is not None and job.payload_ref is not None:
         raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")
+    problem = check_job_fields(job, wire.format)
+    if problem is not None:
+        raise _fail(f"{where}.{problem[0]}", problem[1])
+
+
+def _queue_settings(wire: WireDocument) -> dict[str, StoredSettings]:
+    try:
+        return queue_settings_of(wire.queue_settings, wire.format)
+    except ValueError as exc:
+        path, _, message = str(exc).partition(": ")
+        raise _fail(f"$.queue_settings{path}", message) from exc
+
+
+def _schedules(wire: WireDocument) -> Schedules:
+    try:
+        return schedules_of(wire.schedules, wire.format)
+    except ValueError as exc:
+        path, _, message = str(exc).partition(": ")
+        raise _fail(f"$.schedules{path}", message) from exc
 
 
 def _segments(wire: WireDocument) -> Segments:
@@ -252,7 +282,9 @@ def _segments(wire: WireDocument) -> Segments:
         raise _fail("$.queues", f"a format {wire.format} document has no segment references")
     segments = Segments()
     live_keys = {
-        job.key for job in wire.jobs if job.key is not None and job.status in ("queued", "claimed")
+        job.key
+        for job in wire.jobs
+        if job.key is not None and job.status in ("queued", "claimed", "waiting")
     }
     for queue, section in wire.queues.items():
         if not queue:

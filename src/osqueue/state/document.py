@@ -29,7 +29,17 @@ import msgspec
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
-from osqueue.state.model import FORMAT, PLAIN_FORMAT, BrokerInfo, Counters, Header, StoredJob
+from osqueue.state.model import (
+    FORMAT,
+    PLAIN_FORMAT,
+    SEGMENTS_FORMAT,
+    BrokerInfo,
+    Counters,
+    Header,
+    StoredJob,
+    StoredSettings,
+)
+from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
 
 _encoder = msgspec.json.Encoder()
@@ -45,6 +55,7 @@ HEAD_SLACK_BYTES = 64
 _TOMBSTONES_OPEN = len(b',"tombstones":{')
 _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
+_SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
 
 
@@ -57,6 +68,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "dependencies_at",
         "finished",
         "format",
         "history",
@@ -64,7 +76,9 @@ class Document:
         "jobs",
         "next_seq",
         "next_token",
+        "queue_settings",
         "recent",
+        "schedules",
         "segments",
         "spill_scanned",
         "stats",
@@ -90,7 +104,10 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
+        queue_settings: dict[str, StoredSettings] | None = None,
+        schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
+        dependencies_at: datetime | None = None,
     ) -> None:
         self.format = format
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
@@ -106,8 +123,18 @@ class Document:
         self.index = index if index is not None else Index.build(self.jobs.values())
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
+        #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
+        self.queue_settings: dict[str, StoredSettings] = (
+            queue_settings if queue_settings is not None else {}
+        )
+        #: the periodic jobs (:mod:`osqueue.state.schedules`)
+        self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
+        #: broker time of the last push that named parents: until
+        #: ``dependency_window_s`` after it, every job that finishes is recorded
+        #: (:func:`osqueue.state.results.record`)
+        self.dependencies_at = dependencies_at
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -151,7 +178,10 @@ class Document:
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
             jobs_bytes=self._jobs_bytes,
             history=self.history,
+            queue_settings=dict(self.queue_settings),
+            schedules=self.schedules.copy(),
             finished=self.finished.copy(),
+            dependencies_at=self.dependencies_at,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -221,7 +251,7 @@ class Document:
         (what :func:`~osqueue.state.codec.encode` starts from)."""
         head = _encoder.encode(
             Header(
-                format=FORMAT if self.segments else PLAIN_FORMAT,
+                format=self.written_format(),
                 version=self.version,
                 broker=self.broker,
                 next_token=self.next_token,
@@ -229,10 +259,35 @@ class Document:
                 archived_through=self.archived_through,
                 stats=self.stats,
                 history=self.history,
+                queue_settings=self.queue_settings,
+                dependencies_at=self.dependencies_at,
             )
         )
         self._head_len = len(head)
         return head
+
+    def written_format(self) -> int:
+        """The format this document is written as: 4 when it holds schedules, queue
+        settings or jobs that wait or carry a group; else 3 with segment
+        references; else 2 (the oldest format that holds it, so older releases
+        read what they can)."""
+        if self.queue_settings or self.schedules or self.index.extended:
+            return FORMAT
+        return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
+
+    def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
+        """Replace (None: drop) one queue's settings (the header's length is stale then)."""
+        if settings is None:
+            self.queue_settings.pop(queue, None)
+        else:
+            self.queue_settings[queue] = settings
+        self._head_len = None
+
+    def note_dependencies(self, now_dt: datetime) -> None:
+        """A push named parents at ``now_dt`` (the header's length is stale then)."""
+        if self.dependencies_at != now_dt:
+            self.dependencies_at = now_dt
+            self._head_len = None
 
     # -- dedupe tombstones ----------------------------------------------------------
     #
@@ -312,6 +367,8 @@ class Document:
         )
         if self.segments:
             size += _QUEUES_OPEN + len(self.segments.section()) + 1
+        if self.schedules:
+            size += _SCHEDULES_OPEN + len(self.schedules.section()) + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size
@@ -338,6 +395,9 @@ class Document:
             and self.history == other.history
             and self.recent == other.recent
             and self.segments == other.segments
+            and self.queue_settings == other.queue_settings
+            and self.schedules == other.schedules
+            and self.dependencies_at == other.dependencies_at
             and self.finished == other.finished
             and list(self.jobs.items()) == list(other.jobs.items())
         )

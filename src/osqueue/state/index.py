@@ -11,6 +11,12 @@
 * ``done``: ids of done jobs waiting for their archive object.
 * ``counts``: ``(queue, status) -> n`` for O(queues) stats; ``queued``: the
   queued jobs of all queues.
+* Scheduling (:mod:`osqueue.state.limits`, :mod:`osqueue.state.deps`):
+  ``group_claimed``: ``(queue, group) -> n`` claimed jobs of each group;
+  ``held``: ready entries a claim set aside because their group was at its
+  cap (they go back to ``ready`` when the group has room); ``children``: parent
+  id -> ids of the ``waiting`` jobs that wait for it; ``extended``: jobs that
+  need format 4 (a group, or waiting).
 
 Heaps are lazy: an entry whose job changed (claimed, cancelled, delayed again)
 is dropped when it reaches the top, so every update is O(log n).
@@ -39,12 +45,18 @@ class Index:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     heartbeat_floor: datetime | None = None
     queued: int = 0
+    group_claimed: dict[tuple[str, str], int] = field(default_factory=dict)
+    held: dict[tuple[str, str], list[ReadyEntry]] = field(default_factory=dict)
+    children: dict[str, dict[str, None]] = field(default_factory=dict)
+    extended: int = 0
 
     @classmethod
     def build(cls, jobs: Iterable[StoredJob]) -> Index:
         index = cls()
         for job in jobs:
             index._count(job, 1)
+            if job.group is not None or job.status == "waiting":
+                index._extend(job, 1)
             if job.status == "queued":
                 index.queued += 1
                 if job.run_at is None:
@@ -75,7 +87,38 @@ class Index:
             counts=dict(self.counts),
             heartbeat_floor=self.heartbeat_floor,
             queued=self.queued,
+            group_claimed=dict(self.group_claimed),
+            held={k: list(h) for k, h in self.held.items()},
+            children={k: dict(v) for k, v in self.children.items()},
+            extended=self.extended,
         )
+
+    def _extend(self, job: StoredJob, delta: int) -> None:
+        """Keep the scheduling lookups in step as ``job`` joins (+1) or leaves (-1)."""
+        self.extended += delta
+        if job.status == "waiting":
+            if job.key is not None:
+                if delta > 0:
+                    self.keys[job.key] = job.id
+                elif self.keys.get(job.key) == job.id:
+                    del self.keys[job.key]
+            for parent in job.after:
+                kids = self.children.get(parent)
+                if delta > 0:
+                    if kids is None:
+                        kids = self.children[parent] = {}
+                    kids[job.id] = None
+                elif kids is not None:
+                    kids.pop(job.id, None)
+                    if not kids:
+                        del self.children[parent]
+        elif job.status == "claimed" and job.group is not None:
+            k = (job.queue, job.group)
+            n = self.group_claimed.get(k, 0) + delta
+            if n > 0:
+                self.group_claimed[k] = n
+            else:
+                self.group_claimed.pop(k, None)
 
     def _lower_floor(self, job: StoredJob) -> None:
         """Keep ``heartbeat_floor`` a lower bound after ``job`` joined ``claimed``."""
@@ -117,6 +160,8 @@ class Index:
         key = job.key
         if key is not None and self.keys.get(key) == job.id:
             del self.keys[key]
+        if job.group is not None or status == "waiting":
+            self._extend(job, -1)
 
     def add(self, job: StoredJob, now_s: float) -> None:
         status = job.status
@@ -142,6 +187,8 @@ class Index:
                 self.keys[job.key] = job.id
         elif status == "done":
             self.done.add(job.id)
+        if job.group is not None or status == "waiting":
+            self._extend(job, 1)
 
     def promote_due(self, jobs: dict[str, StoredJob], now_s: float) -> None:
         """Move delayed jobs whose time has come into their ready heaps."""

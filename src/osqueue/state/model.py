@@ -24,14 +24,29 @@ from osqueue.state.history import HistorySample
 #: written as format 2, so the release before segments can still read it until
 #: the first spill.  Format 2 stores dedupe tombstones grouped by second
 #: (``"tombstones": {"<second>Z": [ids]}``); format 1 stored one time per id
-#: (``"recent": {id: time}``).  All three are read; the first write upgrades.
-FORMAT = 3
+#: (``"recent": {id: time}``).  All of them are read; the first write upgrades.
+#: Format 4 adds what scheduling needs (:mod:`osqueue.state.schedules`,
+#: :mod:`osqueue.state.limits`, :mod:`osqueue.state.deps`): schedules, queue
+#: settings, and jobs that wait for parents or carry a group.  A document that
+#: uses none of them is written as format 3 or 2 as before, so older releases
+#: read it; one that does is refused by them (``$.format``) rather than
+#: rewritten without what they do not know.  Not tied to a format: the record
+#: of finished jobs (``"finished"``, :mod:`osqueue.state.finished_jobs`), the
+#: header's ``dependencies_at`` and the counter ``finished_evicted`` are
+#: optional parts of any format; a release that does not know them ignores
+#: them and drops them on its first write (a downgrade loses the results kept
+#: in the record).
+FORMAT = 4
+#: What a document with segment references (and no format 4 content) is written as.
+SEGMENTS_FORMAT = 3
 #: What a document without segment references is written as.
 PLAIN_FORMAT = 2
-READABLE_FORMATS = (1, 2, 3)
+READABLE_FORMATS = (1, 2, 3, 4)
 
-JobStatus = Literal["queued", "claimed", "done", "dead"]
-STATUSES: tuple[JobStatus, ...] = ("queued", "claimed", "done", "dead")
+JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
+STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead")
+#: What a job whose parent ends dead or cancelled does (see :mod:`osqueue.state.deps`).
+ParentFailure = Literal["cancel", "run"]
 
 
 def to_datetime(ts: float) -> datetime:
@@ -80,6 +95,12 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
+    #: the job's group: a queue's ``max_claimed_per_group`` caps its claimed jobs
+    group: str | None = None
+    #: the parents a ``waiting`` job still waits for (empty once it is queued)
+    after: tuple[str, ...] = ()
+    #: what a parent that ends dead or cancelled does to this job
+    on_parent_failure: ParentFailure = "cancel"
     #: how long its record of finishing (and result) is kept (None: the broker's default)
     result_ttl_s: float | None = None
     #: What the payload object must hold, recorded at push: its size and the hex
@@ -186,6 +207,55 @@ class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     segments: list[SegmentRef] = []
 
 
+class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """One queue's settings (format 4; see :mod:`osqueue.state.limits`): checked at
+    claim time on the broker's clock.  ``None`` is no limit."""
+
+    #: a paused queue is not claimable (pushes still land)
+    paused: bool = False
+    #: the token bucket's refill rate (claims per second)
+    rate_per_s: float | None = None
+    #: the bucket's capacity (None with a rate: one second's worth, at least 1)
+    burst: int | None = None
+    #: at most this many of the queue's jobs claimed at once
+    max_claimed: int | None = None
+    #: at most this many jobs of one group claimed at once
+    max_claimed_per_group: int | None = None
+    #: the bucket's level at ``tokens_at`` (None: full)
+    tokens: float | None = None
+    tokens_at: datetime | None = None
+
+
+CatchUp = Literal["once", "skip"]
+
+
+class Schedule(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """A periodic job (format 4; see :mod:`osqueue.state.schedules`).
+
+    Exactly one of ``cron`` and ``every_s`` is set.  ``next_at`` is the next
+    tick to fire; the commit that fires it pushes the tick's job and moves
+    ``next_at`` on, so each tick is recorded and pushed by one write."""
+
+    name: str
+    queue: str
+    next_at: datetime
+    created_at: datetime
+    cron: str | None = None
+    #: the time zone ``cron`` is read in (IANA name; None: UTC)
+    tz: str | None = None
+    every_s: float | None = None
+    payload: bytes = b""
+    priority: int = 0
+    max_attempts: int = 5
+    catch_up: CatchUp = "once"
+    #: the last tick recorded (fired or skipped)
+    last_at: datetime | None = None
+    #: the job the last fired tick pushed
+    last_job: str | None = None
+    #: why the last tick pushed no job (skipped, the document full)
+    last_note: str | None = None
+
+
 class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything in the document but the jobs (encoded once per commit)."""
 
@@ -198,6 +268,11 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     stats: Counters
     #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
     history: tuple[HistorySample, ...] = ()
+    #: format 4: queue -> its settings (pause, rate, caps)
+    queue_settings: dict[str, StoredSettings] = {}
+    #: broker time of the last push that named parents (any format; a release
+    #: that does not know it ignores it)
+    dependencies_at: datetime | None = None
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -219,5 +294,10 @@ class WireDocument(msgspec.Struct, frozen=True):
     history: tuple[HistorySample, ...] = ()
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
+    #: format 4: queue -> its settings
+    queue_settings: dict[str, StoredSettings] = {}
+    #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
+    schedules: list[Schedule] = []
+    dependencies_at: datetime | None = None
     #: the record of finished jobs (any format; older releases ignore it)
     finished: list[FinishedJob] = []

@@ -13,7 +13,15 @@ import msgspec
 
 from osqueue.errors import OsqueueError
 from osqueue.state.finished_jobs import ResultData
-from osqueue.state.model import BrokerInfo, SegmentRef, StoredJob
+from osqueue.state.model import (
+    BrokerInfo,
+    CatchUp,
+    ParentFailure,
+    Schedule,
+    SegmentRef,
+    StoredJob,
+    StoredSettings,
+)
 from osqueue.state.validate import MAX_ERROR_CHARS
 
 
@@ -38,21 +46,31 @@ class Policy:
     head_jobs: int = 2_000
     #: jobs one Load puts back
     load_jobs: int = 2_000
+    # Scheduling (osqueue.state.schedules, .limits, .deps)
+    #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
+    schedule_grace_s: float = 60.0
+    #: schedules a document holds at most
+    max_schedules: int = 100_000
     #: a stream spills once this many of its ready jobs sit in the document
     #: behind its head and segments (None: never)
     spill_above_jobs: int | None = 20_000
-    # Results and the record of finished jobs (osqueue.state.finished_jobs).
-    #: how long a finished job's record (and result) is kept, unless its push said
-    result_ttl_s: float = 3600.0
+    # Results and the record of finished jobs (osqueue.state.finished_jobs,
+    # osqueue.state.results.record: who gets an entry, and for how long).
+    #: how long a finished job's record (and result) is kept, unless its push said;
+    #: 0: none is kept (a job then gets an entry only for dependencies)
+    result_ttl_s: float = 0.0
+    #: how long a finished job is kept for children pushed after it, if it had
+    #: waiting children or a push named parents within this long before
+    dependency_window_s: float = 3600.0
     #: results up to this size sit in the document; larger ones in result objects
     result_inline_max_bytes: int = 1024
     #: the largest result accepted at all
     max_result_bytes: int = 64 * 1024 * 1024
     #: the record holds at most this many finished jobs (the soonest to expire go first)
-    max_finished_jobs: int = 5_000
+    max_finished_jobs: int = 10_000
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
-    max_finished_bytes: int = 1024 * 1024
+    max_finished_bytes: int = 2 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- ops
@@ -75,6 +93,11 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     #: caller chose the id (it may send this push again); an id the in-process
     #: client made up is never re-sent, so its job needs none.
     dedupe: bool = True
+    #: the job's group (``max_claimed_per_group`` caps its claimed jobs)
+    group: str | None = None
+    #: parents: the job waits until every one of them completed
+    after: tuple[str, ...] = ()
+    on_parent_failure: ParentFailure = "cancel"
     #: how long the job's record of finishing (and result) is kept (None: the policy's)
     result_ttl_s: float | None = None
 
@@ -170,6 +193,36 @@ class Load(msgspec.Struct, frozen=True):
     next_job: StoredJob | None = None
 
 
+class SetQueue(msgspec.Struct, frozen=True, gc=False):
+    """Change a queue's settings (None: leave as it is; 0: remove the limit)."""
+
+    queue: str
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_claimed: int | None = None
+    max_claimed_per_group: int | None = None
+    paused: bool | None = None
+
+
+class PutSchedule(msgspec.Struct, frozen=True, gc=False):
+    """Add a schedule, or replace the one of that name (its last tick is kept, so
+    a tick it recorded is never fired again)."""
+
+    name: str
+    queue: str
+    cron: str | None = None
+    tz: str | None = None
+    every_s: float | None = None
+    payload: bytes = b""
+    priority: int = 0
+    max_attempts: int = 5
+    catch_up: CatchUp = "once"
+
+
+class RemoveSchedule(msgspec.Struct, frozen=True, gc=False):
+    name: str
+
+
 Op = (
     Push
     | ClaimOp
@@ -184,6 +237,9 @@ Op = (
     | RestartHeartbeats
     | Spill
     | Load
+    | SetQueue
+    | PutSchedule
+    | RemoveSchedule
 )
 
 
@@ -213,7 +269,20 @@ class Counted(msgspec.Struct, frozen=True, gc=False):
     n: int
 
 
-OpResult = Pushed | Claimed | Ok | Removed | Counted
+class QueueSet(msgspec.Struct, frozen=True, gc=False):
+    """A queue's settings after a :class:`SetQueue`."""
+
+    queue: str
+    settings: StoredSettings
+
+
+class Scheduled(msgspec.Struct, frozen=True, gc=False):
+    """The schedule a :class:`PutSchedule` stored (with its first ``next_at``)."""
+
+    schedule: Schedule
+
+
+OpResult = Pushed | Claimed | Ok | Removed | Counted | QueueSet | Scheduled
 Result = OpResult | OsqueueError
 
 
@@ -235,10 +304,15 @@ __all__ = [
     "PurgeDead",
     "Push",
     "Pushed",
+    "PutSchedule",
+    "QueueSet",
     "Release",
+    "RemoveSchedule",
     "Removed",
     "RestartHeartbeats",
     "Result",
     "RetryDead",
+    "Scheduled",
+    "SetQueue",
     "Spill",
 ]

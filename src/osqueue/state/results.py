@@ -82,7 +82,7 @@ def answer(doc: Document, job_id: str, now: float) -> Answer | None:
         if job.status == "dead":
             return Answer(JobResult("dead", error=job.last_error, attempts=job.attempts))
         return Answer(JobResult(job.status, attempts=job.attempts))
-    if _maybe_spilled(doc, job_id):
+    if maybe_spilled(doc, job_id):
         return Answer(JobResult("queued"))
     return None
 
@@ -103,7 +103,7 @@ def _from_entry(entry: FinishedJob) -> Answer:
     return Answer(result, data)
 
 
-def _maybe_spilled(doc: Document, job_id: str) -> bool:
+def maybe_spilled(doc: Document, job_id: str) -> bool:
     """A live job in a segment object may have this id (its bounds hold it)."""
     return any(
         ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in doc.segments
@@ -184,10 +184,28 @@ class Finishing(Protocol):
     """What :func:`record` needs of a commit in progress (the transitions' ``_Tx``)."""
 
     doc: Document
+    now: float
     now_dt: datetime
     policy: Policy
-    #: ids of the jobs that finished in this commit
-    finished: list[str]
+    #: the jobs that finished in this commit, in order, with how they ended
+    ended: list[tuple[str, FinishedStatus]]
+
+
+def result_ttl(job: StoredJob, policy: Policy) -> float:
+    """How long ``job``'s result is kept once it finishes: its push's
+    ``result_ttl_s``, else the policy's (0: no result is kept)."""
+    return job.result_ttl_s if job.result_ttl_s is not None else policy.result_ttl_s
+
+
+def dependency_hold(doc: Document, job_id: str, now: float, policy: Policy) -> float:
+    """How long a job finishing now is kept for the children that may name it
+    after it finished: ``dependency_window_s`` if it has waiting children or a
+    push named parents within that window (``doc.dependencies_at``), else 0."""
+    window = policy.dependency_window_s
+    used = doc.dependencies_at
+    if job_id in doc.index.children or (used is not None and now - used.timestamp() <= window):
+        return window
+    return 0.0
 
 
 def record(
@@ -198,12 +216,22 @@ def record(
     error: str | None = None,
     result: ResultData | None = None,
 ) -> None:
-    """Record in ``tx`` that ``job`` finished (``status``), for its ``result_ttl_s``
-    (the policy's when its push gave none; an entry of 0 seconds is not kept)."""
-    tx.finished.append(job.id)
-    ttl_s = job.result_ttl_s if job.result_ttl_s is not None else tx.policy.result_ttl_s
+    """Record in ``tx`` that ``job`` finished (``status``).
+
+    It always joins ``tx.ended``.  It gets an entry in the record of finished
+    jobs only when someone may ask: for its :func:`result_ttl` (the entry holds
+    its result), and at least for :func:`dependency_hold` (for children pushed
+    after it finished; such an entry alone holds no result).  A job with
+    neither gets no entry, so a queue that neither keeps results nor uses
+    dependencies pays nothing for the record."""
+    tx.ended.append((job.id, status))
+    policy = tx.policy
+    ttl_s = result_ttl(job, policy)
+    hold_s = dependency_hold(tx.doc, job.id, tx.now, policy)
     if ttl_s <= 0:
-        return
+        if hold_s <= 0:
+            return
+        result = None  # kept for its children only
     if error is not None and len(error) > FINISHED_ERROR_CHARS:
         error = error[:FINISHED_ERROR_CHARS]
     tx.doc.finished.add(
@@ -211,12 +239,23 @@ def record(
             id=job.id,
             status=status,
             finished_at=tx.now_dt,
-            ttl_s=float(ttl_s),
+            ttl_s=float(max(ttl_s, hold_s)),
             attempts=job.attempts,
             error=error,
             result=result,
         )
     )
+
+
+def keeps_result(doc: Document, job_id: str, policy: Policy) -> bool | None:
+    """Whether a completion of ``job_id`` now would keep its result (its
+    :func:`result_ttl` is above 0); None if ``doc`` does not hold it claimed
+    (the completion will be judged at commit).  The broker skips storing the
+    result of a job that keeps none."""
+    job = doc.jobs.get(job_id)
+    if job is None or job.status != "claimed":
+        return None
+    return result_ttl(job, policy) > 0
 
 
 def ttl_of(result_ttl_s: float | None) -> float | None:

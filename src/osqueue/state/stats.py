@@ -7,6 +7,7 @@ from datetime import datetime
 
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
+from osqueue.state.limits import held_count
 
 
 def stats_of(doc: Document, now: float) -> Stats:
@@ -16,12 +17,12 @@ def stats_of(doc: Document, now: float) -> Stats:
     ``spilled`` counts them), so no segment object is read."""
     index, segments = doc.index, doc.segments
     names = index.queues()
-    if segments:
-        names = sorted(set(names) | segments.queues())
+    if segments or doc.queue_settings:
+        names = sorted(set(names) | segments.queues() | set(doc.queue_settings))
     queues: dict[str, QueueStats] = {}
     for q in names:
         queued = index.count(q, "queued")
-        ready = len(index.ready.get(q, ()))
+        ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
         queues[q] = QueueStats(
             depth=queued + spilled,
@@ -30,6 +31,8 @@ def stats_of(doc: Document, now: float) -> Stats:
             delayed=max(0, queued - ready),
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,
+            waiting=index.count(q, "waiting"),
+            paused=_paused(doc, q),
         )
     owner = doc.broker
     return Stats(
@@ -48,6 +51,11 @@ def stats_of(doc: Document, now: float) -> Stats:
         finished=len(doc.finished),
         finished_evicted=doc.stats.finished_evicted,
     )
+
+
+def _paused(doc: Document, queue: str) -> bool:
+    settings = doc.queue_settings.get(queue)
+    return settings is not None and settings.paused
 
 
 def depths(doc: Document) -> dict[str, int]:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from osqueue.api import FinishedStatus
 from osqueue.backoff import Backoff
 from osqueue.errors import (
     DuplicateKey,
@@ -31,11 +31,11 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
+from osqueue.state import deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
-from osqueue.state import spill, validate
 from osqueue.state.document import Document, encode_job
 from osqueue.state.history import HistorySample, minute_of, record
-from osqueue.state.index import ReadyEntry
+from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -54,14 +54,18 @@ from osqueue.state.ops import (
     PurgeDead,
     Push,
     Pushed,
+    PutSchedule,
     Release,
     Removed,
+    RemoveSchedule,
     RestartHeartbeats,
     Result,
     RetryDead,
+    SetQueue,
     Spill,
 )
-from osqueue.state.segments import Barrier, Stream
+from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
+from osqueue.state.segments import Stream
 from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
@@ -109,6 +113,26 @@ def _check_digest(op: Push) -> None:
 _HEX = "0123456789abcdef"
 
 
+def _payload_size(op: Push, policy: Policy) -> int:
+    """A push's payload, checked against the policy's limits; its size in bytes."""
+    size = len(op.payload) if op.payload is not None else op.payload_size
+    if size > policy.max_payload_bytes:
+        raise InvalidInput(
+            f"{size} bytes is above the limit of {policy.max_payload_bytes}", field="payload"
+        )
+    if op.payload is not None and len(op.payload) > policy.max_inline_payload_bytes:
+        raise InvalidInput(
+            f"{len(op.payload)} bytes is above the inline limit of "
+            f"{policy.max_inline_payload_bytes}; store it as a payload object",
+            field="payload",
+        )
+    if (op.payload is None) == (op.payload_ref is None):
+        raise InvalidInput("a job needs exactly one of payload and payload_ref", field="payload")
+    if op.payload_sha256 is not None:
+        _check_digest(op)
+    return size
+
+
 def backoff_s(attempts: int, policy: Policy) -> float:
     """How long a job waits after its ``attempts``-th failed attempt (the one backoff
     policy, :class:`~osqueue.backoff.Backoff`, with the policy's base and cap)."""
@@ -132,7 +156,12 @@ class _Tx:
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
-        self.finished: list[str] = []
+        #: jobs that finished in this version (done, dead, cancelled), in order:
+        #: their waiting children are settled after the sweep
+        #: (:mod:`osqueue.state.deps`) and their ``result()`` long polls answered
+        #: (:attr:`Transition.finished`); :func:`osqueue.state.results.record`
+        #: appends to it
+        self.ended: list[tuple[str, FinishedStatus]] = []
 
     # -- helpers ------------------------------------------------------------------
 
@@ -156,11 +185,21 @@ class _Tx:
         return job
 
     def _leave(self, job: StoredJob) -> None:
-        """Remove a job from the document, keeping a dedupe tombstone for its id."""
+        """Remove a job from the document, keeping a dedupe tombstone for its id (how
+        a finished job ended was recorded when it finished: :func:`finishing.record`)."""
         self.doc.drop_job(job.id)
         self.removed.append(job)
         if job.dedupe and job.created_at.timestamp() >= self.now - self.policy.dedupe_window_s:
             self.doc.add_tombstone(job.id, job.created_at)
+
+    # deps.Host: what settling a waiting job's parents needs
+    def put_job(self, job: StoredJob) -> None:
+        self._put(job)
+
+    def cancel_child(self, job: StoredJob) -> None:
+        finishing.record(self, job, "cancelled")
+        self._leave(job)
+        self.stats["cancelled"] += 1
 
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
@@ -179,25 +218,8 @@ class _Tx:
     def push(self, op: Push) -> OpResult:
         validate.job_id(op.id)
         delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
+        size = _payload_size(op, self.policy)
         ttl = finishing.ttl_of(op.result_ttl_s)
-        size = len(op.payload) if op.payload is not None else op.payload_size
-        if size > self.policy.max_payload_bytes:
-            raise InvalidInput(
-                f"{size} bytes is above the limit of {self.policy.max_payload_bytes}",
-                field="payload",
-            )
-        if op.payload is not None and len(op.payload) > self.policy.max_inline_payload_bytes:
-            raise InvalidInput(
-                f"{len(op.payload)} bytes is above the inline limit of "
-                f"{self.policy.max_inline_payload_bytes}; store it as a payload object",
-                field="payload",
-            )
-        if (op.payload is None) == (op.payload_ref is None):
-            raise InvalidInput(
-                "a job needs exactly one of payload and payload_ref", field="payload"
-            )
-        if op.payload_sha256 is not None:
-            _check_digest(op)
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
@@ -226,6 +248,11 @@ class _Tx:
         )
         if op.payload_ref is not None:  # what a claim must find in the object
             job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
+        if op.group is not None or op.after:
+            placed = scheduling.place_push(self, op, job)
+            if placed is None:  # a failed parent cancelled it at once
+                return Pushed(op.id, True)
+            job = placed
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
@@ -258,12 +285,16 @@ class _Tx:
             queues = tuple(dict.fromkeys(queues))
         single = queues[0] if len(queues) == 1 else None
         barriers = doc.segments.barriers  # queues with segments: where claims stop
+        gate = None  # the queues' settings (pause, rate, caps): osqueue.state.limits
+        if doc.queue_settings or index.held:
+            gate = Gate(doc, queues, self.now)
+            queues, single = gate.open(queues), None
         out: list[StoredJob] = []
-        while len(out) < max_jobs:
+        while queues and len(out) < max_jobs:
             if single is not None and not barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
             else:
-                best, best_queue, starved = _next_in_order(doc, queues, barriers)
+                best, best_queue, starved = next_in_order(doc, queues, barriers, gate)
                 if starved is not None:
                     self.starved.add(starved)
                     break
@@ -288,6 +319,10 @@ class _Tx:
             )
             self._put(claimed)
             out.append(claimed)
+            if gate is not None and not gate.took(claimed):
+                queues = tuple(q for q in queues if q != claimed.queue)
+        if gate is not None:
+            gate.commit()
         return Claimed(tuple(out))
 
     def heartbeat(self, op: Heartbeat) -> OpResult:
@@ -345,6 +380,7 @@ class _Tx:
             return removed
         if job is None or job.status == "done":
             raise JobNotFound(f"no live job {op.job_id}")
+        # (a dead job's children were settled when it died: settling again is a no-op)
         finishing.record(self, job, "cancelled")
         self._leave(job)
         self.stats["cancelled"] += 1
@@ -404,65 +440,10 @@ class _Tx:
             self.dropped_segments.append(dropped)
         return result
 
-    # -- the sweep that rides along with every commit ------------------------------
+    # -- the sweep that rides along with every commit (osqueue.state.sweep) ----------
 
     def sweep(self) -> None:
-        if self.doc.finished:
-            self.stats["finished_evicted"] += finishing.sweep(self.doc, self.now, self.policy)
-        index = self.doc.index
-        if not index.claimed:
-            self._prune_recent()
-            return
-        timeout = self.policy.heartbeat_timeout_s
-        # Compare datetimes (no float conversion per claimed job) to find candidates
-        # (1 ms of slack over the exact test below), and sort only those.
-        cutoff = _datetime_at(self.now - timeout + 0.001)
-        floor = index.heartbeat_floor
-        if floor is None or floor < cutoff:  # one may have expired: walk the claims
-            self._reclaim_expired(cutoff, timeout)
-        self._prune_recent()
-
-    def _reclaim_expired(self, cutoff: datetime, timeout: float) -> None:
-        jobs, index = self.doc.jobs, self.doc.index
-        expired: list[str] = []
-        floor: datetime | None = None  # the oldest heartbeat among the live claims
-        for job_id in index.claimed:
-            heartbeat_at = jobs[job_id].claim.heartbeat_at  # type: ignore[union-attr]
-            if heartbeat_at < cutoff:
-                expired.append(job_id)
-            elif floor is None or heartbeat_at < floor:
-                floor = heartbeat_at
-        for job_id in sorted(expired):
-            job = jobs[job_id]
-            assert job.claim is not None
-            if job.claim.heartbeat_at.timestamp() + timeout < self.now:
-                error = (
-                    f"reclaimed: worker {job.claim.worker!r} stopped heartbeating "
-                    f"(token {job.claim.token}, timeout {timeout:g}s)"
-                )
-                self.stats["reclaimed"] += 1
-                self._put(self._requeue(job, error, None))
-                self.reclaimed.append(job_id)
-            elif floor is None or job.claim.heartbeat_at < floor:
-                floor = job.claim.heartbeat_at  # within the slack: still claimed
-        index.heartbeat_floor = floor
-
-    def _prune_recent(self) -> None:
-        recent = self.doc.recent
-        if not recent:
-            return
-        window = self.policy.dedupe_window_s
-        oldest = next(iter(recent.values()))  # seconds never decrease in insertion order
-        # Rebuild only once the oldest is well past the window: O(n) per window/4.
-        # A tombstone's second is its job's creation time rounded down, so "+ 1"
-        # keeps it at least dedupe_window_s after its job was created.
-        if oldest + 1 < self.now - 1.25 * window:
-            cutoff = self.now - window
-            self.doc.set_recent({k: v for k, v in recent.items() if v + 1 >= cutoff})
-
-
-def _datetime_at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
+        sweep.run(self)
 
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
@@ -479,6 +460,9 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     RestartHeartbeats: _Tx.restart_heartbeats,
     Spill: _Tx.spill,
     Load: _Tx.load,
+    SetQueue: scheduling.set_queue,
+    PutSchedule: scheduling.put_schedule,
+    RemoveSchedule: scheduling.remove_schedule,
 }
 
 
@@ -501,6 +485,8 @@ def transition(
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())
+    if tx.doc.schedules:  # ticks that have come: pushed in this very version
+        scheduling.fire(tx)
     results: list[Result] = []
     for op in ops:
         handler = _DISPATCH.get(type(op))
@@ -512,6 +498,8 @@ def transition(
         except OsqueueError as exc:
             results.append(exc)
     tx.sweep()
+    if tx.ended and tx.doc.index.children:
+        deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
@@ -526,7 +514,7 @@ def transition(
         tx.reclaimed,
         tx.starved,
         tx.dropped_segments,
-        finished=tx.finished,
+        finished=[job_id for job_id, _ in tx.ended],
     )
 
 
@@ -553,48 +541,13 @@ def apply(
     return t.doc, t.results
 
 
-def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
-    """Would a claim on ``queues`` at ``now`` get a job?  (Not while the next job in
-    claim order sits in a segment: it becomes claimable when a load commits.)"""
-    index = doc.index
-    index.promote_due(doc.jobs, now)
-    barriers = doc.segments.barriers
-    if not barriers:
-        return any(index.head(q, doc.jobs) is not None for q in queues)
-    return _next_in_order(doc, queues, barriers)[0] is not None
-
-
-def _next_in_order(
-    doc: Document, queues: Sequence[str], barriers: dict[str, Barrier]
-) -> tuple[ReadyEntry | None, str, Stream | None]:
-    """The next job in claim order across ``queues``, and its queue; or, when that
-    job sits in a segment, ``(None, "", its stream)``: the claim stops there."""
-    index, jobs = doc.index, doc.jobs
-    best: ReadyEntry | None = None
-    best_queue = ""
-    stop: Barrier | None = None  # the first barrier in claim order
-    stop_queue = ""
-    for q in queues:
-        entry = index.head(q, jobs)
-        barrier = barriers.get(q) if barriers else None
-        if barrier is not None and (entry is None or entry > barrier):
-            if stop is None or barrier < stop:
-                stop, stop_queue = barrier, q
-        elif entry is not None and (best is None or entry < best):
-            best, best_queue = entry, q
-    if stop is not None and (best is None or stop < best):
-        return None, "", (stop_queue, stop[0])
-    return best, best_queue, None
-
-
-def next_wakeup(doc: Document, policy: Policy) -> float | None:
-    """The earliest time a delayed job becomes due or a claim may expire."""
-    times: list[float] = []
-    due = doc.index.next_due(doc.jobs)
-    if due is not None:
-        times.append(due)
-    for job_id in doc.index.claimed:
-        claim = doc.jobs[job_id].claim
-        if claim is not None:
-            times.append(claim.heartbeat_at.timestamp() + policy.heartbeat_timeout_s)
-    return min(times) if times else None
+__all__ = [
+    "CLAIM_RESERVE_BYTES",
+    "Transition",
+    "apply",
+    "backoff_s",
+    "claimable",
+    "next_tick_at",
+    "next_wakeup",
+    "transition",
+]

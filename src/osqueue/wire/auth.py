@@ -60,6 +60,12 @@ METHOD_ACCESS: Mapping[str, Access] = MappingProxyType(
         "Cancel": Access.ADMIN,
         "RetryDead": Access.ADMIN,
         "PurgeDead": Access.ADMIN,
+        # Scheduling: listing shows the schedules' payloads (not for read-only tokens);
+        # changing them, or a queue's settings (pause included), is administration.
+        "ListSchedules": Access.WRITE,
+        "Schedule": Access.ADMIN,
+        "Unschedule": Access.ADMIN,
+        "SetQueue": Access.ADMIN,
     }
 )
 

@@ -7,14 +7,18 @@ the other.
 
 from __future__ import annotations
 
+from typing import Any
+
 from osqueue.api import (
     DEFAULT_MAX_ATTEMPTS,
     EncodedResult,
     Job,
     JobResult,
     NewJob,
+    QueueSettings,
     QueueStats,
     ResultKind,
+    ScheduleInfo,
     Stats,
 )
 from osqueue.errors import InvalidInput
@@ -40,6 +44,12 @@ def new_job_to_pb(job: NewJob, job_id: str, payload: bytes, delay_s: float) -> p
     )
     if job.key is not None:
         msg.key = job.key
+    if job.group is not None:
+        msg.group = job.group
+    if job.after:
+        msg.after.extend(job.after)
+    if job.on_parent_failure != "cancel":
+        msg.on_parent_failure = job.on_parent_failure
     if job.result_ttl_s is not None:
         msg.result_ttl_s = job.result_ttl_s
     return msg
@@ -55,6 +65,9 @@ def new_job_from_pb(msg: pb.NewJob) -> NewJob:
         key=msg.key if msg.HasField("key") else None,
         max_attempts=msg.max_attempts if msg.HasField("max_attempts") else DEFAULT_MAX_ATTEMPTS,
         id=msg.id,
+        group=msg.group if msg.HasField("group") else None,
+        after=tuple(msg.after),
+        on_parent_failure=msg.on_parent_failure or "cancel",  # type: ignore[arg-type]
         result_ttl_s=msg.result_ttl_s if msg.HasField("result_ttl_s") else None,
     )
 
@@ -72,6 +85,8 @@ def job_to_pb(job: Job) -> pb.Job:
     )
     if job.key is not None:
         msg.key = job.key
+    if job.group is not None:
+        msg.group = job.group
     return msg
 
 
@@ -86,6 +101,7 @@ def job_from_pb(msg: pb.Job) -> Job:
         priority=msg.priority,
         key=msg.key if msg.HasField("key") else None,
         created_at=msg.created_at,
+        group=msg.group if msg.HasField("group") else None,
     )
 
 
@@ -153,6 +169,8 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.claimed = q.claimed
         entry.dead = q.dead
         entry.delayed = q.delayed
+        entry.waiting = q.waiting
+        entry.paused = q.paused
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -172,6 +190,8 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             dead=q.dead,
             delayed=q.delayed,
             oldest_age_s=q.oldest_age_s if q.HasField("oldest_age_s") else None,
+            waiting=q.waiting,
+            paused=q.paused,
         )
         for name, q in sorted(msg.queues.items())
     }
@@ -191,3 +211,140 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
         finished=msg.finished,
         finished_evicted=msg.finished_evicted,
     )
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def schedule_spec_to_pb(
+    name: str,
+    *,
+    queue: str,
+    payload: bytes,
+    cron: str | None,
+    every_s: float | None,
+    tz: str | None,
+    priority: int,
+    max_attempts: int,
+    catch_up: str,
+) -> pb.Schedule:
+    """The message of a ``schedule`` call (only its spec fields)."""
+    msg = pb.Schedule(
+        name=name,
+        queue=queue,
+        payload=payload,
+        priority=priority,
+        max_attempts=max_attempts,
+        catch_up=catch_up,
+    )
+    if cron is not None:
+        msg.cron = cron
+    if every_s is not None:
+        msg.every_s = every_s
+    if tz is not None:
+        msg.tz = tz
+    return msg
+
+
+def schedule_spec_from_pb(msg: pb.Schedule) -> dict[str, Any]:
+    """The keyword arguments of ``schedule`` a message carries (name included)."""
+    return {
+        "name": msg.name,
+        "queue": msg.queue,
+        "payload": msg.payload,
+        "cron": msg.cron if msg.HasField("cron") else None,
+        "every_s": msg.every_s if msg.HasField("every_s") else None,
+        "tz": msg.tz if msg.HasField("tz") else None,
+        "priority": msg.priority,
+        "max_attempts": msg.max_attempts if msg.HasField("max_attempts") else DEFAULT_MAX_ATTEMPTS,
+        "catch_up": msg.catch_up or "once",
+    }
+
+
+def schedule_info_to_pb(info: ScheduleInfo) -> pb.Schedule:
+    msg = schedule_spec_to_pb(
+        info.name,
+        queue=info.queue,
+        payload=info.payload,
+        cron=info.cron,
+        every_s=info.every_s,
+        tz=info.tz,
+        priority=info.priority,
+        max_attempts=info.max_attempts,
+        catch_up=info.catch_up,
+    )
+    msg.next_run_at = info.next_run_at
+    if info.last_run_at is not None:
+        msg.last_run_at = info.last_run_at
+    if info.last_job_id is not None:
+        msg.last_job_id = info.last_job_id
+    if info.note is not None:
+        msg.note = info.note
+    return msg
+
+
+def schedule_info_from_pb(msg: pb.Schedule) -> ScheduleInfo:
+    spec = schedule_spec_from_pb(msg)
+    return ScheduleInfo(
+        next_run_at=msg.next_run_at,
+        last_run_at=msg.last_run_at if msg.HasField("last_run_at") else None,
+        last_job_id=msg.last_job_id if msg.HasField("last_job_id") else None,
+        note=msg.note if msg.HasField("note") else None,
+        **spec,
+    )
+
+
+# --------------------------------------------------------------------------- queue settings
+
+
+def settings_to_pb(
+    queue: str,
+    *,
+    rate_per_s: float | None = None,
+    burst: int | None = None,
+    max_claimed: int | None = None,
+    max_claimed_per_group: int | None = None,
+    paused: bool | None = None,
+) -> pb.QueueSettings:
+    """A settings message: the fields given are set, the others left unset."""
+    msg = pb.QueueSettings(queue=queue)
+    if rate_per_s is not None:
+        msg.rate_per_s = rate_per_s
+    if burst is not None:
+        msg.burst = burst
+    if max_claimed is not None:
+        msg.max_claimed = max_claimed
+    if max_claimed_per_group is not None:
+        msg.max_claimed_per_group = max_claimed_per_group
+    if paused is not None:
+        msg.paused = paused
+    return msg
+
+
+def settings_args_from_pb(msg: pb.QueueSettings) -> dict[str, Any]:
+    """The keyword arguments of ``set_queue`` a message carries (unset: None)."""
+    return {
+        "rate_per_s": msg.rate_per_s if msg.HasField("rate_per_s") else None,
+        "burst": msg.burst if msg.HasField("burst") else None,
+        "max_claimed": msg.max_claimed if msg.HasField("max_claimed") else None,
+        "max_claimed_per_group": (
+            msg.max_claimed_per_group if msg.HasField("max_claimed_per_group") else None
+        ),
+        "paused": msg.paused if msg.HasField("paused") else None,
+    }
+
+
+def queue_settings_to_pb(settings: QueueSettings) -> pb.QueueSettings:
+    return settings_to_pb(
+        settings.queue,
+        rate_per_s=settings.rate_per_s,
+        burst=settings.burst,
+        max_claimed=settings.max_claimed,
+        max_claimed_per_group=settings.max_claimed_per_group,
+        paused=settings.paused,
+    )
+
+
+def queue_settings_from_pb(msg: pb.QueueSettings) -> QueueSettings:
+    args = settings_args_from_pb(msg)
+    return QueueSettings(queue=msg.queue, **{**args, "paused": bool(args["paused"])})

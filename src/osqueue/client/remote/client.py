@@ -45,6 +45,7 @@ from osqueue.client.remote.requests import (
     push_message,
     result_request,
 )
+from osqueue.client.remote.scheduling import SchedulingRpcs
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import OsqueueError, ShuttingDown
 from osqueue.state import validate
@@ -57,8 +58,9 @@ from osqueue.wire.convert import job_from_pb, job_result_from_pb, stats_from_pb
 R = TypeVar("R")
 
 
-class RemoteClient:
-    """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker.
+class RemoteClient(SchedulingRpcs):
+    """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker
+    (and :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings).
 
     ``clock`` times every deadline and backoff wait (a
     :class:`~osqueue.clock.ManualClock` makes them instant in tests).

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from osqueue.api import EncodedResult, Job, NewJob
 from osqueue.errors import InvalidInput
 from osqueue.ids import new_id
-from osqueue.state import validate
+from osqueue.state import deps, validate
+from osqueue.state.scheduling import check_group
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import job_ref, new_job_to_pb, result_to_pb
 
@@ -33,6 +34,10 @@ def push_message(job: NewJob, max_payload_bytes: int) -> pb.NewJob:
         )
     job_id = validate.job_id(job.id, "id") if job.id is not None else new_id()
     delay_s = validate.new_job(job.queue, job.priority, job.delay_s, job.key, job.max_attempts)
+    if job.group is not None:
+        check_group(job.group)
+    if job.after or job.on_parent_failure != "cancel":
+        deps.check(job.after, job.on_parent_failure, job_id)
     if job.result_ttl_s is not None:
         validate.seconds(job.result_ttl_s, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
     return new_job_to_pb(job, job_id, payload, delay_s)

@@ -206,6 +206,9 @@ class NewJob(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    ON_PARENT_FAILURE_FIELD_NUMBER: _builtins.int
     RESULT_TTL_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Chosen by the client (a ULID) before the first send; required."""
@@ -216,11 +219,21 @@ class NewJob(_message.Message):
     max_attempts: _builtins.int
     """Unset means the broker's default (5)."""
     payload: _builtins.bytes
+    group: _builtins.str
+    """The job's group: the queue's max_claimed_per_group caps its claimed jobs."""
+    on_parent_failure: _builtins.str
+    """What a parent that ends dead or cancelled does to the job: "cancel" (also
+    when empty) or "run".
+    """
     result_ttl_s: _builtins.float
     """How long the job's result (and how it finished) is kept after it
     finishes.  Unset: the broker's result_ttl_s.  (Numbered from 20 on: the
     results fields.)
     """
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Parents: the job waits (status waiting) until every one of them completed."""
+
     def __init__(
         self,
         *,
@@ -231,18 +244,25 @@ class NewJob(_message.Message):
         key: _builtins.str | None = ...,
         max_attempts: _builtins.int | None = ...,
         payload: _builtins.bytes = ...,
+        group: _builtins.str | None = ...,
+        after: _abc.Iterable[_builtins.str] | None = ...,
+        on_parent_failure: _builtins.str = ...,
         result_ttl_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "key", b"key", "max_attempts", b"max_attempts", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group", b"_group", "_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "group", b"group", "key", b"key", "max_attempts", b"max_attempts", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "delay_s", b"delay_s", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group", b"_group", "_key", b"_key", "_max_attempts", b"_max_attempts", "_result_ttl_s", b"_result_ttl_s", "after", b"after", "delay_s", b"delay_s", "group", b"group", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "on_parent_failure", b"on_parent_failure", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__group: _TypeAlias = _typing.Literal["group"]  # noqa: Y015
+    _WhichOneofArgType__group: _TypeAlias = _typing.Literal["_group", b"_group"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
     _WhichOneofReturnType__result_ttl_s: _TypeAlias = _typing.Literal["result_ttl_s"]  # noqa: Y015
     _WhichOneofArgType__result_ttl_s: _TypeAlias = _typing.Literal["_result_ttl_s", b"_result_ttl_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group) -> _WhichOneofReturnType__group | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
     @_typing.overload
@@ -369,6 +389,7 @@ class Job(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -380,6 +401,7 @@ class Job(_message.Message):
     key: _builtins.str
     created_at: _builtins.float
     """Broker time, seconds since the Unix epoch."""
+    group: _builtins.str
     def __init__(
         self,
         *,
@@ -392,13 +414,19 @@ class Job(_message.Message):
         priority: _builtins.int = ...,
         key: _builtins.str | None = ...,
         created_at: _builtins.float = ...,
+        group: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "key", b"key"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group", b"_group", "_key", b"_key", "group", b"group", "key", b"key"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "attempts", b"attempts", "created_at", b"created_at", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group", b"_group", "_key", b"_key", "attempts", b"attempts", "created_at", b"created_at", "group", b"group", "id", b"id", "key", b"key", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__group: _TypeAlias = _typing.Literal["group"]  # noqa: Y015
+    _WhichOneofArgType__group: _TypeAlias = _typing.Literal["_group", b"_group"]  # noqa: Y015
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group) -> _WhichOneofReturnType__group | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
@@ -689,11 +717,16 @@ class QueueStats(_message.Message):
     DEAD_FIELD_NUMBER: _builtins.int
     DELAYED_FIELD_NUMBER: _builtins.int
     OLDEST_AGE_S_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
     claimed: _builtins.int
     dead: _builtins.int
     delayed: _builtins.int
     oldest_age_s: _builtins.float
+    waiting: _builtins.int
+    """Jobs waiting for their parents (not in depth)."""
+    paused: _builtins.bool
     def __init__(
         self,
         *,
@@ -702,10 +735,12 @@ class QueueStats(_message.Message):
         dead: _builtins.int = ...,
         delayed: _builtins.int = ...,
         oldest_age_s: _builtins.float | None = ...,
+        waiting: _builtins.int = ...,
+        paused: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015
@@ -850,3 +885,306 @@ class CountResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CountResponse: _TypeAlias = CountResponse  # noqa: Y015
+
+@_typing.final
+class Schedule(_message.Message):
+    """A periodic job.  In a ScheduleRequest only the spec fields (1-9) count; the
+    broker fills the rest in its answers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    CRON_FIELD_NUMBER: _builtins.int
+    TZ_FIELD_NUMBER: _builtins.int
+    EVERY_S_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    CATCH_UP_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_AT_FIELD_NUMBER: _builtins.int
+    LAST_RUN_AT_FIELD_NUMBER: _builtins.int
+    LAST_JOB_ID_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    queue: _builtins.str
+    cron: _builtins.str
+    """Exactly one of cron (five fields) and every_s."""
+    tz: _builtins.str
+    """The IANA time zone cron is read in; unset: UTC."""
+    every_s: _builtins.float
+    payload: _builtins.bytes
+    priority: _builtins.int
+    max_attempts: _builtins.int
+    """Unset means the broker's default (5)."""
+    catch_up: _builtins.str
+    """"once" (also when empty) or "skip"."""
+    next_run_at: _builtins.float
+    """Broker time, seconds since the Unix epoch."""
+    last_run_at: _builtins.float
+    last_job_id: _builtins.str
+    note: _builtins.str
+    """Why the last tick pushed no job."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        cron: _builtins.str | None = ...,
+        tz: _builtins.str | None = ...,
+        every_s: _builtins.float | None = ...,
+        payload: _builtins.bytes = ...,
+        priority: _builtins.int = ...,
+        max_attempts: _builtins.int | None = ...,
+        catch_up: _builtins.str = ...,
+        next_run_at: _builtins.float = ...,
+        last_run_at: _builtins.float | None = ...,
+        last_job_id: _builtins.str | None = ...,
+        note: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cron", b"_cron", "_every_s", b"_every_s", "_last_job_id", b"_last_job_id", "_last_run_at", b"_last_run_at", "_max_attempts", b"_max_attempts", "_note", b"_note", "_tz", b"_tz", "cron", b"cron", "every_s", b"every_s", "last_job_id", b"last_job_id", "last_run_at", b"last_run_at", "max_attempts", b"max_attempts", "note", b"note", "tz", b"tz"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cron", b"_cron", "_every_s", b"_every_s", "_last_job_id", b"_last_job_id", "_last_run_at", b"_last_run_at", "_max_attempts", b"_max_attempts", "_note", b"_note", "_tz", b"_tz", "catch_up", b"catch_up", "cron", b"cron", "every_s", b"every_s", "last_job_id", b"last_job_id", "last_run_at", b"last_run_at", "max_attempts", b"max_attempts", "name", b"name", "next_run_at", b"next_run_at", "note", b"note", "payload", b"payload", "priority", b"priority", "queue", b"queue", "tz", b"tz"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cron: _TypeAlias = _typing.Literal["cron"]  # noqa: Y015
+    _WhichOneofArgType__cron: _TypeAlias = _typing.Literal["_cron", b"_cron"]  # noqa: Y015
+    _WhichOneofReturnType__every_s: _TypeAlias = _typing.Literal["every_s"]  # noqa: Y015
+    _WhichOneofArgType__every_s: _TypeAlias = _typing.Literal["_every_s", b"_every_s"]  # noqa: Y015
+    _WhichOneofReturnType__last_job_id: _TypeAlias = _typing.Literal["last_job_id"]  # noqa: Y015
+    _WhichOneofArgType__last_job_id: _TypeAlias = _typing.Literal["_last_job_id", b"_last_job_id"]  # noqa: Y015
+    _WhichOneofReturnType__last_run_at: _TypeAlias = _typing.Literal["last_run_at"]  # noqa: Y015
+    _WhichOneofArgType__last_run_at: _TypeAlias = _typing.Literal["_last_run_at", b"_last_run_at"]  # noqa: Y015
+    _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
+    _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__note: _TypeAlias = _typing.Literal["note"]  # noqa: Y015
+    _WhichOneofArgType__note: _TypeAlias = _typing.Literal["_note", b"_note"]  # noqa: Y015
+    _WhichOneofReturnType__tz: _TypeAlias = _typing.Literal["tz"]  # noqa: Y015
+    _WhichOneofArgType__tz: _TypeAlias = _typing.Literal["_tz", b"_tz"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cron) -> _WhichOneofReturnType__cron | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__every_s) -> _WhichOneofReturnType__every_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_job_id) -> _WhichOneofReturnType__last_job_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_run_at) -> _WhichOneofReturnType__last_run_at | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__note) -> _WhichOneofReturnType__note | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tz) -> _WhichOneofReturnType__tz | None: ...
+
+Global___Schedule: _TypeAlias = Schedule  # noqa: Y015
+
+@_typing.final
+class ScheduleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule: ...
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleRequest: _TypeAlias = ScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ScheduleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule: ...
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleResponse: _TypeAlias = ScheduleResponse  # noqa: Y015
+
+@_typing.final
+class UnscheduleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnscheduleRequest: _TypeAlias = UnscheduleRequest  # noqa: Y015
+
+@_typing.final
+class UnscheduleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.bool
+    """False: there was no schedule of that name."""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnscheduleResponse: _TypeAlias = UnscheduleResponse  # noqa: Y015
+
+@_typing.final
+class ListSchedulesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesRequest: _TypeAlias = ListSchedulesRequest  # noqa: Y015
+
+@_typing.final
+class ListSchedulesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedules(self) -> _containers.RepeatedCompositeFieldContainer[Global___Schedule]: ...
+    def __init__(
+        self,
+        *,
+        schedules: _abc.Iterable[Global___Schedule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedules", b"schedules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesResponse: _TypeAlias = ListSchedulesResponse  # noqa: Y015
+
+@_typing.final
+class QueueSettings(_message.Message):
+    """A queue's settings.  In a SetQueueRequest an unset field is left as it is
+    and 0 removes a limit; in an answer an unset field is no limit.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    RATE_PER_S_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    MAX_CLAIMED_FIELD_NUMBER: _builtins.int
+    MAX_CLAIMED_PER_GROUP_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    paused: _builtins.bool
+    rate_per_s: _builtins.float
+    burst: _builtins.int
+    max_claimed: _builtins.int
+    max_claimed_per_group: _builtins.int
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        paused: _builtins.bool | None = ...,
+        rate_per_s: _builtins.float | None = ...,
+        burst: _builtins.int | None = ...,
+        max_claimed: _builtins.int | None = ...,
+        max_claimed_per_group: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "queue", b"queue", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__burst: _TypeAlias = _typing.Literal["burst"]  # noqa: Y015
+    _WhichOneofArgType__burst: _TypeAlias = _typing.Literal["_burst", b"_burst"]  # noqa: Y015
+    _WhichOneofReturnType__max_claimed: _TypeAlias = _typing.Literal["max_claimed"]  # noqa: Y015
+    _WhichOneofArgType__max_claimed: _TypeAlias = _typing.Literal["_max_claimed", b"_max_claimed"]  # noqa: Y015
+    _WhichOneofReturnType__max_claimed_per_group: _TypeAlias = _typing.Literal["max_claimed_per_group"]  # noqa: Y015
+    _WhichOneofArgType__max_claimed_per_group: _TypeAlias = _typing.Literal["_max_claimed_per_group", b"_max_claimed_per_group"]  # noqa: Y015
+    _WhichOneofReturnType__paused: _TypeAlias = _typing.Literal["paused"]  # noqa: Y015
+    _WhichOneofArgType__paused: _TypeAlias = _typing.Literal["_paused", b"_paused"]  # noqa: Y015
+    _WhichOneofReturnType__rate_per_s: _TypeAlias = _typing.Literal["rate_per_s"]  # noqa: Y015
+    _WhichOneofArgType__rate_per_s: _TypeAlias = _typing.Literal["_rate_per_s", b"_rate_per_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__burst) -> _WhichOneofReturnType__burst | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_claimed) -> _WhichOneofReturnType__max_claimed | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_claimed_per_group) -> _WhichOneofReturnType__max_claimed_per_group | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__paused) -> _WhichOneofReturnType__paused | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_per_s) -> _WhichOneofReturnType__rate_per_s | None: ...
+
+Global___QueueSettings: _TypeAlias = QueueSettings  # noqa: Y015
+
+@_typing.final
+class SetQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> Global___QueueSettings: ...
+    def __init__(
+        self,
+        *,
+        settings: Global___QueueSettings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetQueueRequest: _TypeAlias = SetQueueRequest  # noqa: Y015
+
+@_typing.final
+class SetQueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> Global___QueueSettings: ...
+    def __init__(
+        self,
+        *,
+        settings: Global___QueueSettings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetQueueResponse: _TypeAlias = SetQueueResponse  # noqa: Y015

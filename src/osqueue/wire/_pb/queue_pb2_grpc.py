@@ -94,6 +94,26 @@ class QueueStub:
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.ResultRequest.SerializeToString,
                 response_deserializer=osqueue_dot_v1_dot_queue__pb2.ResultResponse.FromString,
                 _registered_method=True)
+        self.Schedule = channel.unary_unary(
+                '/osqueue.v1.Queue/Schedule',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
+        self.Unschedule = channel.unary_unary(
+                '/osqueue.v1.Queue/Unschedule',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.UnscheduleRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.UnscheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/osqueue.v1.Queue/ListSchedules',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.SetQueue = channel.unary_unary(
+                '/osqueue.v1.Queue/SetQueue',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -188,6 +208,34 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Schedule(self, request, context):
+        """Add a periodic job, or replace the one of that name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unschedule(self, request, context):
+        """Remove a periodic job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Every periodic job, by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueue(self, request, context):
+        """Change a queue's settings (pause, rate, caps on claimed jobs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +298,26 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.Result,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.ResultRequest.FromString,
                     response_serializer=osqueue_dot_v1_dot_queue__pb2.ResultResponse.SerializeToString,
+            ),
+            'Schedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.Schedule,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.ScheduleRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'Unschedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unschedule,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.UnscheduleRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.UnscheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'SetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueue,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +644,114 @@ class Queue:
             '/osqueue.v1.Queue/Result',
             osqueue_dot_v1_dot_queue__pb2.ResultRequest.SerializeToString,
             osqueue_dot_v1_dot_queue__pb2.ResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Schedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/Schedule',
+            osqueue_dot_v1_dot_queue__pb2.ScheduleRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unschedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/Unschedule',
+            osqueue_dot_v1_dot_queue__pb2.UnscheduleRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.UnscheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/ListSchedules',
+            osqueue_dot_v1_dot_queue__pb2.ListSchedulesRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/SetQueue',
+            osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -76,6 +76,14 @@ class QueueStub:
     answer comes with the commit that finishes it).  An unknown or expired id
     fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
     """
+    Schedule: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ScheduleRequest, _queue_pb2.ScheduleResponse]
+    """Add a periodic job, or replace the one of that name."""
+    Unschedule: _grpc.UnaryUnaryMultiCallable[_queue_pb2.UnscheduleRequest, _queue_pb2.UnscheduleResponse]
+    """Remove a periodic job."""
+    ListSchedules: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ListSchedulesRequest, _queue_pb2.ListSchedulesResponse]
+    """Every periodic job, by name."""
+    SetQueue: _grpc.UnaryUnaryMultiCallable[_queue_pb2.SetQueueRequest, _queue_pb2.SetQueueResponse]
+    """Change a queue's settings (pause, rate, caps on claimed jobs)."""
 
 @_typing.type_check_only
 class QueueAsyncStub(QueueStub):
@@ -112,6 +120,14 @@ class QueueAsyncStub(QueueStub):
     answer comes with the commit that finishes it).  An unknown or expired id
     fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
     """
+    Schedule: _aio.UnaryUnaryMultiCallable[_queue_pb2.ScheduleRequest, _queue_pb2.ScheduleResponse]  # type: ignore[assignment]
+    """Add a periodic job, or replace the one of that name."""
+    Unschedule: _aio.UnaryUnaryMultiCallable[_queue_pb2.UnscheduleRequest, _queue_pb2.UnscheduleResponse]  # type: ignore[assignment]
+    """Remove a periodic job."""
+    ListSchedules: _aio.UnaryUnaryMultiCallable[_queue_pb2.ListSchedulesRequest, _queue_pb2.ListSchedulesResponse]  # type: ignore[assignment]
+    """Every periodic job, by name."""
+    SetQueue: _aio.UnaryUnaryMultiCallable[_queue_pb2.SetQueueRequest, _queue_pb2.SetQueueResponse]  # type: ignore[assignment]
+    """Change a queue's settings (pause, rate, caps on claimed jobs)."""
 
 class QueueServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -217,5 +233,37 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         answer comes with the commit that finishes it).  An unknown or expired id
         fails the call with NOT_FOUND (REASON_JOB_NOT_FOUND).
         """
+
+    @_abc_1.abstractmethod
+    def Schedule(
+        self,
+        request: _queue_pb2.ScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ScheduleResponse, _abc.Awaitable[_queue_pb2.ScheduleResponse]]:
+        """Add a periodic job, or replace the one of that name."""
+
+    @_abc_1.abstractmethod
+    def Unschedule(
+        self,
+        request: _queue_pb2.UnscheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.UnscheduleResponse, _abc.Awaitable[_queue_pb2.UnscheduleResponse]]:
+        """Remove a periodic job."""
+
+    @_abc_1.abstractmethod
+    def ListSchedules(
+        self,
+        request: _queue_pb2.ListSchedulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ListSchedulesResponse, _abc.Awaitable[_queue_pb2.ListSchedulesResponse]]:
+        """Every periodic job, by name."""
+
+    @_abc_1.abstractmethod
+    def SetQueue(
+        self,
+        request: _queue_pb2.SetQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.SetQueueResponse, _abc.Awaitable[_queue_pb2.SetQueueResponse]]:
+        """Change a queue's settings (pause, rate, caps on claimed jobs)."""
 
 def add_QueueServicer_to_server(servicer: QueueServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

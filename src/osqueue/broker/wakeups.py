@@ -1,0 +1,41 @@
+"""When the idle commit loop must wake: the commit loop's one wake-up hook.
+
+An idle broker writes only to renew its lease, except when the document
+itself says something is due:
+
+* a schedule tick (:func:`osqueue.state.next_tick_at`): a commit is due then,
+  claims parked or not, since the commit that finds the tick due pushes its job;
+* while claims are parked: a delayed job coming due or a claim expiring
+  (:func:`osqueue.state.next_wakeup`, a commit is due), and a rate-limited
+  queue getting a token back (:func:`osqueue.state.next_capacity_at`: the
+  parked claims are woken, and their own claim is the commit).
+"""
+
+from __future__ import annotations
+
+from osqueue.state import Document, Policy, next_capacity_at, next_tick_at, next_wakeup
+
+
+def commit_due(doc: Document, policy: Policy, now: float, parked: bool) -> bool:
+    """Is a commit with no ops due at ``now`` (beyond the lease renewal)?"""
+    tick = next_tick_at(doc)
+    if tick is not None and tick <= now:
+        return True
+    if parked:
+        wake = next_wakeup(doc, policy)
+        return wake is not None and wake <= now
+    return False
+
+
+def idle_timeout_s(doc: Document, policy: Policy, now: float, parked: bool) -> float | None:
+    """How long the idle loop may sleep before something in ``doc`` is due (None:
+    nothing is; the lease renewal still is)."""
+    times: list[float] = []
+    tick = next_tick_at(doc)
+    if tick is not None:
+        times.append(tick)
+    if parked:
+        for at in (next_wakeup(doc, policy), next_capacity_at(doc, now)):
+            if at is not None:
+                times.append(at)
+    return min(times) - now if times else None

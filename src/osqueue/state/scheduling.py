@@ -1,0 +1,170 @@
+"""The transition's scheduling steps: the ops on schedules and queue settings,
+firing due ticks, and where a pushed job with a group or parents goes.
+
+These are the handlers :func:`osqueue.state.transition` dispatches to for
+:class:`~osqueue.state.ops.SetQueue`, :class:`~osqueue.state.ops.PutSchedule`
+and :class:`~osqueue.state.ops.RemoveSchedule`, plus the two hooks it calls:
+:func:`fire` before a commit's ops, and :func:`place_push` inside a push.
+The rules themselves live in :mod:`.schedules`, :mod:`.limits` and :mod:`.deps`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+import msgspec
+
+from osqueue.api import FinishedStatus
+from osqueue.errors import InvalidInput, QueueFull
+from osqueue.state import deps, limits, schedules
+from osqueue.state import results as finishing
+from osqueue.state.document import Document
+from osqueue.state.model import Schedule, StoredJob, to_datetime
+from osqueue.state.ops import (
+    Counted,
+    OpResult,
+    Policy,
+    Push,
+    PutSchedule,
+    QueueSet,
+    RemoveSchedule,
+    Scheduled,
+    SetQueue,
+)
+
+MAX_GROUP_CHARS = 128
+
+
+class Tx(Protocol):
+    """What these steps need of the transition building the new version."""
+
+    doc: Document
+    now: float
+    now_dt: datetime
+    policy: Policy
+    stats: dict[str, int]
+    ended: list[tuple[str, FinishedStatus]]
+
+    def push(self, op: Push) -> OpResult: ...
+
+
+# --------------------------------------------------------------------------- queue settings
+
+
+def set_queue(tx: Tx, op: SetQueue) -> OpResult:
+    fields = {
+        "rate_per_s": op.rate_per_s,
+        "burst": op.burst,
+        "max_claimed": op.max_claimed,
+        "max_claimed_per_group": op.max_claimed_per_group,
+        "paused": op.paused,
+    }
+    limits.check_settings(op.queue, **fields)  # type: ignore[arg-type]
+    doc = tx.doc
+    new = limits.updated(doc.queue_settings.get(op.queue), now=tx.now, **fields)  # type: ignore[arg-type]
+    doc.set_queue_settings(op.queue, None if limits.is_default(new) else new)
+    return QueueSet(op.queue, new)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def put_schedule(tx: Tx, op: PutSchedule) -> OpResult:
+    policy, doc = tx.policy, tx.doc
+    cron, every_s = schedules.check_spec(
+        name=op.name,
+        queue=op.queue,
+        cron=op.cron,
+        tz=op.tz,
+        every_s=op.every_s,
+        payload=op.payload,
+        priority=op.priority,
+        max_attempts=op.max_attempts,
+        catch_up=op.catch_up,
+        max_payload_bytes=policy.max_inline_payload_bytes,
+    )
+    old = doc.schedules.get(op.name)
+    if old is None and len(doc.schedules) >= policy.max_schedules:
+        raise QueueFull(f"the document holds max_schedules={policy.max_schedules} schedules")
+    draft = Schedule(
+        name=op.name,
+        queue=op.queue,
+        next_at=tx.now_dt,
+        created_at=old.created_at if old is not None else tx.now_dt,
+        cron=cron,
+        tz=op.tz if cron is not None else None,
+        every_s=every_s,
+        payload=op.payload,
+        priority=op.priority,
+        max_attempts=op.max_attempts,
+        catch_up=op.catch_up,
+        last_at=old.last_at if old is not None else None,
+        last_job=old.last_job if old is not None else None,
+    )
+    schedule = msgspec.structs.replace(
+        draft, next_at=to_datetime(schedules.first_next_at(draft, tx.now))
+    )
+    if doc.size_upper() + len(msgspec.json.encode(schedule)) > policy.max_document_bytes:
+        raise QueueFull(
+            f"the queue document would exceed max_document_bytes={policy.max_document_bytes}"
+        )
+    doc.schedules.put(schedule)
+    return Scheduled(schedule)
+
+
+def remove_schedule(tx: Tx, op: RemoveSchedule) -> OpResult:
+    schedules.check_name(op.name)
+    return Counted(0 if tx.doc.schedules.remove(op.name) is None else 1)
+
+
+def fire(tx: Tx) -> None:
+    """Push the job of every tick that has come, recording the tick (same version)."""
+
+    def push(job_id: str, s: Schedule) -> None:
+        tx.push(
+            Push(
+                id=job_id,
+                payload=s.payload,
+                queue=s.queue,
+                priority=s.priority,
+                max_attempts=s.max_attempts,
+            )
+        )
+
+    schedules.fire_due(tx.doc.schedules, tx.now, tx.policy.schedule_grace_s, push)
+
+
+# --------------------------------------------------------------------------- a push's place
+
+
+def check_group(group: str | None, field: str = "group") -> str | None:
+    if group is None:
+        return None
+    if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
+        raise InvalidInput(f"must be 1-{MAX_GROUP_CHARS} characters", field=field)
+    if not group.isprintable():
+        raise InvalidInput("must be printable text", field=field)
+    return group
+
+
+def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
+    """``job`` (a push's new job) with its group and parents: ``waiting`` while a
+    parent is pending; None when a failed parent cancelled it at once (it is
+    then counted as pushed and cancelled, and recorded)."""
+    job = msgspec.structs.replace(job, group=check_group(op.group))
+    if not op.after:
+        return job
+    after = deps.check(op.after, op.on_parent_failure, op.id)
+    doc = tx.doc
+    job = msgspec.structs.replace(job, after=after, on_parent_failure=op.on_parent_failure)
+    placed = deps.place(doc, job, tx.policy.dependency_window_s)
+    # children may name the jobs that finish from now on: record them for a while
+    doc.note_dependencies(tx.now_dt)
+    if placed is None:
+        tx.stats["pushed"] += 1
+        tx.stats["cancelled"] += 1
+        finishing.record(tx, job, "cancelled")
+        if job.dedupe:
+            doc.add_tombstone(op.id, tx.now_dt)
+    return placed

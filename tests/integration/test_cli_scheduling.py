@@ -1,0 +1,132 @@
+"""``osqueue schedule``, ``osqueue queue``, ``jobs --status waiting`` and ``push --after``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli import _restore_logging, assert_one_error_line, invoke, qdir, read_doc, url_of
+
+from osqueue.cli.queue import parse_rate
+from osqueue.cli.schedule import parse_every
+from osqueue.errors import InvalidInput
+
+__all__ = ["_restore_logging", "qdir"]  # the fixtures, shared with test_cli
+
+
+def test_schedule_add_list_and_remove(qdir: Path) -> None:
+    url = url_of(qdir)
+    added = invoke(
+        "schedule", url, "add", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris",
+        "--queue", "reports", "--data", '{"kind": "nightly"}', "--embedded",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    assert added.stdout.startswith("scheduled nightly: next run ")
+    beat = invoke("schedule", url, "add", "beat", "--every", "30s", "-q", "health", "--embedded")
+    assert beat.exit_code == 0, beat.stderr
+    doc = read_doc(qdir)
+    assert sorted(s.name for s in doc.schedules) == ["beat", "nightly"]
+    assert doc.schedules.get("beat").every_s == 30.0  # type: ignore[union-attr]
+
+    listed = invoke("schedule", url, "list", "--json")
+    assert listed.exit_code == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["name"] for r in rows] == ["beat", "nightly"]
+    assert rows[1]["cron"] == "0 3 * * *"
+    assert rows[1]["tz"] == "Europe/Paris"
+    assert rows[1]["payload"] == '{"kind": "nightly"}'
+    assert rows[1]["next_run_at"] > 0
+    assert rows[1]["last_job_id"] is None
+    table = invoke("schedule", url, "list")
+    assert "every 30s" in table.stdout
+    assert "0 3 * * * (Europe/Paris)" in table.stdout
+
+    removed = invoke("schedule", url, "remove", "beat", "--embedded")
+    assert removed.stdout.strip() == "removed schedule beat"
+    again = invoke("schedule", url, "remove", "beat", "--embedded")
+    assert_one_error_line(again, 1, "no schedule 'beat'")
+    assert [s.name for s in read_doc(qdir).schedules] == ["nightly"]
+
+
+def test_schedule_add_errors_name_the_field(qdir: Path) -> None:
+    url = url_of(qdir)
+    no_queue = invoke("schedule", url, "add", "x", "--every", "1m", "--embedded")
+    assert_one_error_line(no_queue, 3, "queue")
+    bad_cron = invoke("schedule", url, "add", "x", "--cron", "* * *", "-q", "q", "--embedded")
+    assert_one_error_line(bad_cron, 3, "cron")
+    both = invoke(
+        "schedule", url, "add", "x", "--cron", "* * * * *", "--every", "1m", "-q", "q",
+        "--embedded",
+    )  # fmt: skip
+    assert_one_error_line(both, 3, "exactly one of cron and every_s")
+    no_name = invoke("schedule", url, "remove", "--embedded")
+    assert_one_error_line(no_name, 3, "NAME")
+
+
+def test_queue_shows_and_changes_the_settings(qdir: Path) -> None:
+    url = url_of(qdir)
+    changed = invoke(
+        "queue", url, "index", "--rate", "50/s", "--burst", "5", "--max-claimed", "10",
+        "--max-claimed-per-group", "1", "--pause", "--embedded",
+    )  # fmt: skip
+    assert changed.exit_code == 0, changed.stderr
+    assert changed.stdout.strip() == (
+        "index: paused, rate 50/s (burst 5), max claimed 10, max claimed per group 1"
+    )
+    s = read_doc(qdir).queue_settings["index"]
+    assert (s.paused, s.rate_per_s, s.burst, s.max_claimed, s.max_claimed_per_group) == (
+        True, 50.0, 5, 10, 1,
+    )  # fmt: skip
+    shown = invoke("queue", url, "index", "--json")
+    assert json.loads(shown.stdout)["max_claimed"] == 10
+    resumed = invoke(
+        "queue", url, "index", "--resume", "--rate", "off", "--max-claimed", "0", "--embedded"
+    )
+    assert resumed.stdout.strip() == "index: running, max claimed per group 1"
+    plain = invoke("queue", url, "other")
+    assert plain.stdout.strip() == "other: running, no limits"
+    bad = invoke("queue", url, "index", "--rate", "fast", "--embedded")
+    assert_one_error_line(bad, 3, "rate")
+
+
+def test_push_after_and_jobs_status_waiting(qdir: Path) -> None:
+    url = url_of(qdir)
+    parent = invoke("push", url, "--embedded", "--data", "p", "-q", "w").stdout.strip()
+    child = invoke(
+        "push", url, "--embedded", "--data", "c", "-q", "w", "--after", parent, "--group", "g1"
+    )
+    assert child.exit_code == 0, child.stderr
+    waiting = invoke("jobs", url, "--status", "waiting", "--json")
+    rows = [json.loads(line) for line in waiting.stdout.splitlines()]
+    assert [(r["id"], r["status"], r["after"], r["group"]) for r in rows] == [
+        (child.stdout.strip(), "waiting", [parent], "g1")
+    ]
+    table = invoke("jobs", url, "--status", "waiting")
+    assert "waiting (1 parent)" in table.stdout
+    unknown = invoke("push", url, "--embedded", "--data", "x", "--after", "nobody-knows")
+    assert_one_error_line(unknown, 5, "JobNotFound", "after[0]")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30.0), ("5m", 300.0), ("1h", 3600.0), ("2d", 172800.0), ("45", 45.0)],
+)
+def test_every_durations(text: str, seconds: float) -> None:
+    assert parse_every(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"), [("50/s", 50.0), ("3000/m", 50.0), ("36/h", 0.01), ("7", 7.0), ("off", 0.0)]
+)
+def test_rates(text: str, rate: float) -> None:
+    assert parse_rate(text) == pytest.approx(rate)
+
+
+def test_bad_durations_and_rates_name_their_option() -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_every("soon")
+    assert err.value.field == "every"
+    with pytest.raises(InvalidInput) as err:
+        parse_rate("50/week")
+    assert err.value.field == "rate"
