@@ -15,6 +15,7 @@ from osqueue.broker import BrokerConfig
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.dashboard.web import Dashboard
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def queue_dir(tmp_path: Path) -> Path:
 async def broker_server(queue_dir: Path) -> AsyncIterator[BrokerServer]:
     config = BrokerConfig(lease_s=3600.0, heartbeat_timeout_s=600.0)
     server = BrokerServer(
-        queue_dir.as_uri(), listen="127.0.0.1:0", token=TOKEN, broker_config=config
+        queue_dir.as_uri(), ServerConfig(listen="127.0.0.1:0", token=TOKEN), config
     )
     await server.start()
     try:

@@ -46,6 +46,8 @@ def rewrite(directory: Path, address: str) -> str:
     path = directory / DOCUMENT_KEY
     doc = json.loads(path.read_bytes())
     doc["broker"]["address"] = address
+    # a live lease: the document names a serving broker (else push says none serves)
+    doc["broker"]["lease_until"] = "2100-01-01T00:00:00Z"
     path.write_text(json.dumps(doc))
     return url
 

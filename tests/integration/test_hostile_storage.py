@@ -33,6 +33,7 @@ from osqueue.cli.app import app
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import CorruptDocument, DocumentGone
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.state import DOCUMENT_KEY, ClaimOp, StoredJob
 from osqueue.state.model import to_datetime
 from osqueue.storage import MemoryStorage, from_url
@@ -219,7 +220,7 @@ async def test_over_grpc_a_bad_payload_object_fails_its_job_alone(
     queue_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = quiet_broker_config(inline_payload_max_bytes=INLINE_MAX)
-    async with BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=config) as server:
+    async with BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), config) as server:
         client = await connect(queue_url, config=fast_config())
         assert isinstance(client, RemoteClient)
         store = from_url(queue_url)

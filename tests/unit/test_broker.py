@@ -322,6 +322,56 @@ async def test_a_standby_that_loses_the_race_for_a_lease_stands_by_again() -> No
     await standby.stop()
 
 
+class _ReadAfterVacancy(Scripted):
+    """Once a document read shows an expired lease, the next document read waits for
+    ``gate`` (and sets ``waiting``): the moment between a standby seeing the lease
+    run out and reading the document it takes over."""
+
+    def __init__(self, inner: Storage, clock: ManualClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.read_gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+        self._expired_seen = False
+
+    async def read(self, key: str) -> Blob:
+        if key == DOCUMENT_KEY and self._expired_seen and not self.read_gate.is_set():
+            self.waiting.set()
+            await self.read_gate.wait()
+        blob = await super().read(key)
+        if key == DOCUMENT_KEY:
+            owner = decode(blob.data).broker
+            if owner is not None and owner.lease_until.timestamp() + 1.0 <= self.clock.now():
+                self._expired_seen = True
+        return blob
+
+
+async def test_a_standby_that_finds_the_lease_taken_when_it_reads_to_take_over_waits() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    held = _ReadAfterVacancy(store, clock)
+    standby = osqueue.Broker(held, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not held.waiting.is_set():  # it saw the lease run out; its next read waits
+        clock.advance(1.0)
+        await _turns()
+    winner = osqueue.Broker(store, config(address="10.0.0.3:7070"), clock=clock)
+    await winner.start()  # another broker takes the queue over meanwhile
+    held.read_gate.set()
+    await _turns(50)
+    assert not starting.done()  # it found the winner's live lease: it waits
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.3:7070", active.epoch + 1)
+    await winner.stop()
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting
+    assert standby.epoch == active.epoch + 2
+    await standby.stop()
+
+
 async def test_a_takeover_whose_answer_was_lost_is_adopted_not_repeated() -> None:
     clock, store = ManualClock(), MemoryStorage()
     active = await _dead_active(store, clock)

@@ -191,14 +191,16 @@ class Lease:
                         continue
                     if blob.data == data:  # our own takeover landed: adopt it
                         return self._took_over(t, blob.etag, epoch)
-                if patient and self._held_by_another(got[0]):
-                    log.info(
-                        "another broker took the queue over first; standing by again",
-                        extra={"action": "standby", "owner": got[0].broker},
-                    )
-                    await self.await_vacancy()
-                    sent = None
-                    continue
+            if patient and got is not None and self._held_by_another(got[0]):
+                # Another standby took the expired lease first (before our read, or
+                # while our write was on its way): wait for its lease, never depose it.
+                log.info(
+                    "another broker took the queue over first; standing by again",
+                    extra={"action": "standby", "owner": got[0].broker},
+                )
+                await self.await_vacancy()
+                sent = None
+                continue
             base, etag = got if got is not None else (Document.empty(), None)
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
