@@ -348,21 +348,33 @@ def test_plan_spills_takes_whole_segments_of_ready_tail_jobs_only() -> None:
     assert plan_spills(doc, Policy(segment_jobs=2, head_jobs=1, spill_above_jobs=5)) == []
 
 
-def test_plan_spills_remembers_a_queue_with_nothing_to_spill() -> None:
+def test_plan_spills_remembers_how_far_a_queue_is_from_spilling() -> None:
     policy = Policy(segment_jobs=16, head_jobs=30, spill_above_jobs=16)
     doc = apply(Document.empty(), [push(i) for i in range(40)], T0, policy)[0]
-    assert plan_spills(doc, policy) == []  # a tail of 10 only
-    assert doc.spill_scanned["default"] == (40, 40, 0)
-    doc = apply(doc, [push(40)], T0, policy)[0]
+    assert plan_spills(doc, policy) == []  # a tail of 10 only: 6 more jobs to go
+    assert doc.spill_scanned["default"] == (41, 40, 6, ())
+    doc = apply(doc, [push(i) for i in range(40, 45)], T0, policy)[0]
     assert plan_spills(doc, policy) == []
-    assert doc.spill_scanned["default"] == (40, 40, 0)  # not grown by 1/8 segment: no scan
-    doc = apply(doc, [push(41)], T0, policy)[0]
-    assert plan_spills(doc, policy) == []
-    assert doc.spill_scanned["default"] == (42, 42, 0)
-    doc = apply(doc, [push(i) for i in range(42, 46)], T0, policy)[0]
+    assert doc.spill_scanned["default"] == (41, 40, 6, ())  # 5 pushed since: no scan
+    doc = apply(doc, [push(45)], T0, policy)[0]
+    assert plan_spills(doc, policy, exclude={"default"}) == []  # a spill of it in flight
     (plan,) = plan_spills(doc, policy)
     assert [j.seq for j in plan.jobs] == list(range(31, 47))
     assert "default" not in doc.spill_scanned
+
+
+def test_plan_spills_takes_the_whole_tail_up_to_segment_jobs() -> None:
+    policy = Policy(segment_jobs=50, head_jobs=2, spill_above_jobs=5)
+    d = Deep([push(i) for i in range(30)], policy)
+    (first,) = d.spill()
+    assert (first.first_seq, first.last_seq) == (3, 30)  # all but the head, at once
+    d.run(*[push(i) for i in range(30, 34)])
+    assert plan_spills(d.doc, policy) == []  # a tail of 4 behind the segment
+    assert d.doc.spill_scanned["default"][2:] == (1, (first.key,))
+    d.run(push(34))
+    (second,) = d.spill()
+    assert (second.first_seq, second.last_seq, second.count) == (31, 35, 5)
+    assert d.claim(40) == [f"j{i}" for i in range(2)]  # stops at the first segment
 
 
 def test_plan_loads_is_due_below_the_head_and_reads_ahead_below_twice_that() -> None:

@@ -25,7 +25,10 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 * :mod:`~osqueue.broker.archiver`: archive objects written after the commits
   that completed jobs;
 * :mod:`~osqueue.broker.payload_sweep`: deletes payload objects no job
-  references (:mod:`~osqueue.broker.payloads` holds the objects themselves);
+  references (:mod:`~osqueue.broker.payloads` holds the objects themselves),
+  and runs the segments' orphan sweep;
+* :mod:`~osqueue.broker.segments`: deep backlogs' segment objects written,
+  read ahead, loaded and deleted between commits;
 * :mod:`~osqueue.broker.activity`: the counters and their periodic log line;
 * :mod:`~osqueue.broker.lifecycle` and :mod:`~osqueue.broker.tasks`: the
   broker's state, and its supervised side tasks.
@@ -50,6 +53,7 @@ from osqueue.broker.lifecycle import Lifecycle, State
 from osqueue.broker.payload_sweep import PayloadSweeper
 from osqueue.broker.payloads import Payloads
 from osqueue.broker.retry import StorageRetry
+from osqueue.broker.segments import SegmentManager
 from osqueue.broker.tasks import SideTasks
 from osqueue.broker.waiters import Waiters
 from osqueue.clock import Clock, SystemClock
@@ -105,6 +109,17 @@ class Broker:
             counters=self.counters,
             written=self._intake.mark_archived,
         )
+        #: deep backlogs: the segment objects (spills, loads, the cache, the orphan sweep)
+        self.segments = SegmentManager(
+            storage,
+            config,
+            self.clock,
+            retry=retry,
+            tasks=self._tasks,
+            intake=self._intake,
+            lease=self._lease,
+            life=self._life,
+        )
         self._commit = CommitLoop(
             storage,
             config,
@@ -118,6 +133,7 @@ class Broker:
             archiver=self._archiver,
             payloads=self.payloads,
             tasks=self._tasks,
+            segments=self.segments,
         )
         self._commit_task: asyncio.Task[None] | None = None
 
@@ -185,6 +201,7 @@ class Broker:
         takeover = await self._lease.acquire(self._archiver)
         self._commit.discard_payloads(takeover)
         life.state = State.SERVING
+        self.segments.committed(takeover)
         self._commit_task = asyncio.create_task(
             self._commit.run(), name=f"osqueue-broker-{self.id}"
         )
@@ -197,6 +214,7 @@ class Broker:
                 counters=self.counters,
                 life=life,
                 lease=self._lease,
+                segments=self.segments,
             )
             tasks.spawn(sweeper.run(), "osqueue-payload-sweep")
         if config.stats_log_interval_s is not None:

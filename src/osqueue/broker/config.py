@@ -57,6 +57,9 @@ class BrokerConfig:
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 20_000
+    #: Segment objects the broker keeps read (the next ones to load, and those a
+    #: cancel looked into), in bytes as stored; the least recently used go first.
+    segment_cache_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
@@ -69,6 +72,7 @@ class BrokerConfig:
             "segment_jobs",
             "head_jobs",
             "load_jobs",
+            "segment_cache_bytes",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

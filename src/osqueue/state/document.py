@@ -112,10 +112,11 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
-        #: the spill planner's memo (queue -> its queued count, ready heap size and
-        #: ``segments.changes`` when a scan found nothing to spill); not part of
-        #: the document's value
-        self.spill_scanned: dict[str, tuple[int, int, int]] = {}
+        #: the spill planner's memo (queue -> ``next_seq`` and its queued count when a
+        #: scan found nothing to spill, how many more jobs its largest tail needs,
+        #: and the keys of its streams' last references); not part of the
+        #: document's value
+        self.spill_scanned: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
 
     @classmethod
     def empty(cls) -> Document:

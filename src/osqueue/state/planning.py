@@ -17,8 +17,9 @@ Thresholds (:class:`~osqueue.state.ops.Policy`):
 
 * ``spill_above_jobs``: a stream spills once this many of its ready jobs sit in
   the document behind its segments (with none: behind its first ``head_jobs``).
-  The spill takes the oldest ``segment_jobs`` of them, so the head that claims
-  read is never spilled.
+  The spill takes that whole tail, oldest first, up to ``segment_jobs`` jobs
+  (so a fast load makes few large segments while a steady trickle makes
+  small ones), and never the head that claims read.
 * ``head_jobs``: a load is due once fewer ready jobs than this come before the
   stream's barrier in claim order (and at once when a claim starved); the
   object is read ahead once fewer than twice this are left.
@@ -26,10 +27,14 @@ Thresholds (:class:`~osqueue.state.ops.Policy`):
   ``head_jobs`` to ``head_jobs + load_jobs`` of a deep stream's jobs.
 
 :func:`plan_spills` counts cheaply first (a queue's queued jobs) and scans a
-queue's ready jobs only when that count could hold a tail to spill; a scan
-that finds none is remembered (``Document.spill_scanned``) until the queue
-grows by an eighth of a segment or a reference changes, so a queue of
-delayed jobs is not scanned on every commit.
+queue's ready jobs only when that count could hold a tail to spill.  A scan
+that finds none is remembered (``Document.spill_scanned``) with how many more
+jobs the largest tail needs: a tail grows by at most one per job pushed
+(``next_seq``) or put back (the queued count), so the queue is not scanned
+again before either has grown that much, or a stream's last reference
+changed (a delayed job coming due is counted at the next scan).  A steady
+trickle costs about two scans per spill, and a queue of delayed jobs is not
+scanned on every commit.
 """
 
 from __future__ import annotations
@@ -68,37 +73,48 @@ class LoadPlan:
     due: bool
 
 
-def plan_spills(doc: Document, policy: Policy) -> list[SpillPlan]:
-    """The streams whose tail passed ``spill_above_jobs``, each with its oldest
-    ``segment_jobs`` tail jobs (at most one plan per stream)."""
+def plan_spills(doc: Document, policy: Policy, exclude: Collection[str] = ()) -> list[SpillPlan]:
+    """The streams whose tail passed ``spill_above_jobs``, each with its whole tail
+    (its oldest ``segment_jobs`` tail jobs at most; one plan per stream).
+    ``exclude``: queues not to plan now (a spill of theirs is in flight)."""
     above = policy.spill_above_jobs
     if above is None:
         return []
     index = doc.index
-    step = max(1, min(above, policy.segment_jobs) // 8)
     plans: list[SpillPlan] = []
-    for queue, heap in index.ready.items():
+    for queue in index.ready:
         queued = index.count(queue, "queued")
-        if queued < above:
+        if queued < above or queue in exclude:
             continue
+        lasts = _last_keys(doc, queue)
         memo = doc.spill_scanned.get(queue)
         if (
             memo is not None
-            and queued < memo[0] + step
-            and len(heap) < memo[1] + step
-            and memo[2] == doc.segments.changes
+            and doc.next_seq - memo[0] < memo[2]
+            and queued - memo[1] < memo[2]
+            and memo[3] == lasts
         ):
-            continue
-        found = _plan_queue(doc, queue, policy, above)
+            continue  # no tail can have grown to spill_above_jobs since the last scan
+        found, need = _plan_queue(doc, queue, policy, above)
         if found:
             doc.spill_scanned.pop(queue, None)
             plans.extend(found)
         else:
-            doc.spill_scanned[queue] = (queued, len(heap), doc.segments.changes)
+            doc.spill_scanned[queue] = (doc.next_seq, queued, need, lasts)
     return plans
 
 
-def _plan_queue(doc: Document, queue: str, policy: Policy, above: int) -> list[SpillPlan]:
+def _last_keys(doc: Document, queue: str) -> tuple[str, ...]:
+    """The keys of the last references of ``queue``'s streams (what its tails start after)."""
+    return tuple(refs[-1].key for (q, _), refs in doc.segments.streams.items() if q == queue)
+
+
+def _plan_queue(
+    doc: Document, queue: str, policy: Policy, above: int
+) -> tuple[list[SpillPlan], int]:
+    """The queue's spill plans; with none, also how many more ready jobs its
+    largest tail needs before it spills (a tail grows by at most one per job
+    pushed or put back in the queue, so no scan is needed before then)."""
     jobs = doc.jobs
     streams: dict[int, list[StoredJob]] = {}
     seen: set[str] = set()
@@ -115,21 +131,23 @@ def _plan_queue(doc: Document, queue: str, policy: Policy, above: int) -> list[S
         seen.add(job_id)
         streams.setdefault(priority, []).append(job)
     plans: list[SpillPlan] = []
+    need = above
     for priority, ready in sorted(streams.items()):
-        if len(ready) < above:
-            continue
-        ready.sort(key=_seq)
         last = doc.segments.last((queue, priority))
         if last is None:
-            tail = ready[policy.head_jobs :]
+            size = len(ready) - policy.head_jobs
         else:
-            tail = [job for job in ready if job.seq > last.last_seq]
-        if len(tail) < above:
+            ready = [job for job in ready if job.seq > last.last_seq]
+            size = len(ready)
+        if size < above:
+            need = min(need, above - max(0, size))
             continue
+        ready.sort(key=_seq)
+        tail = ready[policy.head_jobs :] if last is None else ready
         chosen = tuple(tail[: policy.segment_jobs])
         lines = tuple(doc.encoded_job(job.id) for job in chosen)
         plans.append(SpillPlan(queue, priority, chosen, lines))
-    return plans
+    return plans, max(1, need)
 
 
 def _seq(job: StoredJob) -> int:
