@@ -39,6 +39,7 @@ broker's first commits plan the loads it needs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -153,6 +154,10 @@ class SegmentManager:
         self.writing: set[str] = set()
         #: orphans two sweeps agreed on, deleted after the next commit
         self._doomed: set[str] = set()
+        self._deleting = 0
+        #: set while no spill, load, read or delete is in flight (:meth:`settled`)
+        self._quiet = asyncio.Event()
+        self._quiet.set()
 
     # ------------------------------------------------------------------ after a commit
 
@@ -176,6 +181,35 @@ class SegmentManager:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:
             self._plan_spills(doc)
+        self._check_quiet()
+
+    @property
+    def busy(self) -> bool:
+        """A spill, load, read or delete is in flight."""
+        return bool(self._spills or self._loads or self._reading or self._deleting)
+
+    def _check_quiet(self) -> None:
+        if self.busy:
+            self._quiet.clear()
+        else:
+            self._quiet.set()
+
+    async def settled(self) -> None:
+        """Return once no spill, load, read or delete is in flight: what the last
+        commit planned is done (for tests, benchmarks and tools); or once the
+        broker has stopped."""
+        closed = self._life.closed
+        while self.busy and not closed.is_set():
+            self._quiet.clear()
+            waits = {
+                asyncio.ensure_future(self._quiet.wait()),
+                asyncio.ensure_future(closed.wait()),
+            }
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     def _settle(self, doc: Document) -> None:
         """The ops a commit took: did they apply?"""
@@ -224,6 +258,7 @@ class SegmentManager:
             op, data = plan.build(new_id())
         except OsqueueError as exc:  # a bug: the plan names no valid object
             del self._spills[stream]
+            self._check_quiet()
             log.error("cannot build a segment: %s", exc, extra={"action": "spill"})
             return
         key = op.ref.key
@@ -235,6 +270,7 @@ class SegmentManager:
             # all is the orphan sweep's; the next commit plans the spill again.
             self.writing.discard(key)
             self._spills.pop(stream, None)
+            self._check_quiet()
             if isinstance(exc, StorageError):
                 log.warning("could not write a segment: %s", exc, extra={"action": "spill"})
                 return
@@ -243,6 +279,7 @@ class SegmentManager:
         if not life.serving or life.closing:
             self.writing.discard(key)
             self._spills.pop(stream, None)
+            self._check_quiet()
             return
         self._spills[stream] = op
         self._intake.add_internal(op)
@@ -324,6 +361,7 @@ class SegmentManager:
             return
         finally:
             self._reading.discard(ref.key)
+            self._check_quiet()
         life = self._life
         if stream not in self._due or stream in self._loads or not life.serving or life.closing:
             return
@@ -332,6 +370,7 @@ class SegmentManager:
         obj = self.cache.get(ref.key)
         if first is not None and first.key == ref.key and obj is not None:
             self._submit_load(stream, first, obj)
+            self._check_quiet()
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start = ref.loaded
@@ -366,6 +405,8 @@ class SegmentManager:
 
     def _delete(self, key: str) -> None:
         self.cache.evict(key)
+        self._deleting += 1
+        self._quiet.clear()
         self._tasks.spawn(self._remove(key), "osqueue-segment-delete")
 
     async def _remove(self, key: str) -> None:
@@ -375,6 +416,9 @@ class SegmentManager:
             pass
         except StorageError as exc:  # the orphan sweep takes it later
             log.warning("could not delete a segment object: %s", exc, extra={"key": key})
+        finally:
+            self._deleting -= 1
+            self._check_quiet()
 
     def _orphan(self, key: str, doc: Document | None) -> bool:
         return doc is not None and key not in self.writing and doc.segments.find(key) is None

@@ -95,6 +95,7 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.claimed = q.claimed
         entry.dead = q.dead
         entry.delayed = q.delayed
+        entry.spilled = q.spilled
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -114,6 +115,7 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             dead=q.dead,
             delayed=q.delayed,
             oldest_age_s=q.oldest_age_s if q.HasField("oldest_age_s") else None,
+            spilled=q.spilled,
         )
         for name, q in sorted(msg.queues.items())
     }

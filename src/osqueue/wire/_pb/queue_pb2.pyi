@@ -551,11 +551,14 @@ class QueueStats(_message.Message):
     DEAD_FIELD_NUMBER: _builtins.int
     DELAYED_FIELD_NUMBER: _builtins.int
     OLDEST_AGE_S_FIELD_NUMBER: _builtins.int
+    SPILLED_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
     claimed: _builtins.int
     dead: _builtins.int
     delayed: _builtins.int
     oldest_age_s: _builtins.float
+    spilled: _builtins.int
+    """Queued jobs that sit in segment objects (deep backlogs), out of depth."""
     def __init__(
         self,
         *,
@@ -564,10 +567,11 @@ class QueueStats(_message.Message):
         dead: _builtins.int = ...,
         delayed: _builtins.int = ...,
         oldest_age_s: _builtins.float | None = ...,
+        spilled: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "spilled", b"spilled"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015
