@@ -52,6 +52,14 @@ CASES = {
             preload=100_000,
             baseline="w200-c1000",
         ),
+        Case(
+            "w200-c1000-p1m",
+            clients=1_000,
+            jobs=30_000,
+            quick_jobs=3_000,
+            preload=1_000_000,
+            baseline="w200-c1000",
+        ),
     )
 }
 

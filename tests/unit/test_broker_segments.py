@@ -242,7 +242,7 @@ async def test_a_long_poll_claim_at_a_barrier_with_nothing_read_waits_for_one_lo
     barrier, and its long poll is answered by the commit that loads."""
     store = MemoryStorage()
     policy = config().policy()
-    ops = [Push(f"j{i:03d}", b"p", dedupe=False) for i in range(9)]
+    ops = [Push(f"j{i:03d}", b"p", dedupe=False) for i in range(8)]  # a tail of 2: no spill
     doc = transition(Document.empty(), ops, T0, policy).doc
     for plan in plan_spills(doc, policy):
         op, data = plan.build("u1")

@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 
 #: tries of a segment write before the spill is given up (planned again later)
 _PUT_ATTEMPTS = 3
+#: most segments one spill of a stream writes (its whole tail, in a burst)
+_SEGMENTS_PER_SPILL = 64
 #: a segment that could not be read or loaded is not tried again for this long
 _FAILED_PAUSE_S = 5.0
 
@@ -139,8 +141,8 @@ class SegmentManager:
         self._life = life
         self.cache = SegmentCache(storage, config.segment_cache_bytes, retry)
         self.counters = SegmentCounters()
-        #: stream -> its Spill once the object is written (None while it is written)
-        self._spills: dict[Stream, Spill | None] = {}
+        #: stream -> its Spills once their objects are written (None while they are)
+        self._spills: dict[Stream, list[Spill] | None] = {}
         #: stream -> the Load submitted for it, until a commit took it
         self._loads: dict[Stream, Load] = {}
         #: stream -> (first reference's key, its loaded count, ready jobs ahead estimate)
@@ -218,57 +220,72 @@ class SegmentManager:
             if _holds(internal, load):
                 continue  # still waiting for a commit
             del self._loads[stream]
-            self._ahead.pop(stream, None)  # recount ahead of the new barrier
+            memo = self._ahead.pop(stream, None)
             ref = doc.segments.find(load.key)
             if ref is not None and ref.loaded == load.from_loaded:
                 self._load_failed(load.key, "the load did not apply")
-            else:
-                self.counters.loads += 1
-                self.counters.loaded_jobs += len(load.jobs)
-        for stream, spill in list(self._spills.items()):
-            if spill is None or _holds(internal, spill):
                 continue
+            self.counters.loads += 1
+            self.counters.loaded_jobs += len(load.jobs)
+            first = doc.segments.first(stream)
+            if memo is not None and first is not None:  # the jobs it put ahead of the barrier
+                self._ahead[stream] = (first.key, first.loaded, memo[2] + len(load.jobs))
+        for stream, spills in list(self._spills.items()):
+            if spills is None or _holds(internal, spills[0]):
+                continue  # written and submitted together: all in one commit
             del self._spills[stream]
-            key = spill.ref.key
-            self.writing.discard(key)
-            if doc.segments.find(key) is None:  # it failed alone: nothing names the object
-                self.counters.failed_spills += 1
-                log.info(
-                    "a spill did not apply (its jobs changed); deleting its object",
-                    extra={"action": "spill", "key": key},
-                )
-                self.counters.deleted += 1
-                self._delete(key)
-            else:
-                self.counters.spills += 1
-                self.counters.spilled_jobs += spill.ref.count
+            for spill in spills:
+                self._settle_spill(doc, spill)
+
+    def _settle_spill(self, doc: Document, spill: Spill) -> None:
+        key = spill.ref.key
+        self.writing.discard(key)
+        if doc.segments.find(key) is None:  # it failed alone: nothing names the object
+            self.counters.failed_spills += 1
+            log.info(
+                "a spill did not apply (its jobs changed); deleting its object",
+                extra={"action": "spill", "key": key},
+            )
+            self.counters.deleted += 1
+            self._delete(key)
+        else:
+            self.counters.spills += 1
+            self.counters.spilled_jobs += spill.ref.count
 
     # ------------------------------------------------------------------ spills
 
     def _plan_spills(self, doc: Document) -> None:
         busy = {queue for queue, _ in self._spills}
-        for plan in plan_spills(doc, self._policy, exclude=busy):
-            stream = (plan.queue, plan.priority)
+        streams: dict[Stream, list[SpillPlan]] = {}
+        for plan in plan_spills(doc, self._policy, exclude=busy, segments=_SEGMENTS_PER_SPILL):
+            streams.setdefault((plan.queue, plan.priority), []).append(plan)
+        for stream, plans in streams.items():
             self._spills[stream] = None
-            self._tasks.spawn(self._spill(stream, plan), "osqueue-segment-spill")
+            self._tasks.spawn(self._spill(stream, plans), "osqueue-segment-spill")
 
-    async def _spill(self, stream: Stream, plan: SpillPlan) -> None:
-        """Write the object of ``plan``, then submit its Spill to the next commit."""
+    async def _spill(self, stream: Stream, plans: list[SpillPlan]) -> None:
+        """Write the objects of ``plans`` (one stream's tail, in seq order), then
+        submit their Spills, in that order, to the next commit."""
         try:
-            op, data = plan.build(new_id())
-        except OsqueueError as exc:  # a bug: the plan names no valid object
+            built = [plan.build(new_id()) for plan in plans]
+        except OsqueueError as exc:  # a bug: a plan names no valid object
             del self._spills[stream]
             self._check_quiet()
             log.error("cannot build a segment: %s", exc, extra={"action": "spill"})
             return
-        key = op.ref.key
-        self.writing.add(key)
+        keys = [op.ref.key for op, _ in built]
+        self.writing.update(keys)
         try:
-            await self._put(key, data)
+            outcomes = await asyncio.gather(
+                *(self._put(op.ref.key, data) for op, data in built), return_exceptions=True
+            )
+            failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+            if failed is not None:
+                raise failed
         except BaseException as exc:
             # Cancelled (the broker stops) or given up: an object that landed after
             # all is the orphan sweep's; the next commit plans the spill again.
-            self.writing.discard(key)
+            self.writing.difference_update(keys)
             self._spills.pop(stream, None)
             self._check_quiet()
             if isinstance(exc, StorageError):
@@ -277,12 +294,14 @@ class SegmentManager:
             raise
         life = self._life
         if not life.serving or life.closing:
-            self.writing.discard(key)
+            self.writing.difference_update(keys)
             self._spills.pop(stream, None)
             self._check_quiet()
             return
-        self._spills[stream] = op
-        self._intake.add_internal(op)
+        ops = [op for op, _ in built]
+        self._spills[stream] = ops
+        for op in ops:
+            self._intake.add_internal(op)
 
     async def _put(self, key: str, data: bytes) -> None:
         attempt = 0
@@ -322,17 +341,21 @@ class SegmentManager:
                 del self._ahead[stream]
 
     def _jobs_ahead(self, doc: Document, stream: Stream, first: SegmentRef, claimed: int) -> int:
-        """The ready jobs before ``stream``'s barrier: the estimate lowered by the
-        jobs claimed since, counted again when it crosses twice ``head_jobs`` or
-        falls below ``head_jobs`` (or the barrier moved)."""
+        """The ready jobs before ``stream``'s barrier, at least ``head_jobs`` or
+        exactly.  An estimate lowered by every commit's claims and raised by the
+        loads is kept (so a commit walks no heap); only once it falls below
+        ``head_jobs`` are they counted (a load is due if they are that few).
+        Jobs put back or coming due make the estimate low, which only counts
+        sooner; a queued job cancelled makes it high, and a claim that then
+        stops at the barrier loads at once."""
         head = self._head
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
-            if estimate >= head and not memo[2] >= 2 * head > estimate:
+            if estimate >= head:
                 self._ahead[stream] = (first.key, first.loaded, estimate)
                 return estimate
-        ahead = jobs_ahead(doc, stream[0], (stream[1], first.next_seq), 4 * head)
+        ahead = jobs_ahead(doc, stream[0], (stream[1], first.next_seq), 2 * head)
         self._ahead[stream] = (first.key, first.loaded, ahead)
         return ahead
 
@@ -383,7 +406,13 @@ class SegmentManager:
         if len(jobs) <= end - start and end < ref.count:
             self._load_failed(ref.key, "the object is shorter than its reference says")
             return
-        op = Load(ref.key, start, tuple(jobs[: end - start]), jobs[-1] if end < ref.count else None)
+        op = Load(
+            ref.key,
+            start,
+            tuple(jobs[: end - start]),
+            jobs[-1] if end < ref.count else None,
+            tuple(obj.lines[start:end]),
+        )
         self._loads[stream] = op
         self._due.discard(stream)
         self._intake.add_internal(op)
