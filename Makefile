@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 NODE_PREFIX := $(VENV)/node
 SEEDS ?= 100000
+REAL_SEEDS ?= 32
+CHAOS_ROUNDS ?= 24
+CHAOS_SEED ?=
 
-.PHONY: setup test lint typecheck unit demo soak bench proto clean
+.PHONY: setup test lint typecheck unit demo soak chaos bench proto clean
 
 setup: $(VENV)/.installed
 
@@ -50,8 +53,15 @@ unit: setup
 demo: setup
 	$(BIN)/osqueue demo
 
+# the simulation: SEEDS seeds in memory, REAL_SEEDS seeds over moto's S3 and over Azurite
 soak: setup
-	$(BIN)/pytest -q tests/simulation --seeds $(SEEDS) -p no:randomly
+	$(BIN)/pytest -q tests/simulation --seeds $(SEEDS) --real-seeds $(REAL_SEEDS) -p no:randomly
+
+# Real processes, longer: CHAOS_ROUNDS rounds per backend (file, moto S3, Azurite);
+# CHAOS_SEED replays a seed a failure printed.  Each backend prints a line of figures.
+chaos: setup
+	$(BIN)/pytest -q tests/chaos -p no:randomly -s --chaos-rounds $(CHAOS_ROUNDS) \
+		$(if $(CHAOS_SEED),--chaos-seed $(CHAOS_SEED))
 
 bench: setup
 	$(BIN)/osqueue bench --json

@@ -39,7 +39,7 @@ from typing import Any
 import osqueue
 from osqueue.client.remote import RemoteConfig, connect
 from osqueue.runtime import run, tune_gc
-from osqueue.server import run_broker
+from osqueue.server import ServerConfig, run_broker
 
 PY = sys.executable
 HERE = os.path.abspath(__file__)
@@ -51,7 +51,9 @@ CLIENT = RemoteConfig(timeout_s=60.0, rpc_timeout_s=30.0)
 
 async def role_broker(url: str) -> None:
     serving = asyncio.Event()
-    task = asyncio.create_task(run_broker(url, listen="127.0.0.1:0", on_serving=serving))
+    task = asyncio.create_task(
+        run_broker(url, ServerConfig(listen="127.0.0.1:0"), on_serving=serving)
+    )
     await serving.wait()
     print("serving", flush=True)
     await task

@@ -43,6 +43,7 @@ def main() -> None:
 
     from osqueue.client.loop_thread import LoopThread
     from osqueue.server.runner import BrokerServer
+    from osqueue.server.server import ServerConfig
     from osqueue.spark import blocking, register
     from osqueue.spark.worker import spark_session
     from osqueue.state import DOCUMENT_KEY, decode, stats_of
@@ -55,7 +56,7 @@ def main() -> None:
         loop = LoopThread("bench-broker")
         server = None
         if args.mode == "remote":
-            server = BrokerServer(url, listen="127.0.0.1:0")
+            server = BrokerServer(url, ServerConfig(listen="127.0.0.1:0"))
             loop.run(server.start())
         try:
 

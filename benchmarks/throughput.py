@@ -7,9 +7,12 @@ Prints one JSON line per case on stdout: the ``osqueue bench`` fields
 ``avg_batch``, ``storage``, ``clients``) of the median run (by ops/s), plus
 ``case``, ``ideal_ops_per_s`` (clients / write latency: every closed-loop op
 needs one write) and ``of_ideal``; the preloaded case also carries
-``of_empty``, its ops/s over the empty-queue case's (when both ran).  Each run
-is a fresh process (``python -m osqueue.bench``); every run's figures go to
-stderr.
+``of_empty``, its ops/s over the empty-queue case's (when both ran).  The
+``-metrics`` case runs its baseline with the broker serving Prometheus metrics,
+scraped every second (``python -m osqueue.bench --metrics``), and carries
+``of_no_metrics``, its ops/s over the baseline's: the cost of metrics on the hot
+path (the figure to meet: at least 0.97).  Each run is a fresh process
+(``python -m osqueue.bench``); every run's figures go to stderr.
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ class Case:
     quick_jobs: int
     preload: int = 0
     duration_s: float = 40.0
-    #: The case whose ops/s this one is compared with (``of_empty``).
+    #: The case whose ops/s this one is compared with, and the key of the ratio.
     baseline: str | None = None
+    ratio_key: str = "of_empty"
+    #: The broker serves metrics, scraped every second.
+    metrics: bool = False
 
 
 CASES = {
@@ -51,6 +57,15 @@ CASES = {
             quick_jobs=3_000,
             preload=100_000,
             baseline="w200-c1000",
+        ),
+        Case(
+            "w200-c5000-metrics",
+            clients=5_000,
+            jobs=120_000,
+            quick_jobs=15_000,
+            baseline="w200-c5000",
+            ratio_key="of_no_metrics",
+            metrics=True,
         ),
         Case(
             "w200-c1000-p1m",
@@ -80,6 +95,7 @@ def run_once(case: Case, jobs: int) -> dict[str, object]:
         f"--jobs={jobs}",
         f"--preload={case.preload}",
         f"--duration-s={case.duration_s}",
+        *(["--metrics"] if case.metrics else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), check=False)
     if proc.returncode != 0:
@@ -119,7 +135,7 @@ def main(argv: list[str]) -> int:
         case = CASES[name]
         line = run_case(case, args.runs, args.quick)
         if case.baseline in done:
-            line["of_empty"] = round(ops(line) / ops(done[case.baseline]), 3)
+            line[case.ratio_key] = round(ops(line) / ops(done[case.baseline]), 3)
         done[name] = line
         print(json.dumps(line), flush=True)
     return 0

@@ -32,7 +32,7 @@ from _cases import parse_cases
 import osqueue
 from osqueue.api import QueueClient
 from osqueue.runtime import run, tune_gc
-from osqueue.server import run_broker
+from osqueue.server import ServerConfig, run_broker
 
 WRITE_MS = 100.0
 
@@ -93,7 +93,9 @@ async def run_once(case: Case, jobs: int) -> dict[str, float]:
             commits = broker.commits - before
     else:
         serving = asyncio.Event()
-        server = asyncio.create_task(run_broker(url, listen="127.0.0.1:0", on_serving=serving))
+        server = asyncio.create_task(
+            run_broker(url, ServerConfig(listen="127.0.0.1:0"), on_serving=serving)
+        )
         await serving.wait()
         try:
             async with osqueue.connect(url) as client:

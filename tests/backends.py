@@ -1,44 +1,50 @@
-"""The four storage backends a test can run on, each as a fresh, empty store.
+"""The storage backends the storage-facing suites run on, one fresh store per test.
 
-``memory`` (a named in-process store), ``file`` (a temporary directory), ``s3``
-(moto's server, single-threaded) and ``azure`` (Azurite); the last two come
-from the session fixtures in ``tests/conftest.py`` and start the first time a
-test asks for them.  A module parametrises a fixture over :data:`BACKENDS` and
-calls :func:`backend_url`::
-
-    @pytest.fixture(params=BACKENDS)
-    def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-        yield from backend_url(request, tmp_path, "segments")
+``memory`` (in-process), ``file`` (a temporary directory), ``s3`` (moto's S3
+server, single-threaded) and ``azure`` (Azurite), plus ``gcs`` (the GCS XML-API
+shim of :mod:`osqueue.testing.gcs_shim`) where a suite asks for it.  The
+servers are the session fixtures of ``tests/conftest.py``; a suite that never
+asks for a cloud backend never starts them.  A backend that cannot do
+something says so through its ``Capabilities``; tests assert what the flag
+implies and never skip.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from osqueue.storage import MemoryStorage
 
-BACKENDS = ["memory", "file", "s3", "azure"]
+#: The four backends every broker and storage suite runs on.
+BACKENDS = ("memory", "file", "s3", "azure")
+#: The same, with the GCS shim (the storage contract runs on it too).
+BACKENDS_WITH_GCS = (*BACKENDS, "gcs")
 
 
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> Iterator[str]:
-    """Yield the URL of a fresh store on ``request.param``'s backend (and drop a
-    memory store afterwards)."""
-    name: str = request.param
-    unique = f"{prefix}-{uuid.uuid4().hex[:12]}"
+@contextmanager
+def backend_url(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path, label: str
+) -> Iterator[str]:
+    """A URL for a fresh, empty queue prefix on backend ``name``; memory stores are freed after."""
+    unique = uuid.uuid4().hex[:12]
     if name == "memory":
-        yield f"memory://{unique}"
-        MemoryStorage.drop(unique)
-    elif name == "file":
-        directory = tmp_path / unique
+        memory_name = f"{label}-{unique}"
+        try:
+            yield f"memory://{memory_name}"
+        finally:
+            MemoryStorage.drop(memory_name)
+        return
+    if name == "file":
+        directory = tmp_path / f"{label} store {unique}"
         directory.mkdir()
         yield directory.as_uri()
-    elif name == "s3":
-        yield request.getfixturevalue("moto_server").url(f"{prefix}/{unique}")
-    elif name == "azure":
-        yield request.getfixturevalue("azurite_server").url(f"{prefix}/{unique}")
-    else:
-        raise ValueError(f"no backend {name!r}")
+        return
+    fixture = {"s3": "moto_server", "azure": "azurite_server", "gcs": "gcs_shim"}.get(name)
+    if fixture is None:
+        raise ValueError(f"unknown backend {name!r}")
+    yield request.getfixturevalue(fixture).url(f"{label}/{unique}")

@@ -28,11 +28,13 @@ from osqueue.errors import (
     NotBroker,
     NotFound,
     OsqueueError,
+    PermissionDenied,
     QueueFull,
     ResourceExhausted,
     ShuttingDown,
     StorageError,
     Unauthenticated,
+    UntrustedBroker,
 )
 from osqueue.ids import new_id
 
@@ -81,6 +83,7 @@ __all__ = [
     "NotBroker",
     "NotFound",
     "OsqueueError",
+    "PermissionDenied",
     "QueueClient",
     "QueueFull",
     "QueueStats",
@@ -89,5 +92,6 @@ __all__ = [
     "Stats",
     "StorageError",
     "Unauthenticated",
+    "UntrustedBroker",
     "new_id",
 ]

@@ -166,6 +166,15 @@ class Unauthenticated(OsqueueError):
     """The broker refused the call: missing or wrong token."""
 
 
+class PermissionDenied(Unauthenticated):
+    """The broker refused the call: this token may not make it (a read-only token, say)."""
+
+
+class UntrustedBroker(OsqueueError):
+    """The client refused to send its token: the broker's connection is not protected by
+    TLS, or its certificate is not the one pinned."""
+
+
 class ResourceExhausted(Overloaded):
     """The broker is overloaded; back off and retry."""
 

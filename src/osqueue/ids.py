@@ -4,14 +4,22 @@ Ids are chosen before the first send, so a push retried after a lost answer or
 a broker failover carries the same id and is applied once.  The 80 random bits
 come from ``os.urandom`` in blocks (one system call per 256 ids); a forked
 child drops the block it inherited, so parent and child never share bits.
+
+A test or a simulation that must replay exactly draws its ids from a seeded
+source instead (:func:`deterministic_ids`): inside the ``with`` block every
+``new_id()`` in the process takes its time from the given function and its
+random bits from the given ``random.Random``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import random
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> 2 characters
@@ -51,12 +59,45 @@ def _encode(value: int, chars: int) -> str:
     return "".join(reversed(out))
 
 
+def _ms_chars(ms: int) -> str:
+    """48 bits of milliseconds as 10 characters: the top one carries 3 bits, then 9 more."""
+    return _ALPHABET[(ms >> 45) & 31] + _encode(ms & ((1 << 45) - 1), 10)[1:]
+
+
+#: set by :func:`deterministic_ids`: where ``new_id`` draws from instead of the system
+_source: Callable[[], str] | None = None
+
+
 def new_id() -> str:
     """A new ULID: 48 bits of milliseconds then 80 random bits."""
     global _last_ms, _ms_text
+    if _source is not None:
+        return _source()
     ms = time.time_ns() // 1_000_000
     if ms != _last_ms:
-        # 48 bits as 10 characters: the top character carries 3 bits, then 9 more.
-        _ms_text = _ALPHABET[(ms >> 45) & 31] + _encode(ms & ((1 << 45) - 1), 10)[1:]
+        _ms_text = _ms_chars(ms)
         _last_ms = ms
     return _ms_text + _random80()
+
+
+@contextlib.contextmanager
+def deterministic_ids(rng: random.Random, time_s: Callable[[], float]) -> Iterator[None]:
+    """Within the block, ``new_id()`` is a function of ``rng`` and ``time_s`` alone.
+
+    ``time_s()`` gives the milliseconds (seconds since the epoch; a simulation
+    passes its virtual clock) and ``rng.getrandbits(80)`` the random part, so
+    a seeded run makes the same ids every time.  For tests and simulations:
+    it is process-wide (every thread), and blocks nest (the inner one wins
+    until it ends).
+    """
+    global _source
+
+    def draw() -> str:
+        ms = max(0, int(time_s() * 1000)) & ((1 << 48) - 1)
+        return _ms_chars(ms) + _encode(rng.getrandbits(80), 16)
+
+    previous, _source = _source, draw
+    try:
+        yield
+    finally:
+        _source = previous

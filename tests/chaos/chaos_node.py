@@ -1,6 +1,6 @@
 """A producer or a worker process for the chaos tests (run as a script).
 
-    python tests/chaos/chaos_node.py producer URL NAME COUNT LOG
+    python tests/chaos/chaos_node.py producer URL NAME LOG STOP_FILE
     python tests/chaos/chaos_node.py worker URL NAME LOG
 
 Both talk to the broker over gRPC through ``osqueue.connect(URL)`` (which finds
@@ -9,7 +9,10 @@ one JSON line per event to LOG, unbuffered, so a SIGKILL loses nothing that
 was recorded:
 
 * producer: ``sent`` before the first attempt of a job, ``ack`` once the broker
-  acknowledged it; every job is retried under its own id until acknowledged;
+  acknowledged it; every job is retried under its own id until acknowledged.
+  It pushes at a steady pace until STOP_FILE exists, then only finishes what
+  it sent.  Restarted after a SIGKILL, it reads its LOG and first re-sends
+  (same ids) what was sent and never acknowledged;
 * worker: ``claim`` (job and token), ``complete``/``fail`` accepted,
   ``lost`` (LeaseLost: the job was no longer ours).
 
@@ -40,6 +43,7 @@ BIG_PAD = 70 * 1024  # above the default 64 KiB inline limit
 
 class Log:
     def __init__(self, path: str, who: str) -> None:
+        self.path = path
         self.who = who
         self.file: IO[str] = open(path, "a", buffering=1)  # noqa: SIM115 (process lifetime)
 
@@ -50,27 +54,56 @@ class Log:
         os.fsync(self.file.fileno())
 
 
-async def producer(url: str, name: str, count: int, log: Log) -> None:
-    rng = random.Random(name)
-    jobs = [
-        NewJob(
-            (b"poison:" if i % 20 == 7 else b"job:")
-            + f"{name}-{i}".encode()
-            + (b":" + b"x" * BIG_PAD if i % 10 == 3 else b""),
-            id=f"{name}-{i}",
-            max_attempts=3 if i % 20 == 7 else 20,
-        )
-        for i in range(count)
-    ]
-    pending = list(jobs)
-    sent: set[str] = set()
+def new_job(name: str, index: int) -> NewJob:
+    """Job ``index`` of producer ``name``: the same job every time it is asked for."""
+    job_id = f"{name}-{index}"
+    poison = index % 20 == 7
+    return NewJob(
+        (b"poison:" if poison else b"job:")
+        + job_id.encode()
+        + (b":" + b"x" * BIG_PAD if index % 10 == 3 else b""),
+        id=job_id,
+        max_attempts=3 if poison else 20,
+    )
+
+
+def _resume(path: str) -> tuple[int, list[str]]:
+    """From an earlier life's log: the next index, and the ids sent but never acknowledged."""
+    sent: dict[str, None] = {}
+    acked: set[str] = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if not line.endswith("}\n"):
+                    continue  # torn by a kill mid-line
+                event = json.loads(line)
+                if event["ev"] == "sent":
+                    sent[event["id"]] = None
+                elif event["ev"] == "ack":
+                    acked.add(event["id"])
+    indexes = [int(job_id.rsplit("-", 1)[1]) for job_id in sent]
+    return max(indexes, default=-1) + 1, [i for i in sent if i not in acked]
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+async def producer(url: str, name: str, stop_file: str, log: Log) -> None:
+    rng = random.Random(f"{name}-{os.getpid()}")
+    next_index, unacked = _resume(log.path)
+    pending = [new_job(name, int(job_id.rsplit("-", 1)[1])) for job_id in unacked]
+    if unacked:
+        log.write("resume", unacked=len(unacked), next=next_index)
     async with osqueue.connect(url, timeout_s=5.0) as q:
-        while pending:
-            batch = pending[: rng.randint(1, 5)]
-            for job in batch:
-                if job.id not in sent:
-                    sent.add(str(job.id))
+        while not (stopped := _exists(stop_file)) or pending:
+            if not stopped and len(pending) < 3:
+                for _ in range(rng.randint(1, 3)):
+                    job = new_job(name, next_index)
+                    next_index += 1
                     log.write("sent", id=job.id)
+                    pending.append(job)
+            batch = pending[:5]
             try:
                 results = await q.push_results(batch)
             except OsqueueError as exc:
@@ -81,7 +114,7 @@ async def producer(url: str, name: str, count: int, log: Log) -> None:
                 if isinstance(result, str):
                     log.write("ack", id=job.id)
                     pending.remove(job)
-            await asyncio.sleep(rng.uniform(0.0, 0.15))
+            await asyncio.sleep(rng.uniform(0.15, 0.45))
     log.write("done")
 
 
@@ -139,8 +172,8 @@ async def worker(url: str, name: str, log: Log) -> None:
 def main(argv: list[str]) -> None:
     role = argv[0]
     if role == "producer":
-        url, name, count, path = argv[1], argv[2], int(argv[3]), argv[4]
-        asyncio.run(producer(url, name, count, Log(path, name)))
+        url, name, path, stop_file = argv[1], argv[2], argv[3], argv[4]
+        asyncio.run(producer(url, name, stop_file, Log(path, name)))
     elif role == "worker":
         url, name, path = argv[1], argv[2], argv[3]
         asyncio.run(worker(url, name, Log(path, name)))

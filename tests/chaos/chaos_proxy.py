@@ -1,11 +1,13 @@
-"""A small asyncio TCP proxy that mistreats the connection between brokers and storage.
+"""A small asyncio TCP proxy that mistreats a connection: brokers to storage, clients to brokers.
 
-Put between the brokers and an HTTP object store (moto's S3), it forwards
-bytes both ways and, while ``enabled``, injects the network's faults:
+Put between the brokers and an HTTP object store (moto's S3, Azurite), or
+between clients and a broker's gRPC port, it forwards bytes both ways and,
+while ``enabled``, injects the network's faults:
 
 * ``drop``: a response is not forwarded and the connection is closed, after
-  the request reached the store (the write applied, the answer is lost; the
-  client library may retry it and get a 412 for its own write);
+  the request reached the other side (a write applied or an op committed, the
+  answer is lost; the client retries and may get a 412 for its own write, or
+  have its push recognised by id);
 * ``delay``: a chunk is held back for a while (latency spikes);
 * ``reset``: the connection is closed while a request is still being sent.
 

@@ -1,7 +1,10 @@
 """The storage contract: every backend runs exactly these tests.
 
-Backends: ``memory``, ``file``, ``s3`` (moto's server, single-threaded) and
-``azure`` (Azurite).  A backend that cannot do something says so through its
+Backends: ``memory``, ``file``, ``s3`` (moto's server, single-threaded),
+``azure`` (Azurite) and ``gcs`` (the GCS XML-API shim of
+:mod:`osqueue.testing.gcs_shim`: generation preconditions as Google documents
+them; it checks obstore's GCS code paths and our use of them, not GCS
+itself).  A backend that cannot do something says so through its
 ``Capabilities`` and the test asserts what that flag implies; nothing is
 skipped.  Each test gets a fresh store (its own memory name, directory or
 bucket prefix).
@@ -12,17 +15,16 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from backends import BACKENDS_WITH_GCS, backend_url
 
 from osqueue.errors import Conflict, InvalidInput, NotFound
-from osqueue.storage import MemoryStorage, Storage, from_url
+from osqueue.storage import Storage, from_url
 
-BACKENDS = ["memory", "file", "s3", "azure"]
 WORKER = Path(__file__).with_name("cas_worker.py")
 
 
@@ -35,20 +37,10 @@ class Backend:
         return from_url(self.url)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=BACKENDS_WITH_GCS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    name: str = request.param
-    unique = uuid.uuid4().hex[:12]
-    if name == "memory":
-        url = f"memory://contract-{unique}"
-    elif name == "file":
-        url = (tmp_path / "store dir").as_uri()
-    elif name == "s3":
-        url = request.getfixturevalue("moto_server").url(f"contract/{unique}")
-    else:
-        url = request.getfixturevalue("azurite_server").url(f"contract/{unique}")
-    yield Backend(name, url)
-    MemoryStorage.drop(f"contract-{unique}")  # frees a memory store (no-op for the others)
+    with backend_url(request, request.param, tmp_path, "contract") as url:
+        yield Backend(request.param, url)
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from osqueue.dashboard.brokerlog import BrokerLog
-from osqueue.dashboard.history import SampledHistory, flows_of
+from osqueue.dashboard.brokerlog import BrokerLog, DocumentMetrics
+from osqueue.dashboard.history import DocumentHistory, SampledHistory, flows_of
 from osqueue.dashboard.queries import (
     DocumentJobs,
     JobFilter,
@@ -21,6 +21,7 @@ from osqueue.dashboard.security import Access, Refused, Sessions, access_for
 from osqueue.dashboard.snapshot import Snapshot
 from osqueue.errors import InvalidInput
 from osqueue.state import BrokerInfo, ClaimOp, Document, Fail, Push, apply, to_datetime
+from osqueue.state.model import BrokerPerf
 
 T0 = 1_800_000_000.0
 
@@ -133,6 +134,32 @@ def test_sampled_history_rates_and_depth() -> None:
     assert per_queue is None
 
 
+def test_document_history_draws_the_brokers_minutes_then_the_live_counters() -> None:
+    doc = build()  # written at T0 .. T0 + 3: one sample, for T0's minute
+    assert len(doc.history) == 1
+    later, _ = apply(doc, [Push(id=f"n{i}", payload=b"p", queue="a") for i in range(30)], T0 + 61)
+    assert [h.at.timestamp() for h in later.history] == [T0 - T0 % 60, T0 - T0 % 60 + 60]
+    history = DocumentHistory()
+    history.observe(snapshot(later, T0 + 90))
+    series = history.last_hour(T0 + 90)
+    assert series.source.startswith("kept by the brokers in the queue document")
+    assert series.times == [T0 - T0 % 60, T0 - T0 % 60 + 60, T0 + 90]
+    # 7 pushed to "a" at T0; at T0 + 61 the 2 claimed in build() were reclaimed (no
+    # heartbeat for 30 s) and 30 more pushed
+    assert series.depth["a"] == [7, 37, 37]
+    assert series.rates["pushed"] == [0.0, 30 / 60, 0.0]
+
+
+def test_document_history_without_samples_falls_back_to_sampling() -> None:
+    doc = build()
+    doc.set_history(())  # a document written before the history ring
+    history = DocumentHistory(SampledHistory(resolution_s=10, window_s=100))
+    history.observe(snapshot(doc, T0))
+    series = history.last_hour(T0)
+    assert series.source.startswith("sampled by this dashboard")
+    assert series.times == [T0]
+
+
 def test_broker_log_records_each_tenure_and_the_write_rate() -> None:
     doc = build()
     log = BrokerLog(rate_window_s=60)
@@ -233,3 +260,24 @@ async def test_snapshot_source_decodes_only_when_the_etag_changes() -> None:
     finally:
         MemoryStorage.drop(name)
     assert spacing_s(2.0, 3.0, 0.25) == 12.0  # a slow decode spaces the reads out
+
+
+async def test_document_metrics_turn_the_brokers_summary_into_figures() -> None:
+    doc = build()
+    metrics = DocumentMetrics()
+    assert await metrics.figures() is None  # nothing read yet
+    metrics.observe(snapshot(doc, T0))
+    assert await metrics.figures() is None  # no summary in this document
+    doc.broker = BrokerInfo(
+        id="b1",
+        address="h:1",
+        epoch=1,
+        lease_until=to_datetime(T0 + 10),
+        perf=BrokerPerf(window_s=60.0, commits=120, ops=2400, p50_ms=4.0, p99_ms=9.5),
+    )
+    metrics.observe(snapshot(doc, T0 + 1))
+    figures = await metrics.figures()
+    assert figures is not None
+    assert figures.commits_per_s == pytest.approx(2.0)
+    assert figures.ops_per_commit == pytest.approx(20.0)
+    assert figures.p99_commit_s == pytest.approx(0.0095)

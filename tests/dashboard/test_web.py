@@ -85,17 +85,10 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "oldest_age_s": None,
     }
     assert data["status"]["completed"] == 3
-    assert data["series"]["source"].startswith("sampled by this dashboard")
+    series = data["series"]
+    assert series["source"].startswith("kept by the brokers in the queue document")
     assert [h["worker"] for h in data["holders"]] == ["worker-1"]
-    await board.source.refresh()  # a second sample (resolution 0.2 s) once time moved on
-    for _ in range(100):
-        latest = await board.source.refresh()
-        if len(board.history.last_hour(latest.read_at).times) >= 2:
-            break
-        await asyncio.sleep(0.05)  # the next sample needs 0.2 s of clock
-    async with http.get("/api/overview") as response:
-        series = (await response.json())["series"]
-    assert len(series["times"]) >= 2
+    assert len(series["times"]) >= 2  # this minute's sample, then the live counters
     assert series["depth"]["emails"][-1] == 3
 
 

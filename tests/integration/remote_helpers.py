@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +56,36 @@ async def read_document(url: str) -> Document:
 class CertFiles:
     cert: str
     key: str
-    #: An unrelated self-signed certificate, for "wrong CA" tests.
+    #: An unrelated self-signed certificate, for "wrong CA" tests, and its key.
     other_cert: str
+    other_key: str = ""
+
+
+def cert_fingerprint(path: str) -> str:
+    """The SHA-256 of a PEM certificate's DER bytes, as ``cryptography`` computes it."""
+    with open(path, "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def non_loopback_ip() -> str:
+    """An IPv4 address of this machine that is not loopback (where a test broker can listen).
+
+    The interface that would route to a TEST-NET address (a UDP connect sends
+    nothing), else any non-loopback address the host name resolves to.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            address = "127.0.0.1"
+    if not ipaddress.ip_address(address).is_loopback:
+        return address
+    for *_, sockaddr in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+        if not ipaddress.ip_address(sockaddr[0]).is_loopback:
+            return str(sockaddr[0])
+    raise RuntimeError("this machine has no non-loopback IPv4 address for the test broker")
 
 
 def self_signed(common_name: str) -> tuple[bytes, bytes]:

@@ -19,11 +19,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import pytest
 from typer.main import get_command
 from typer.testing import CliRunner, Result
@@ -32,8 +35,10 @@ from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import exits
 from osqueue.cli.app import _import_extra, app
-from osqueue.errors import MissingExtra, NotFound
+from osqueue.cli.push import _no_live_broker
+from osqueue.errors import BrokerUnavailable, MissingExtra, NotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
+from osqueue.state.model import BrokerInfo
 
 OSQUEUE = [sys.executable, "-m", "osqueue.cli"]
 TIMEOUT_S = 60.0
@@ -333,6 +338,40 @@ def test_push_needs_exactly_one_source(qdir: Path, args: tuple[str, ...], field:
     assert not (qdir / DOCUMENT_KEY).exists()
 
 
+def test_push_to_a_url_without_a_queue_says_so_at_once(qdir: Path) -> None:
+    # without the check the push waits its whole --retry-for-s (30 s) for a broker,
+    # then fails with BrokerUnavailable (exit 8)
+    result = invoke("push", url_of(qdir), "--data", "x")
+    assert_one_error_line(
+        result, exits.EXIT_CODES[NotFound], "no queue at", f"osqueue broker {url_of(qdir)}"
+    )
+    assert not (qdir / DOCUMENT_KEY).exists()  # and nothing was created
+
+
+def test_push_to_a_queue_without_a_live_broker_says_it_is_waiting(qdir: Path) -> None:
+    seed(qdir)  # a queue whose broker stopped (and cleared its address)
+    result = invoke("push", url_of(qdir), "--data", "x", "--retry-for-s", "0.5")
+    assert result.exit_code == exits.EXIT_CODES[BrokerUnavailable], result.stderr
+    warning, error = result.stderr.strip().splitlines()
+    assert warning.startswith("warning: no broker is serving")
+    assert "cleared its address" in warning
+    assert "waiting up to 0.5 s" in warning
+    assert f"osqueue broker {url_of(qdir)}" in warning
+    assert error.startswith("error: BrokerUnavailable")
+
+
+def test_push_names_why_no_broker_answers() -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    lease = now + timedelta(seconds=5)
+    live = BrokerInfo(id="b", address="10.0.0.1:7070", epoch=3, lease_until=lease)
+    assert _no_live_broker(live, now.timestamp()) is None
+    assert "names no broker" in str(_no_live_broker(None, now.timestamp()))
+    stopped = msgspec.structs.replace(live, address=None)
+    assert "cleared its address" in str(_no_live_broker(stopped, now.timestamp()))
+    died = _no_live_broker(live, (now + timedelta(seconds=65)).timestamp())
+    assert died == "the lease of its broker at 10.0.0.1:7070 ran out 60 s ago"
+
+
 def test_push_file_reads_bytes(qdir: Path, tmp_path: Path) -> None:
     payload = tmp_path / "payload.bin"
     payload.write_bytes(b"\x00\x01binary")
@@ -582,6 +621,55 @@ def test_broker_push_work_status_as_processes(
     broker.popen.send_signal(signal.SIGTERM)
     assert broker.wait() == 0
     assert read_doc(qdir).broker.address is None  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_broker_serves_metrics_while_it_runs(qdir: Path, procs: list[Proc]) -> None:
+    broker, _ = start_broker(procs, qdir, qdir, "--metrics-listen", "127.0.0.1:0")
+    metrics = broker.expect(broker.err, r"metrics at (http://127\.0\.0\.1:(\d+)/metrics)")
+    subprocess.run(
+        [*OSQUEUE, "push", url_of(qdir), "--data", "m", "-q", "mq"], check=True, timeout=TIMEOUT_S
+    )
+    with urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S) as answer:
+        assert answer.status == 200
+        body = answer.read().decode()
+    assert 'osqueue_broker_state{state="serving"} 1.0' in body
+    assert 'osqueue_queue_depth{queue="mq"} 1.0' in body
+    assert 'osqueue_broker_ops_total{kind="push",outcome="ok"} 1.0' in body
+    broker.popen.send_signal(signal.SIGTERM)
+    assert broker.wait() == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S)
+
+
+@pytest.mark.slow
+def test_worker_serves_metrics_while_it_runs(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    start_broker(procs, handlers_dir, qdir)
+    subprocess.run([*OSQUEUE, "push", url_of(qdir), "--data", "w"], check=True, timeout=TIMEOUT_S)
+    worker = spawn(
+        procs,
+        handlers_dir,
+        "work",
+        url_of(qdir),
+        "-H",
+        "cli_handlers:blocking",
+        "--shutdown-grace-period-s",
+        "0.2",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    metrics = worker.expect(worker.err, r"metrics at (http://127\.0\.0\.1:\d+/metrics)")
+    worker.expect(worker.out, r"started ")  # the handler holds the job
+    with urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S) as answer:
+        body = answer.read().decode()
+    assert "osqueue_worker_slots_busy 1.0" in body
+    assert 'osqueue_worker_claimed_jobs_total{queue="default"} 1.0' in body
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(metrics.group(1), timeout=TIMEOUT_S)
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ async def test_calls_without_the_right_token_are_refused_before_decoding() -> No
 async def test_remote_client_with_a_missing_or_wrong_token_raises(
     memory_url: str, token: str | None
 ) -> None:
-    async with BrokerServer(memory_url, listen="127.0.0.1:0", token=TOKEN) as server:
+    async with BrokerServer(memory_url, ServerConfig(listen="127.0.0.1:0", token=TOKEN)) as server:
         client = await connect(memory_url, token=token, config=fast_config())
         try:
             with pytest.raises(Unauthenticated):
@@ -72,7 +72,7 @@ async def test_token_from_a_file(memory_url: str, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     async with (
-        BrokerServer(memory_url, listen="127.0.0.1:0", token_file=str(token_file)),
+        BrokerServer(memory_url, ServerConfig(listen="127.0.0.1:0", token_file=str(token_file))),
         connect(memory_url, token=TOKEN, config=fast_config()) as client,
     ):
         await client.push(b"x")
@@ -110,10 +110,12 @@ async def test_non_loopback_listen_needs_a_token_or_insecure() -> None:
 async def test_tls_with_a_generated_certificate(memory_url: str, tls_files: CertFiles) -> None:
     async with BrokerServer(
         memory_url,
-        listen="127.0.0.1:0",
-        tls_cert=tls_files.cert,
-        tls_key=tls_files.key,
-        token=TOKEN,
+        ServerConfig(
+            listen="127.0.0.1:0",
+            tls_cert=tls_files.cert,
+            tls_key=tls_files.key,
+            token=TOKEN,
+        ),
     ) as server:
         async with connect(
             memory_url, token=TOKEN, tls_ca=tls_files.cert, config=fast_config()

@@ -17,11 +17,12 @@ from osqueue.broker import BrokerConfig
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import NotBroker, OsqueueError, StorageError
 from osqueue.server.runner import BrokerServer, run_broker
+from osqueue.server.server import ServerConfig
 from osqueue.storage import from_url
 
 
 async def test_client_follows_a_changed_address_in_the_document(queue_url: str) -> None:
-    first = BrokerServer(queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config())
+    first = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config())
     await first.start()
     client = await connect(queue_url, config=fast_config())
     assert isinstance(client, RemoteClient)
@@ -33,7 +34,7 @@ async def test_client_follows_a_changed_address_in_the_document(queue_url: str) 
         assert doc.broker is not None
         assert doc.broker.address is None
         async with BrokerServer(
-            queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+            queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
         ) as second:
             assert second.address != first.address
             await client.push(b"after", id="after")
@@ -53,8 +54,8 @@ async def test_a_broker_that_was_taken_over_points_clients_to_the_new_one(
     old = asyncio.create_task(
         run_broker(
             queue_url,
-            listen="127.0.0.1:0",
-            broker_config=quiet_broker_config(),
+            ServerConfig(listen="127.0.0.1:0"),
+            quiet_broker_config(),
             stop=stop,
             on_serving=serving,
             handle_signals=False,
@@ -67,7 +68,7 @@ async def test_a_broker_that_was_taken_over_points_clients_to_the_new_one(
         await client.push(b"1", id="one")
         old_address = client.address
         async with BrokerServer(
-            queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+            queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
         ) as new:
             # The old broker learns it lost the queue on its next write, answers
             # NotBroker with the new address, and the client follows it.
@@ -88,8 +89,8 @@ async def test_standby_takes_over_when_the_active_broker_stops(queue_url: str) -
     stop_active, stop_standby = asyncio.Event(), asyncio.Event()
     active_serving, standby_serving = asyncio.Event(), asyncio.Event()
     common: dict[str, Any] = {
-        "listen": "127.0.0.1:0",
-        "broker_config": config,
+        "server": ServerConfig(listen="127.0.0.1:0"),
+        "broker": config,
         "handle_signals": False,
     }
     active = asyncio.create_task(
@@ -147,7 +148,7 @@ class LosesFirstAnswer:
 
 async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) -> None:
     async with BrokerServer(
-        queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+        queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
     ) as server:
         assert server.server is not None
         assert server.broker is not None
@@ -170,13 +171,14 @@ BROKER_PROCESS = """
 import asyncio, sys
 from osqueue.broker import BrokerConfig
 from osqueue.server.runner import run_broker
+from osqueue.server.server import ServerConfig
 
 async def main() -> None:
     serving = asyncio.Event()
     config = BrokerConfig(lease_s=2.0, heartbeat_timeout_s=60.0, clock_skew_margin_s=0.2)
     task = asyncio.create_task(run_broker(
-        sys.argv[1], listen="127.0.0.1:0", standby=sys.argv[2] == "standby",
-        broker_config=config, on_serving=serving))
+        sys.argv[1], ServerConfig(listen="127.0.0.1:0"), config,
+        standby=sys.argv[2] == "standby", on_serving=serving))
     await serving.wait()
     print("serving", flush=True)
     await task
@@ -249,7 +251,7 @@ class _FlakyReads:
 
 async def test_a_storage_error_while_discovering_is_retried_not_fatal(queue_url: str) -> None:
     async with BrokerServer(
-        queue_url, listen="127.0.0.1:0", broker_config=quiet_broker_config()
+        queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
     ) as server:
         flaky = _FlakyReads(from_url(queue_url), failures=2)
         client = RemoteClient(flaky, fast_config())  # type: ignore[arg-type]

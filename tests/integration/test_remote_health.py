@@ -11,6 +11,7 @@ from remote_helpers import quiet_broker_config
 
 from osqueue.server.health import QUEUE_SERVICE
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
@@ -31,15 +32,14 @@ async def test_health_answers_without_a_token_and_follows_the_queue_to_the_stand
     queue_url: str,
 ) -> None:
     active = BrokerServer(
-        queue_url, listen="127.0.0.1:0", token=TOKEN, broker_config=quiet_broker_config()
+        queue_url, ServerConfig(listen="127.0.0.1:0", token=TOKEN), quiet_broker_config()
     )
     await active.start()
     standby = BrokerServer(
         queue_url,
-        listen="127.0.0.1:0",
-        token=TOKEN,
+        ServerConfig(listen="127.0.0.1:0", token=TOKEN),
+        quiet_broker_config(standby_poll_s=0.05, clock_skew_margin_s=0.05),
         standby=True,
-        broker_config=quiet_broker_config(standby_poll_s=0.05, clock_skew_margin_s=0.05),
     )
     await standby.listen()
     taking_over = asyncio.ensure_future(standby.start())

@@ -23,6 +23,7 @@ from remote_helpers import quiet_broker_config, read_document
 from osqueue.client.loop_thread import LoopThread
 from osqueue.server.limits import Limits
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.state import validate
 from osqueue.storage import MemoryStorage
 from osqueue.wire._pb import queue_pb2 as pb
@@ -73,7 +74,7 @@ def harness() -> Iterator[Harness]:
     url = f"memory://{name}"
     loop = LoopThread("hostile-broker")
     server = BrokerServer(
-        url, listen="127.0.0.1:0", broker_config=quiet_broker_config(), limits=LIMITS
+        url, ServerConfig(listen="127.0.0.1:0", limits=LIMITS), quiet_broker_config()
     )
     loop.run(server.start())
     options = [("grpc.use_local_subchannel_pool", 1)]

@@ -15,6 +15,7 @@ from osqueue.api import NewJob, QueueClient
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.server.service import QueueService
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
@@ -275,7 +276,7 @@ async def test_embedded_starts_a_broker_only_when_none_is_live(queue_url: str) -
         assert doc.broker.address is None
     doc = await read_document(queue_url)  # closing stopped the broker: the lease is released
     assert doc.stats.completed == 1
-    server = BrokerServer(queue_url, listen="127.0.0.1:0")
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"))
     async with server, connect(queue_url, embedded=True, config=fast_config()) as q:
         assert isinstance(q, RemoteClient)
         assert (await q.stats()).broker_address == server.address
@@ -288,7 +289,7 @@ def test_sync_twin_from_several_threads(queue_url: str) -> None:
     from osqueue.client.loop_thread import LoopThread
 
     broker_loop = LoopThread("test-broker")
-    server = BrokerServer(queue_url, listen="127.0.0.1:0")
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"))
     broker_loop.run(server.start())
     try:
         with osqueue.sync.connect(queue_url, config=fast_config()) as q:

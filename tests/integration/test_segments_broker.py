@@ -42,7 +42,8 @@ def config(**kw: object) -> BrokerConfig:
 
 @pytest.fixture(params=BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from backend_url(request, tmp_path, "segments")
+    with backend_url(request, request.param, tmp_path, "segments") as found:
+        yield found
 
 
 async def stored(storage: Storage) -> Document:

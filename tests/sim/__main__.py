@@ -1,6 +1,9 @@
 """``python -m sim``: run seeds, or replay one loudly.
 
 * ``python -m sim sweep START COUNT`` prints one JSON line per seed;
+* ``python -m sim sweep --storage moto|azurite START COUNT`` runs them over a
+  real server (started for the sweep) through a faulty proxy, each run
+  shortened (:mod:`sim.realstore`);
 * ``python -m sim replay SEED`` prints the run's history (every answer
   the clients got and every version that landed) and its verdict; exits 1 on
   a violation.
@@ -12,14 +15,15 @@ themselves with ``PYTHONHASHSEED=0`` when it is not set.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from sim import realstore
 from sim.config import config_for
-from sim.run import Report, Sim, quiet_logs, run_config
+from sim.run import Sim, quiet_logs, run_config
 
 HASH_SEED = "0"
 
@@ -30,32 +34,14 @@ def _ensure_fixed_hashing(argv: Sequence[str]) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "sim", *argv], env)
 
 
-def _as_json(report: Report) -> str:
-    return json.dumps(
-        {
-            "seed": report.seed,
-            "family": report.family,
-            "ok": report.ok,
-            "violations": [str(v) for v in report.violations],
-            "faults": dict(report.faults),
-            "acknowledged": report.acknowledged,
-            "completed": report.completed,
-            "dead": report.dead,
-            "deliveries": report.deliveries,
-            "versions": report.versions,
-            "virtual_s": round(report.virtual_s, 3),
-            "fingerprint": report.fingerprint,
-            "summary": report.summary(),
-        },
-        sort_keys=True,
-    )
-
-
-def sweep(start: int, count: int) -> int:
-    with quiet_logs():
+def sweep(start: int, count: int, storage: str = "memory") -> int:
+    with quiet_logs(), contextlib.ExitStack() as stack:
+        real = None if storage == "memory" else stack.enter_context(realstore.started(storage))
         for seed in range(start, start + count):
             cfg, rng = config_for(seed)
-            print(_as_json(run_config(cfg, rng)), flush=True)
+            if real is not None:
+                cfg = realstore.trimmed(cfg)
+            print(run_config(cfg, rng, real=real).as_json(), flush=True)
     return 0
 
 
@@ -77,10 +63,18 @@ def replay(seed: int) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    usage = "usage: python -m sim sweep START COUNT | replay SEED"
-    if len(argv) == 3 and argv[0] == "sweep":
+    usage = "usage: python -m sim sweep [--storage memory|moto|azurite] START COUNT | replay SEED"
+    args = list(argv)
+    storage = "memory"
+    if args[:1] == ["sweep"] and len(args) == 5 and args[1] == "--storage":
+        storage = args[2]
+        del args[1:3]
+        if storage not in ("memory", *realstore.BACKENDS):
+            print(f"unknown storage {storage!r}\n{usage}", file=sys.stderr)
+            return 2
+    if len(args) == 3 and args[0] == "sweep":
         _ensure_fixed_hashing(argv)
-        return sweep(int(argv[1]), int(argv[2]))
+        return sweep(int(args[1]), int(args[2]), storage)
     if len(argv) == 2 and argv[0] == "replay":
         _ensure_fixed_hashing(argv)
         return replay(int(argv[1]))

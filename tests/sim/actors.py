@@ -276,7 +276,9 @@ class Producer(Client):
                 assert job.id is not None
                 if job.id not in self.first_sent:
                     self.first_sent[job.id] = sim.now()
-                    sim.history.add(sim.now(), Kind.PUSH_SENT, self.name, job.id)
+                    sim.history.add(
+                        sim.now(), Kind.PUSH_SENT, self.name, job.id, delay_s=job.delay_s
+                    )
             try:
                 results, seq = await self.call(partial(LocalClient.push_results, jobs=batch))
             except Retryable:

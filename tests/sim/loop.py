@@ -9,6 +9,13 @@ replays exactly.
 If nothing is ready and no timer is armed while the main task is still
 waiting, no event can ever wake it: the loop raises :class:`SimulationStuck`
 (a liveness failure, reported like any invariant violation).
+
+Requests to a real server (the simulation over moto or Azurite) take real
+time that virtual time cannot skip.  While any is out (``real_io > 0``, kept
+by :class:`sim.store.SharedStore`), the loop waits for it for real and virtual
+time stands still: a request costs no virtual time, so its wall-clock latency
+never expires a lease or a heartbeat.  (Simulated latency is still added
+around it by the node's faulty connection.)
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ class SimulationStuck(RuntimeError):
 CPU_QUANTUM_S = 1e-6
 #: loop iterations in a row with work ready (no timer awaited) that count as a livelock
 MAX_BUSY_STEPS = 200_000
+#: while real requests are out, wait for them in slices of this many real seconds...
+REAL_WAIT_S = 0.5
+#: ... and give up (a stuck run) when none answers for this long
+REAL_DEADLINE_S = 120.0
 
 
 class _VirtualSelector(selectors.DefaultSelector):
@@ -38,6 +49,8 @@ class _VirtualSelector(selectors.DefaultSelector):
         super().__init__()
         self._virtual = loop
         self._steps = 0
+        #: real seconds waited in a row for real requests that did not answer
+        self._real_waited_s = 0.0
         #: while cancelling leftovers at the end, no deadlock or livelock is reported
         self.cleanup = False
 
@@ -56,6 +69,8 @@ class _VirtualSelector(selectors.DefaultSelector):
         ready = super().select(0)
         if ready:
             return ready
+        if self._virtual.real_io and timeout != 0:
+            return self._wait_real(now)
         if timeout is None:
             if self.cleanup:
                 return []
@@ -65,6 +80,20 @@ class _VirtualSelector(selectors.DefaultSelector):
             )
         if timeout > CPU_QUANTUM_S:
             self._virtual.advance_to(now + timeout - CPU_QUANTUM_S)
+        return []
+
+    def _wait_real(self, now: float) -> list[tuple[selectors.SelectorKey, int]]:
+        """Real requests are out: virtual time stands still until one of them answers."""
+        ready = super().select(REAL_WAIT_S)
+        if ready:
+            self._real_waited_s = 0.0
+            return ready
+        self._real_waited_s += REAL_WAIT_S
+        if self._real_waited_s > REAL_DEADLINE_S and not self.cleanup:
+            raise SimulationStuck(
+                f"{self._virtual.real_io} real storage request(s) unanswered for "
+                f"{REAL_DEADLINE_S:g} real seconds at t={now:.3f}s:\n{_stacks(self._virtual)}"
+            )
         return []
 
 
@@ -88,6 +117,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
+        #: requests to a real server now in flight (virtual time waits for them)
+        self.real_io = 0
         self.selector = _VirtualSelector(self)
         super().__init__(self.selector)
 

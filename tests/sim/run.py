@@ -6,7 +6,7 @@ A run has three phases on virtual time:
    faults and the nemesis crashes, pauses, stops and skews processes;
 2. **heal**: faults stop, paused processes resume, crashed ones restart;
 3. **drain**: the run waits (bounded) until every acknowledged job is archived
-   or dead, then stops everything and checks the history (I1 to I5).
+   or dead, then stops everything and checks the history (I1 to I9, :mod:`sim.checker`).
 
 ``run_seed(seed)`` is the whole API; the report prints the one command that
 replays the seed exactly.
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import json
 import logging
 import os
 import random
@@ -32,11 +33,16 @@ from typing import Any
 from osqueue.api import NewJob
 from osqueue.broker import Broker
 from osqueue.errors import OsqueueError
+from osqueue.ids import deterministic_ids
 from osqueue.state import DOCUMENT_KEY, Document, decode
+from sim import realstore
 from sim.actors import BrokerNode, Producer, Worker
+from sim.checker import judge
 from sim.config import SimConfig, config_for
-from sim.history import History, Kind, Outcome, Violation, check, parse_archive
+from sim.history import History, Kind, Outcome, Problem, Violation, parse_archive
 from sim.loop import SimulationStuck, run_virtual
+from sim.node import EPOCH_S
+from sim.realstore import RealServer
 from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
@@ -63,6 +69,8 @@ class Report:
 
     seed: int
     family: str
+    #: where the shared store was: ``memory``, or a real server (``moto``, ``azurite``)
+    storage: str = "memory"
     violations: list[Violation] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     acknowledged: int = 0
@@ -72,6 +80,10 @@ class Report:
     versions: int = 0
     #: payload objects the brokers' sweeps deleted
     payloads_swept: int = 0
+    #: what the checker's rules looked at (versions, claims, delayed claims...)
+    checked: Counter[str] = field(default_factory=Counter)
+    #: a real server's answers to document writes (see ``SharedStore.answers``)
+    answers: Counter[str] = field(default_factory=Counter)
     virtual_s: float = 0.0
     fingerprint: str = ""
 
@@ -86,6 +98,30 @@ class Report:
     @property
     def replay(self) -> str:
         return REPLAY.format(seed=self.seed)
+
+    def as_json(self) -> str:
+        """One JSON line: what ``python -m sim sweep`` prints for each seed."""
+        return json.dumps(
+            {
+                "seed": self.seed,
+                "family": self.family,
+                "storage": self.storage,
+                "ok": self.ok,
+                "violations": [str(v) for v in self.violations],
+                "faults": dict(self.faults),
+                "acknowledged": self.acknowledged,
+                "completed": self.completed,
+                "dead": self.dead,
+                "deliveries": self.deliveries,
+                "versions": self.versions,
+                "checked": dict(self.checked),
+                "answers": dict(self.answers),
+                "virtual_s": round(self.virtual_s, 3),
+                "fingerprint": self.fingerprint,
+                "summary": self.summary(),
+            },
+            sort_keys=True,
+        )
 
     def summary(self) -> str:
         faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"
@@ -107,7 +143,13 @@ class Report:
 class Sim:
     """The cluster of one run (see the module docstring)."""
 
-    def __init__(self, cfg: SimConfig, rng: random.Random) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        rng: random.Random,
+        *,
+        real: realstore.Backend | None = None,
+    ) -> None:
         self.cfg = cfg
         self.rng = rng
         self.history = History()
@@ -115,7 +157,11 @@ class Sim:
             f"sim-{cfg.seed}-{next(_runs)}",
             etag_mode=cfg.etag_mode,
             min_write_interval_s=cfg.min_write_interval_s,
+            backend=real.proxied if real else None,
+            observer=real.direct if real else None,
         )
+        #: a real server's faulty network (the simulation over real storage)
+        self.network = real.network if real else None
         self.faults = self.store.faults
         self.rates: FaultRates = cfg.rates
         self.inline_max = rng.choice((64, 4096))
@@ -141,10 +187,10 @@ class Sim:
         detail = ""
         if exc is not None and not isinstance(exc, OsqueueError):
             detail = "\n" + "".join(traceback.format_exception(exc)).rstrip()
-        self.problems.append(Violation("error", what + detail))
+        self.problems.append(Violation(Problem.UNEXPECTED, what + detail))
 
     def broker_failed(self, node: BrokerNode, exc: OsqueueError) -> None:
-        self.problems.append(Violation("broker", f"{node.broker_id} stopped: {exc!r}"))
+        self.problems.append(Violation(Problem.BROKER_FAILED, f"{node.broker_id} stopped: {exc!r}"))
 
     # -- building ---------------------------------------------------------------------
 
@@ -326,6 +372,8 @@ class Sim:
 
     def _heal(self) -> None:
         self.rates = self.cfg.rates.calm()
+        if self.network is not None:
+            self.network.enable(False)
         for task in list(self._nemesis_tasks):
             task.cancel()
         for node in self.brokers:
@@ -360,7 +408,7 @@ class Sim:
             if self.now() > deadline:
                 self.problems.append(
                     Violation(
-                        "I1",
+                        Problem.NOT_SETTLED,
                         f"acknowledged jobs not settled within {self.cfg.drain_limit_s:g}s "
                         "after the faults stopped",
                     )
@@ -375,40 +423,59 @@ class Sim:
             node.crash(fault=False)  # the end of the run, not a fault
 
     async def _collect(self) -> None:
-        inner = self.store.inner
-        objects = {key: await inner.get(key) for key in await inner.list("archive/")}
+        store = self.store
+        await store.quiesce()
+        self.archive_objects = {key: await store.get(key) for key in await store.list("archive/")}
         final: Document | None = None
         with contextlib.suppress(OsqueueError):
-            final = decode((await inner.read(DOCUMENT_KEY)).data)
-        payloads = frozenset(await inner.list("payloads/"))
-        self.outcome = Outcome(final, parse_archive(objects), payloads)
+            final = decode((await store.read(DOCUMENT_KEY)).data)
+        payloads = frozenset(await store.list("payloads/"))
+        self.outcome = Outcome(final, parse_archive(self.archive_objects), payloads)
 
     def report(self) -> Report:
         outcome = getattr(self, "outcome", None)
         violations = list(self.problems)
+        checked: Counter[str] = Counter()
         if outcome is not None:
-            violations += check(self.history, self.store.landed, outcome)
+            findings = judge(self.history, self.store.landed, outcome)
+            violations += findings.violations
+            checked = findings.checked
         final = outcome.final if outcome else None
-        digest = hashlib.sha256()
-        for item in self.store.landed:
-            digest.update(item.data)
-        for e in self.history.events:
-            digest.update(
-                repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode()
-            )
+        faults = Counter(self.faults)
+        if self.network is not None:
+            faults.update(self.network.faults)
         return Report(
             seed=self.cfg.seed,
             family=self.cfg.family,
+            storage=self.network.kind if self.network is not None else "memory",
             violations=violations,
-            faults=Counter(self.faults),
+            faults=faults,
             acknowledged=len(self.history.ids(Kind.PUSH_ACK)),
             completed=len(outcome.archive) if outcome else 0,
             dead=sum(1 for j in final.jobs.values() if j.status == "dead") if final else 0,
             deliveries=len(self.history.of(Kind.CLAIMED)),
             versions=len(self.store.landed),
             payloads_swept=sum(b.counters.payloads_swept for b in self.incarnations),
-            fingerprint=digest.hexdigest()[:16],
+            checked=checked,
+            answers=Counter(self.store.answers),
+            fingerprint=_fingerprint(self),
         )
+
+
+def _fingerprint(sim: Sim) -> str:
+    """A digest of everything a run produced: every version that landed, every answer,
+    the archive objects and the payload keys at the end."""
+    digest = hashlib.sha256()
+    for item in sim.store.landed:
+        digest.update(item.data)
+    for e in sim.history.events:
+        digest.update(repr((e.seq, round(e.at, 6), e.kind.value, e.actor, e.job, e.token)).encode())
+    for key, data in sorted(getattr(sim, "archive_objects", {}).items()):
+        digest.update(key.encode() + b"\0" + data)
+    outcome = getattr(sim, "outcome", None)
+    for key in sorted(outcome.payload_objects if outcome else ()):
+        digest.update(key.encode())
+    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager
@@ -424,9 +491,18 @@ def quiet_logs(enabled: bool = True) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) -> Report:
-    """Run one configured simulation to the end and check it (``sim``: built already)."""
-    sim = sim or Sim(cfg, rng)
+def run_config(
+    cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None, real: RealServer | None = None
+) -> Report:
+    """Run one configured simulation to the end and check it (``sim``: built already;
+    ``real``: a real server to run it over, see :mod:`sim.realstore`)."""
+    if real is None:
+        return _run(cfg, sim or Sim(cfg, rng))
+    with realstore.backend(real, cfg.seed) as backend:
+        return _run(cfg, Sim(cfg, rng, real=backend))
+
+
+def _run(cfg: SimConfig, sim: Sim) -> Report:
     started: list[float] = []
 
     async def main() -> None:
@@ -434,10 +510,14 @@ def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) ->
         await sim.run()
         started.append(asyncio.get_running_loop().time())
 
+    # Every id the run makes (payload upload ids above all) comes from the seed and
+    # the virtual clock, so a seed replays byte for byte.
+    ids = random.Random(f"osqueue-sim-ids/{cfg.seed}")
     try:
-        run_virtual(main())
+        with deterministic_ids(ids, _virtual_wall_time):
+            run_virtual(main())
     except SimulationStuck as exc:
-        sim.problems.append(Violation("liveness", str(exc)))
+        sim.problems.append(Violation(Problem.STUCK, str(exc)))
     except Exception as exc:  # a bug in the code under test or in the simulator
         sim.unexpected(f"the run raised {exc!r}", exc)
     finally:
@@ -445,6 +525,14 @@ def run_config(cfg: SimConfig, rng: random.Random, *, sim: Sim | None = None) ->
     report = sim.report()
     report.virtual_s = started[-1] - started[0] if len(started) == 2 else 0.0
     return report
+
+
+def _virtual_wall_time() -> float:
+    """The simulated wall clock (seconds since the epoch) where ids are made."""
+    try:
+        return EPOCH_S + asyncio.get_running_loop().time()
+    except RuntimeError:  # outside the loop (setting up): the start of simulated time
+        return EPOCH_S
 
 
 def run_seed(seed: int, family: str | None = None) -> Report:

@@ -3,7 +3,12 @@
 :class:`SharedStore` is the server: a :class:`~osqueue.storage.memory.MemoryStorage`
 (counter or MD5-of-content ETags) that records every document version that
 lands, in the order it lands, and can throttle writes to one object (GCS and
-R2 allow about one write per second per object).
+R2 allow about one write per second per object).  It can also stand in front
+of a real object store (moto's S3 or Azurite, :mod:`sim.realstore`): every
+request then goes to the real server, as a task of its own that completes
+even if the node that sent it crashes (the request is on the wire), and
+document writes reach the server one at a time, so the order they are recorded
+in is the order they landed in.
 
 :class:`NodeStorage` is one node's connection to it.  It injects the faults the
 backends really show, each drawn from the run's one RNG:
@@ -29,14 +34,18 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, TypeVar
 
-from osqueue.errors import Conflict, OutcomeUnknown, StorageError
+from osqueue.errors import Conflict, NotFound, OutcomeUnknown, StorageError
 from osqueue.storage.memory import EtagMode, MemoryStorage
-from osqueue.storage.port import Blob, Capabilities
+from osqueue.storage.port import Blob, Capabilities, Storage
+from sim.loop import VirtualTimeLoop
 from sim.node import Gate
+
+T = TypeVar("T")
 
 DOCUMENT_KEY = "queue.json"
 
@@ -129,30 +138,114 @@ class SharedStore:
     etag_mode: EtagMode = "counter"
     #: at most one document write per this many seconds (0: unlimited); more get a 429
     min_write_interval_s: float = 0.0
+    #: a real object store to stand in front of (None: the in-memory one)
+    backend: Storage | None = None
+    #: the same real store reached directly (no faulty network): how the recorder
+    #: learns whether a document write whose answer was an error landed
+    observer: Storage | None = None
     landed: list[Landed] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     _inflight: set[asyncio.Task[None]] = field(default_factory=set)
     _last_doc_write: float = -1e18
+    #: requests at the real server now
+    _real: set[asyncio.Future[Any]] = field(default_factory=set)
+    _document_lock: asyncio.Lock | None = None
+    #: what a real server answered to document writes: ``refused`` (412/409/404, a
+    #: write that did not land), ``landed unanswered`` (an error, yet it landed)
+    answers: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        MemoryStorage.drop(self.name)
-        self.inner = MemoryStorage(self.name, etag=self.etag_mode)
+        self.inner: Storage
+        if self.backend is None:
+            MemoryStorage.drop(self.name)
+            self.inner = MemoryStorage(self.name, etag=self.etag_mode)
+        else:
+            self.inner = self.backend
+
+    @property
+    def content_etags(self) -> bool:
+        if self.backend is not None:
+            return self.backend.capabilities.content_etags
+        return self.etag_mode == "md5"
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
+    async def _at_server(self, call: Callable[[], Awaitable[T]]) -> T:
+        """One request to the server.  A real one runs as a task of its own (it lands
+        whatever becomes of its sender) and holds virtual time while it is out."""
+        if self.backend is None:
+            return await call()
+        task = asyncio.ensure_future(_counted(call))
+        self._real.add(task)
+        task.add_done_callback(self._real.discard)
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
     async def read(self, key: str) -> Blob:
-        return await self.inner.read(key)
+        return await self._at_server(lambda: self.inner.read(key))
+
+    async def get(self, key: str) -> bytes:
+        return (await self.read(key)).data
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._at_server(lambda: self.inner.put(key, data))
+
+    async def delete(self, key: str) -> None:
+        await self._at_server(lambda: self.inner.delete(key))
+
+    async def list(self, prefix: str) -> list[str]:
+        return await self._at_server(lambda: self.inner.list(prefix))
 
     async def write(self, key: str, data: bytes, if_match: str | None, writer: str) -> str:
         throttle = self.min_write_interval_s
         if key == DOCUMENT_KEY and self.now() - self._last_doc_write < throttle:
             self.faults["throttled"] += 1
             raise StorageError("429 SlowDown: one write per second per object")
-        etag = await self.inner.write(key, data, if_match=if_match)
-        if key == DOCUMENT_KEY:
+        if key != DOCUMENT_KEY:
+            return await self._at_server(lambda: self.inner.write(key, data, if_match=if_match))
+        if self.backend is None:
+            return await self._write_document(data, if_match, writer)
+        return await self._at_server(lambda: self._write_document_alone(data, if_match, writer))
+
+    async def _write_document_alone(self, data: bytes, if_match: str | None, writer: str) -> str:
+        """A real server answers in its own time: one document write at a time, so the
+        order of ``landed`` is the order the writes landed in."""
+        if self._document_lock is None:
+            self._document_lock = asyncio.Lock()
+        async with self._document_lock:
+            try:
+                return await self._write_document(data, if_match, writer)
+            except (Conflict, StorageError):
+                # A lost answer that obstore retried ends as a 412 for our own write; a
+                # reset may come after the request landed.  No other document write can
+                # land meanwhile (the lock), so the stored bytes say whether this one did.
+                await self._record_if_landed(data, writer)
+                raise
+
+    async def _record_if_landed(self, data: bytes, writer: str) -> None:
+        assert self.observer is not None, "a real backend needs its observer"
+        stored: Blob | None = None
+        for attempt in range(1, 4):  # the direct connection has no injected faults
+            try:
+                stored = await self.observer.read(DOCUMENT_KEY)
+                break
+            except NotFound:
+                break
+            except StorageError:
+                if attempt == 3:
+                    raise
+        if stored is None or stored.data != data:
+            self.answers["refused"] += 1
+        elif not self.landed or self.landed[-1].data != data:
+            self.answers["landed unanswered"] += 1
             self._last_doc_write = self.now()
-            self.landed.append(Landed(self.now(), data, etag, writer))
+            self.landed.append(Landed(self.now(), data, stored.etag, writer))
+
+    async def _write_document(self, data: bytes, if_match: str | None, writer: str) -> str:
+        etag = await self.inner.write(DOCUMENT_KEY, data, if_match=if_match)
+        self._last_doc_write = self.now()
+        self.landed.append(Landed(self.now(), data, etag, writer))
         return etag
 
     def send_later(
@@ -173,6 +266,14 @@ class SharedStore:
     def in_flight(self) -> int:
         return len(self._inflight)
 
+    async def quiesce(self) -> None:
+        """The run is over: requests held in the network never arrive, and every request
+        already at a real server gets its answer (so the end state is read after it)."""
+        for task in list(self._inflight):
+            task.cancel()
+        while self._real:
+            await asyncio.wait(set(self._real))
+
     # -- outside interference (scenarios only) -----------------------------------------
 
     async def delete_document(self) -> None:
@@ -184,7 +285,27 @@ class SharedStore:
     def close(self) -> None:
         for task in self._inflight:
             task.cancel()
-        MemoryStorage.drop(self.name)
+        if self.backend is None:
+            MemoryStorage.drop(self.name)
+
+
+async def _counted(call: Callable[[], Awaitable[T]]) -> T:
+    """A request at a real server, counted while it is out (see :mod:`sim.loop`)."""
+    loop = asyncio.get_running_loop()
+    virtual = loop if isinstance(loop, VirtualTimeLoop) else None
+    if virtual is not None:
+        virtual.real_io += 1
+    try:
+        return await call()
+    finally:
+        if virtual is not None:
+            virtual.real_io -= 1
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Its sender may be gone (crashed): the outcome of the request is nobody's business."""
+    if not task.cancelled():
+        task.exception()
 
 
 class NodeStorage:
@@ -211,7 +332,7 @@ class NodeStorage:
         self.dead = False
         self._writes: Counter[str] = Counter()
         self._capabilities = Capabilities(
-            cross_process=True, content_etags=shared.etag_mode == "md5", durable=True
+            cross_process=True, content_etags=shared.content_etags, durable=True
         )
 
     # -- Storage port ------------------------------------------------------------------
@@ -238,21 +359,21 @@ class NodeStorage:
 
     async def list(self, prefix: str = "") -> list[str]:
         await self._enter()
-        return await self.shared.inner.list(prefix)
+        return await self.shared.list(prefix)
 
     async def delete(self, key: str) -> None:
         await self._enter()
         if self._draw(self.rates.error_before):
             self._count("error_before")
             raise StorageError(f"injected: 503 on delete {key!r}")
-        await self.shared.inner.delete(key)
+        await self.shared.delete(key)
 
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
         if self._draw(self.rates.error_before):
             self._count("error_before")
             raise StorageError(f"injected: 503 on put {key!r}")
-        await self.shared.inner.put(key, data)
+        await self.shared.put(key, data)
         if self._draw(self.rates.lost_after):
             self._count("lost_after")
             raise OutcomeUnknown(f"injected: put {key!r} landed, answer lost")

@@ -1,44 +1,450 @@
-"""The history checker itself: each invariant it guards really fails on a broken history.
+"""The history checker itself: every rule fires on a history broken its way, and only it.
 
-A clean history passes; then one thing at a time is broken the way a buggy broker
-would break it, and the checker must name the invariant.
+Each :class:`~sim.history.Rule` has a *broken history* below (``BROKEN``): a
+small run written by hand with the real transitions, then broken the way a
+buggy broker would break it, so that exactly that rule is violated.  Three tests
+hold the checker to it:
+
+* ``test_each_rule_alone_names_its_broken_history``: the checker reports that
+  rule and no other;
+* ``test_with_its_rule_disabled_the_broken_history_passes``: the mutation test;
+  with the rule switched off, the same history passes, so the rule is what
+  catches it (no other rule stands in for it);
+* ``test_every_rule_has_a_broken_history``: no rule without its case.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
+
 import msgspec
-from sim.history import ArchiveRecord, History, Kind, Outcome, check
+import pytest
+from sim.checker import check
+from sim.history import ArchiveRecord, History, Kind, Outcome, Rule
 from sim.store import Landed
 
-from osqueue.state import ClaimOp, Complete, Document, MarkArchived, Push, encode, transition
+from osqueue.state import (
+    Cancel,
+    ClaimOp,
+    Complete,
+    Document,
+    MarkArchived,
+    Op,
+    Push,
+    decode,
+    encode,
+    transition,
+)
+from osqueue.state.model import Counters, StoredJob
 
 T0 = 1_800_000_000.0
+_replace = msgspec.structs.replace
 
 
-def _clean() -> tuple[History, list[Landed], Outcome]:
+class Story:
+    """A run written by hand: ops applied with the real transitions, every version
+    landing in order, answers recorded as the simulator records them."""
+
+    def __init__(self) -> None:
+        self.history = History()
+        self.landed: list[Landed] = []
+        self.doc = Document.empty()
+        self.t = T0
+        self.archive: list[ArchiveRecord] = []
+        self.payloads: set[str] = set()
+
+    def _land(self, doc: Document) -> None:
+        self.landed.append(Landed(len(self.landed), encode(doc), f"e{len(self.landed)}", "b1"))
+        self.doc = doc
+
+    def apply(self, *ops: Op, at: float | None = None) -> None:
+        """One commit: ``ops`` at ``T0 + at`` (default: a second after the last)."""
+        self.t = T0 + at if at is not None else self.t + 1.0
+        self._land(transition(self.doc, ops, self.t).doc)
+
+    def forge(self, *jobs: StoredJob, stats: Counters | None = None, skip: int = 0) -> None:
+        """A version no correct broker writes: ``jobs`` replaced as given."""
+        doc = self.doc.copy()
+        for job in jobs:
+            doc.put_job(job, self.t)
+            # keep it decodable: seqs and tokens stay below the document's counters
+            doc.next_seq = max(doc.next_seq, job.seq + 1)
+            if job.claim is not None:
+                doc.next_token = max(doc.next_token, job.claim.token + 1)
+        doc.version += 1 + skip
+        if stats is not None:
+            doc.stats = stats
+        self._land(doc)
+
+    def drop(self, job_id: str, stats: Counters | None = None) -> None:
+        """A version without ``job_id``, nothing else changed (but ``stats`` if given)."""
+        doc = self.doc.copy()
+        doc.drop_job(job_id)
+        doc.version += 1
+        if stats is not None:
+            doc.stats = stats
+        self._land(doc)
+
+    def job(self, job_id: str) -> StoredJob:
+        return self.doc.jobs[job_id]
+
+    def at_version(self, version: int) -> Document:
+        """The version that landed as ``version`` (the stories start at version 1)."""
+        return decode(self.landed[version - 1].data)
+
+    def back_to(self, version: int) -> None:
+        """Forget what landed after ``version`` (to write it differently)."""
+        self.doc = self.at_version(version)
+        del self.landed[version:]
+
+    def said(self, kind: Kind, actor: str, job: str, token: int = 0, delay_s: float = 0.0) -> None:
+        self.history.add(self.t - T0, kind, actor, job, token, delay_s=delay_s)
+
+    def pushed(self, *job_ids: str, acked: bool = True) -> None:
+        for job_id in job_ids:
+            self.said(Kind.PUSH_SENT, "p", job_id)
+            if acked:
+                self.said(Kind.PUSH_ACK, "p", job_id)
+
+    def archive_done(self) -> None:
+        """Write the archive line of every done job, then prune them (as a broker does)."""
+        done = [j for j in self.doc.jobs.values() if j.status == "done"]
+        for job in done:
+            assert job.claim is not None
+            assert job.done_version is not None
+            self.archive.append(ArchiveRecord(job.id, job.done_version, job.claim.token, "w"))
+        self.apply(MarkArchived(tuple(sorted({j.done_version for j in done if j.done_version}))))
+
+    def outcome(self) -> Outcome:
+        return Outcome(self.doc, list(self.archive), frozenset(self.payloads))
+
+    def rules(self, disabled: set[Rule] | None = None) -> set[Rule]:
+        found = check(self.history, self.landed, self.outcome(), disabled=disabled or set())
+        return {v.rule for v in found if isinstance(v.rule, Rule)}
+
+
+def clean() -> Story:
     """Push j1, claim it (token 1), complete it, archive it: every step landed."""
-    history = History()
-    landed: list[Landed] = []
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"))
+    s.pushed("j1")
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    s.archive_done()
+    return s
 
-    def land(doc: Document) -> Document:
-        landed.append(Landed(len(landed), encode(doc), f"e{len(landed)}", "b1"))
-        return doc
 
-    doc = land(transition(Document.empty(), [Push(id="j1", payload=b"x")], T0).doc)
-    history.add(0, Kind.PUSH_SENT, "p", "j1")
-    history.add(0, Kind.PUSH_ACK, "p", "j1")
-    doc = land(transition(doc, [ClaimOp("w", ("default",), 1)], T0 + 1).doc)
-    history.add(1, Kind.CLAIMED, "w", "j1", 1)
-    doc = land(transition(doc, [Complete("j1", 1)], T0 + 2).doc)
-    history.add(2, Kind.COMPLETE_OK, "w", "j1", 1)
-    done_in = doc.version
-    doc = land(transition(doc, [MarkArchived((done_in,))], T0 + 3).doc)
-    archive = [ArchiveRecord(id="j1", version=done_in, token=1, worker="w")]
-    return history, landed, Outcome(doc, archive)
+def reclaimed() -> Story:
+    """Push j1; w claims it (token 1) and stops heartbeating; the sweep requeues it; w2
+    claims it (token 2).  Nothing is wrong yet."""
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"))
+    s.pushed("j1")
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.apply(at=100.0)  # past the heartbeat timeout: requeued with a backoff
+    assert s.job("j1").status == "queued"
+    s.apply(ClaimOp("w2", ("default",), 1), at=200.0)
+    s.said(Kind.CLAIMED, "w2", "j1", 2)
+    return s
+
+
+def test_the_clean_histories_pass() -> None:
+    assert clean().rules() == set()
+    s = reclaimed()
+    s.apply(Complete("j1", 2))
+    s.said(Kind.COMPLETE_OK, "w2", "j1", 2)
+    s.archive_done()
+    assert s.rules() == set()
+
+
+# --------------------------------------------------------------------------- I1
+
+
+def no_loss() -> Story:
+    s = clean()
+    s.pushed("j2")  # acknowledged, and no version that landed ever held it
+    return s
+
+
+def payload_kept() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=None, payload_ref="payloads/j1=u1", payload_size=9))
+    s.pushed("j1", acked=False)  # its object is gone (not in payload_objects)
+    return s
+
+
+# --------------------------------------------------------------------------- I2
+
+
+def pushed_first() -> Story:
+    s = clean()
+    s.history.events = [e for e in s.history.events if e.kind is not Kind.PUSH_SENT]
+    return s
+
+
+def not_recreated() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"))
+    s.pushed("j1", acked=False)
+    job = s.job("j1")  # a second push of j1 made a new job in its place
+    s.forge(_replace(job, created_at=job.created_at + timedelta(seconds=5)))
+    return s
+
+
+def not_revived() -> Story:
+    s = clean()  # version 3: j1 done; version 4 pruned it after its archive line
+    s.forge(s.at_version(3).jobs["j1"])
+    return s
+
+
+def done_is_final() -> Story:
+    s = clean()
+    s.back_to(3)  # j1 done and archived, not pruned yet
+    s.forge(_replace(s.job("j1"), status="queued", claim=None))
+    return s
+
+
+def archived_once() -> Story:
+    s = clean()
+    s.archive = s.archive * 2
+    return s
+
+
+# --------------------------------------------------------------------------- I3
+
+
+def one_completion() -> Story:
+    s = clean()
+    s.back_to(3)  # j1 done under token 1
+    job = s.job("j1")
+    assert job.claim is not None
+    s.forge(_replace(job, claim=_replace(job.claim, token=2)))  # done again, under token 2
+    s.said(Kind.COMPLETE_OK, "w2", "j1", 2)
+    s.archive = []
+    s.archive_done()
+    s.archive = [ArchiveRecord("j1", 3, 1, "w")]
+    return s
+
+
+def durable_completion() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"))
+    s.pushed("j1")
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)  # answered; no version that landed holds it
+    s.said(Kind.CANCEL_SENT, "p", "j1")
+    s.apply(Cancel("j1"))
+    s.said(Kind.CANCEL_OK, "p", "j1")
+    return s
+
+
+def archive_version() -> Story:
+    s = clean()
+    s.archive = [ArchiveRecord("j1", 2, 1, "w")]  # version 2 claimed it; 3 completed it
+    return s
+
+
+def archive_token() -> Story:
+    s = clean()
+    s.history.events = [e for e in s.history.events if e.kind is not Kind.COMPLETE_OK]
+    s.archive = [ArchiveRecord("j1", 3, 5, "w")]  # version 3 completed it under token 1
+    return s
+
+
+def cancel_durable() -> Story:
+    s = clean()
+    s.said(Kind.CANCEL_SENT, "p", "j1")
+    s.said(Kind.CANCEL_OK, "p", "j1")  # accepted, yet j1 completed and is archived
+    return s
+
+
+def counters() -> Story:
+    s = clean()
+    stats = s.doc.stats
+    s.forge(stats=_replace(stats, completed=stats.completed + 1))
+    return s
+
+
+# --------------------------------------------------------------------------- I4
+
+
+def token_one_holder() -> Story:
+    s = clean()
+    s.said(Kind.CLAIMED, "w2", "j1", 1)  # token 1 again, to someone else
+    return s
+
+
+def stale_token() -> Story:
+    s = reclaimed()
+    s.said(Kind.HEARTBEAT_OK, "w", "j1", 1)  # token 1 after token 2 was handed to w2
+    s.apply(Complete("j1", 2))
+    s.said(Kind.COMPLETE_OK, "w2", "j1", 2)
+    s.archive_done()
+    return s
+
+
+def durable_claim() -> Story:
+    s = clean()
+    s.said(Kind.CLAIMED, "w2", "j1", 9)  # no version that landed ever gave token 9
+    return s
+
+
+def chain_token_owner() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"), Push(id="j2", payload=b"y"))
+    s.pushed("j1")
+    s.pushed("j2", acked=False)
+    s.apply(ClaimOp("w", ("default",), 2))
+    j1, j2 = s.job("j1"), s.job("j2")
+    assert j2.claim is not None
+    s.back_to(1)
+    s.forge(j1, _replace(j2, claim=_replace(j2.claim, token=1)))  # token 1 for both
+    s.said(Kind.CLAIMED, "w", "j1", 1)  # the answer with j2 was lost
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    s.archive_done()
+    return s
+
+
+def chain_token_forward() -> Story:
+    s = reclaimed()
+    s.history.events = [e for e in s.history.events if e.kind is not Kind.PUSH_ACK]
+    old = s.at_version(2).jobs["j1"]
+    s.forge(_replace(s.job("j1"), claim=old.claim))  # token 1 is current again
+    return s
+
+
+# --------------------------------------------------------------------------- I5
+
+
+def version_decodes() -> Story:
+    s = clean()
+    s.landed.append(Landed(9, b'{"format":1,', "e9", "b1"))
+    return s
+
+
+def version_order() -> Story:
+    s = clean()
+    s.forge(skip=1)  # version 6 after version 4
+    return s
+
+
+# --------------------------------------------------------------------------- I6 to I9
+
+
+def key_unique() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", key="k"), Push(id="j2", payload=b"y", key="k2"))
+    s.pushed("j1", "j2", acked=False)
+    s.forge(_replace(s.job("j2"), key="k"))  # two live jobs hold key k
+    return s
+
+
+def dead_at_max_attempts() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", max_attempts=3))
+    s.pushed("j1")
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    stats = s.doc.stats
+    # dead after its first attempt of three (and counted as dead, as a broker would)
+    s.forge(
+        _replace(s.job("j1"), status="dead", claim=None),
+        stats=_replace(stats, dead=stats.dead + 1),
+    )
+    return s
+
+
+def not_early() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", delay_s=10.0))  # due at T0 + 11
+    s.pushed("j1")
+    s.apply(ClaimOp("w", ("default",), 1), at=20.0)
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    job = s.job("j1")
+    assert job.claim is not None
+    early = job.claim.claimed_at - timedelta(seconds=15)  # T0 + 5: six seconds early
+    s.back_to(1)
+    s.forge(_replace(job, claim=_replace(job.claim, claimed_at=early, heartbeat_at=early)))
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    s.archive_done()
+    return s
+
+
+def priority_order() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", priority=0), Push(id="j2", payload=b"y", priority=1))
+    s.pushed("j1", "j2", acked=False)
+    s.apply(ClaimOp("w", ("default",), 1))
+    claimed = s.job("j1")  # the real claim took j1 (priority 0) ...
+    assert claimed.claim is not None
+    s.back_to(1)
+    j2 = s.job("j2")
+    s.forge(_replace(j2, status="claimed", claim=claimed.claim, attempts=1))  # ... not j2
+    s.said(Kind.CLAIMED, "w", "j2", 1)
+    return s
+
+
+BROKEN: dict[Rule, Callable[[], Story]] = {
+    Rule.NO_LOSS: no_loss,
+    Rule.PAYLOAD_KEPT: payload_kept,
+    Rule.PUSHED_FIRST: pushed_first,
+    Rule.NOT_RECREATED: not_recreated,
+    Rule.NOT_REVIVED: not_revived,
+    Rule.DONE_IS_FINAL: done_is_final,
+    Rule.ARCHIVED_ONCE: archived_once,
+    Rule.ONE_COMPLETION: one_completion,
+    Rule.DURABLE_COMPLETION: durable_completion,
+    Rule.ARCHIVE_VERSION: archive_version,
+    Rule.ARCHIVE_TOKEN: archive_token,
+    Rule.CANCEL_DURABLE: cancel_durable,
+    Rule.COUNTERS: counters,
+    Rule.TOKEN_ONE_HOLDER: token_one_holder,
+    Rule.STALE_TOKEN: stale_token,
+    Rule.DURABLE_CLAIM: durable_claim,
+    Rule.CHAIN_TOKEN_OWNER: chain_token_owner,
+    Rule.CHAIN_TOKEN_FORWARD: chain_token_forward,
+    Rule.VERSION_DECODES: version_decodes,
+    Rule.VERSION_ORDER: version_order,
+    Rule.KEY_UNIQUE: key_unique,
+    Rule.DEAD_AT_MAX_ATTEMPTS: dead_at_max_attempts,
+    Rule.NOT_EARLY: not_early,
+    Rule.PRIORITY_ORDER: priority_order,
+}
+
+
+def test_every_rule_has_a_broken_history() -> None:
+    assert set(BROKEN) == set(Rule)
+
+
+@pytest.mark.parametrize("rule", list(Rule), ids=[r.value for r in Rule])
+def test_each_rule_alone_names_its_broken_history(rule: Rule) -> None:
+    assert BROKEN[rule]().rules() == {rule}
+
+
+@pytest.mark.parametrize("rule", list(Rule), ids=[r.value for r in Rule])
+def test_with_its_rule_disabled_the_broken_history_passes(rule: Rule) -> None:
+    story = BROKEN[rule]()
+    assert story.rules(disabled={rule}) == set()
+    assert story.rules(disabled=set(Rule) - {rule}) == {rule}
+
+
+# --------------------------------------------------------------------------- by invariant
 
 
 def _invariants(history: History, landed: list[Landed], outcome: Outcome) -> list[str]:
     return sorted({v.invariant for v in check(history, landed, outcome)})
+
+
+def _clean() -> tuple[History, list[Landed], Outcome]:
+    s = clean()
+    return s.history, s.landed, s.outcome()
 
 
 def test_a_clean_history_passes() -> None:
@@ -80,3 +486,104 @@ def test_a_version_going_back_or_not_decoding_is_i5() -> None:
     assert "I5" in _invariants(history, back, outcome)
     broken = [*landed, Landed(9, b'{"format":1,', "e9", "b1")]
     assert "I5" in _invariants(history, broken, outcome)
+
+
+# --------------------------------------------------------------------------- the loopholes
+
+
+def test_a_stale_heartbeat_is_caught_by_the_stale_token_rule_itself() -> None:
+    """The heartbeat's stale token is the only thing wrong: both claims landed."""
+    story = stale_token()
+    [violation] = check(story.history, story.landed, story.outcome())
+    assert violation.rule is Rule.STALE_TOKEN
+    assert "stale token 1 accepted (heartbeat-ok from w) after token 2" in violation.message
+
+
+def test_a_completion_after_a_newer_token_is_stale() -> None:
+    s = reclaimed()
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)  # w's completion after w2 got token 2
+    assert Rule.STALE_TOKEN in s.rules()
+
+
+def test_counters_hold_with_cancels_and_a_cancel_that_did_not_count_is_caught() -> None:
+    s = clean()
+    s.apply(Push(id="j2", payload=b"y"))
+    s.pushed("j2")
+    s.said(Kind.CANCEL_SENT, "p", "j2")
+    s.apply(Cancel("j2"))
+    s.said(Kind.CANCEL_OK, "p", "j2")
+    assert s.doc.stats.cancelled == 1
+    assert s.rules() == set()
+    s.back_to(len(s.landed) - 1)
+    s.drop("j2")  # the cancel again, its counter not moved
+    assert s.rules() == {Rule.COUNTERS}
+
+
+def test_a_cancel_sent_is_no_excuse_for_a_job_that_never_left() -> None:
+    s = clean()
+    s.apply(Push(id="j2", payload=b"y"))
+    s.pushed("j2")
+    s.said(Kind.CANCEL_SENT, "p", "j2")  # sent; it never landed, the job stays queued
+    assert s.rules() == {Rule.NO_LOSS}
+    s.drop("j2", stats=_replace(s.doc.stats, cancelled=1))  # now a version removed it
+    assert s.rules() == set()
+    s.history.events = [e for e in s.history.events if e.kind is not Kind.CANCEL_SENT]
+    assert s.rules() == {Rule.NO_LOSS}, "a job that left undone with no cancel sent is lost"
+
+
+def test_a_cancelled_jobs_claims_are_checked_too() -> None:
+    """A claim and a cancel of one job in one batch: the landed version allocated the
+    token and removed the job, so no version holds the claim, and that is fine.  A
+    claim of a cancelled job that no version allocated is still caught."""
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"))
+    s.pushed("j1")
+    s.said(Kind.CANCEL_SENT, "p", "j1")
+    s.apply(ClaimOp("w", ("default",), 1), Cancel("j1"))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.said(Kind.CANCEL_OK, "p", "j1")
+    assert s.rules() == set()
+    s.said(Kind.CLAIMED, "w2", "j1", 2)  # token 2 was never allocated by that version
+    assert s.rules() == {Rule.DURABLE_CLAIM}
+
+
+def test_a_delayed_push_claimed_in_the_version_that_pushed_it_is_early() -> None:
+    s = Story()
+    s.apply()  # version 1: empty
+    elsewhere = transition(Document.empty(), [Push(id="j1", payload=b"x")], s.t).doc
+    claimed = transition(elsewhere, [ClaimOp("w", ("default",), 1)], s.t + 1).doc.jobs["j1"]
+    s.said(Kind.PUSH_SENT, "p", "j1", delay_s=30.0)
+    s.forge(claimed, stats=Counters(pushed=1))  # pushed with a delay, claimed at once
+    assert s.rules() == {Rule.NOT_EARLY}
+
+
+def test_priority_order_compares_seq_within_a_priority_and_nothing_across_queues() -> None:
+    s = Story()
+    s.apply(
+        Push(id="j1", payload=b"x"),
+        Push(id="j2", payload=b"y"),
+        Push(id="j3", payload=b"z", queue="other"),
+    )
+    s.pushed("j1", "j2", "j3", acked=False)
+    s.apply(ClaimOp("w", ("other",), 1))  # j3 claimed while j1 waits in another queue: fine
+    assert s.rules() == set()
+    s.apply(ClaimOp("w", ("default",), 1))
+    j1 = s.job("j1")
+    assert j1.claim is not None
+    s.back_to(2)
+    s.forge(_replace(s.job("j2"), status="claimed", claim=j1.claim, attempts=1))
+    assert s.rules() == {Rule.PRIORITY_ORDER}  # j2 (seq 2) claimed while j1 (seq 1) waited
+
+
+def test_a_claim_beyond_max_attempts_is_caught() -> None:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", max_attempts=1))
+    s.pushed("j1", acked=False)
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.forge(_replace(s.job("j1"), attempts=2))
+    assert s.rules() == {Rule.DEAD_AT_MAX_ATTEMPTS}
+
+
+def test_an_unknown_rule_cannot_be_disabled() -> None:
+    with pytest.raises(TypeError, match="Rule"):
+        check(History(), [], Outcome(None, []), disabled={"no-loss"})  # type: ignore[arg-type]

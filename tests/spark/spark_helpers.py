@@ -19,6 +19,7 @@ from osqueue.broker import BrokerConfig
 from osqueue.broker.local import LocalClient
 from osqueue.client.loop_thread import LoopThread
 from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.spark import blocking
 from osqueue.spark.archive import ARCHIVE_PREFIX
 from osqueue.state import StoredJob
@@ -33,7 +34,7 @@ class ServedBroker:
     def __init__(self, url: str, config: BrokerConfig) -> None:
         self.url = url
         self.loop = LoopThread("test-broker")
-        self.server = BrokerServer(url, listen="127.0.0.1:0", broker_config=config)
+        self.server = BrokerServer(url, ServerConfig(listen="127.0.0.1:0"), config)
         self.loop.run(self.server.start())
         assert self.server.broker is not None
         self.broker = self.server.broker

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+from corrupt_archive import write_corrupt_archive
 from pyspark.sql import SparkSession
 from spark_helpers import ServedBroker, served_broker, wait_archived
 
 from osqueue.api import Job, NewJob
-from osqueue.errors import BrokerUnavailable, InvalidInput, OsqueueError
+from osqueue.errors import BrokerUnavailable, CorruptDocument, InvalidInput, OsqueueError
 from osqueue.spark import blocking
 from osqueue.spark.errors import osqueue_error
 from osqueue.state import DOCUMENT_KEY, decode
@@ -290,3 +293,18 @@ def test_a_streaming_query_sees_completed_jobs_as_they_land(
                 assert sorted(seen) == sorted(j.id for j in jobs[:expected])  # no repeats
         finally:
             query.stop()
+
+
+def test_a_corrupt_archive_line_fails_the_read_naming_its_key_and_line(
+    spark: SparkSession, file_queue: str
+) -> None:
+    _, bad = write_corrupt_archive(Path(urlparse(file_queue).path))
+    archive = spark.read.format("osqueue").option("url", file_queue).option("table", "archive")
+    with pytest.raises(Exception) as info:
+        archive.load().collect()
+    error = expect_error(info)
+    assert isinstance(error, CorruptDocument)
+    assert str(error).startswith("4 corrupt archive lines in 2 objects: ")
+    for key, line in bad[:3]:  # the first five are named; the fourth is in the other object
+        assert f"{key} line {line} (byte " in str(error)
+    assert f"{bad[3][0]} line 2 (byte " in str(error)

@@ -19,6 +19,8 @@ from osqueue.bench import (
     run_bench,
     run_remote_bench,
 )
+from osqueue.bench.scrape import Scraper
+from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli.app import app
 from osqueue.errors import BrokerUnavailable, InvalidInput
 from osqueue.state import DOCUMENT_KEY, Document, decode
@@ -90,6 +92,39 @@ def test_bench_command_prints_one_json_line() -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     assert tuple(json.loads(lines[0])) == RESULT_KEYS
+
+
+async def test_with_metrics_the_broker_serves_them_and_the_run_says_so() -> None:
+    result = await run_bench(BenchConfig(storage=_url(), clients=2, jobs=10, metrics=True))
+
+    d = result.to_dict()
+    assert tuple(d) == (*RESULT_KEYS, "metrics_scrapes")
+    assert result.jobs == 10
+    assert result.ops == 3 * 10
+    assert isinstance(d["metrics_scrapes"], int)  # one a second: a short run may have none
+
+
+async def test_the_scraper_reads_a_whole_answer_as_prometheus_would() -> None:
+    async with Broker(_url(), BrokerConfig(metrics_listen="127.0.0.1:0")) as broker:
+        assert broker.metrics_address is not None
+        scraper = Scraper(broker.metrics_address)
+        answer = await scraper.scrape()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert b'osqueue_broker_state{state="serving"} 1.0' in body
+    assert scraper.scrapes == 1
+
+
+def test_bench_command_refuses_metrics_with_remote(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = bench_command(
+        f"file://{tmp_path}", clients=1, jobs=1, preload=0, remote=True, metrics=True
+    )
+
+    assert code == 2
+    assert "metrics" in capsys.readouterr().err
 
 
 def test_bench_command_rejects_bad_flags_with_exit_code_2(

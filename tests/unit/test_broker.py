@@ -1,13 +1,21 @@
-"""The broker: group commit, conflicts and ambiguity, lease and takeover, archive."""
+"""The broker: group commit, conflicts and ambiguity, lease and takeover, archive.
+
+Tests that take the ``backend`` fixture run on every storage backend
+(memory, file, moto's S3, Azurite and the GCS XML-API shim); the others on memory.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import pytest
+from backends import BACKENDS_WITH_GCS, backend_url
 
 import osqueue
 from osqueue.broker.broker import State
@@ -23,8 +31,10 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.state import DOCUMENT_KEY, decode, encode
-from osqueue.storage import MemoryStorage
+from osqueue.storage import MemoryStorage, from_url
 from osqueue.storage.port import Blob, Capabilities, Storage
+
+T = TypeVar("T")
 
 
 class Scripted:
@@ -33,7 +43,9 @@ class Scripted:
     ``"error"``: fails before the write applies; ``"lost"``: the write applies
     but the caller gets OutcomeUnknown; ``"echo"``: the write applies but the
     caller gets Conflict (a client library's internal retry); ``"gate"``: the
-    write waits for ``gate`` to be set.
+    write waits for ``gate`` to be set.  It counts the calls in flight on the
+    inner store, so a test on a real backend can wait until the broker's I/O
+    is done (``idle``) before it looks.
     """
 
     def __init__(self, inner: Storage) -> None:
@@ -46,6 +58,26 @@ class Scripted:
         self.put_gate = asyncio.Event()
         self.put_gate.set()
         self.list_errors = 0
+        #: keys deleted so far; ``deleted(keys)`` waits for them
+        self.deletes: set[str] = set()
+        self._deleting = asyncio.Condition()
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def _io(self, call: Awaitable[T]) -> T:
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            return await call
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+
+    async def idle(self) -> None:
+        """Wait until no call on the inner store is in flight."""
+        await self._idle.wait()
 
     @property
     def url(self) -> str:
@@ -56,7 +88,7 @@ class Scripted:
         return self.inner.capabilities
 
     async def read(self, key: str) -> Blob:
-        return await self.inner.read(key)
+        return await self._io(self.inner.read(key))
 
     async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
         action = self.script.popleft() if key == DOCUMENT_KEY and self.script else None
@@ -64,7 +96,7 @@ class Scripted:
             await self.gate.wait()
         if action == "error":
             raise StorageError("injected: 503 before apply")
-        etag = await self.inner.write(key, data, if_match=if_match)
+        etag = await self._io(self.inner.write(key, data, if_match=if_match))
         self.writes += key == DOCUMENT_KEY
         if action == "lost":
             raise OutcomeUnknown("injected: connection reset after send")
@@ -73,23 +105,45 @@ class Scripted:
         return etag
 
     async def put(self, key: str, data: bytes) -> None:
-        await self.inner.put(key, data)
+        await self._io(self.inner.put(key, data))
         await self.put_gate.wait()
 
     async def get(self, key: str) -> bytes:
-        return await self.inner.get(key)
+        return await self._io(self.inner.get(key))
 
     async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
+        await self._io(self.inner.delete(key))
+        async with self._deleting:
+            self.deletes.add(key)
+            self._deleting.notify_all()
+
+    async def deleted(self, keys: list[str], timeout_s: float = 10.0) -> None:
+        """Wait until every key in ``keys`` was deleted (a broker deletes payload
+        objects in a side task, after the commit that drops their job)."""
+        async with self._deleting:
+            await asyncio.wait_for(
+                self._deleting.wait_for(lambda: set(keys) <= self.deletes), timeout_s
+            )
 
     async def list(self, prefix: str = "") -> list[str]:
         if self.list_errors:
             self.list_errors -= 1
             raise StorageError("injected: 503 on list")
-        return await self.inner.list(prefix)
+        return await self._io(self.inner.list(prefix))
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+@pytest.fixture(params=BACKENDS_WITH_GCS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    """A fresh store on each backend."""
+    with backend_url(request, request.param, tmp_path, "broker") as url:
+        store = from_url(url)
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 def config(**kw: object) -> osqueue.BrokerConfig:
@@ -102,8 +156,8 @@ async def stored(storage: Storage) -> osqueue.state.Document:
     return decode((await storage.read(DOCUMENT_KEY)).data)
 
 
-async def test_concurrent_pushes_share_few_writes_and_all_succeed() -> None:
-    store = Scripted(MemoryStorage())
+async def test_concurrent_pushes_share_few_writes_and_all_succeed(backend: Storage) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config()) as broker:
         q = broker.client()
         store.gate.clear()
@@ -132,8 +186,8 @@ async def test_a_bad_op_fails_alone_in_its_batch() -> None:
         assert (await q.stats()).depth == 2
 
 
-async def test_lost_response_is_resolved_as_committed_without_duplicates() -> None:
-    store = Scripted(MemoryStorage())
+async def test_lost_response_is_resolved_as_committed_without_duplicates(backend: Storage) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config()) as broker:
         store.script.extend(["lost"])
         job_id = await broker.client().push(b"x", id="lost-1")
@@ -142,8 +196,8 @@ async def test_lost_response_is_resolved_as_committed_without_duplicates() -> No
         assert doc.version == broker.document.version
 
 
-async def test_retry_echo_conflict_is_recognised_as_our_own_write() -> None:
-    store = Scripted(MemoryStorage())
+async def test_retry_echo_conflict_is_recognised_as_our_own_write(backend: Storage) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config()) as broker:
         store.script.extend(["echo"])
         await broker.client().push(b"x", id="echo-1")
@@ -151,8 +205,8 @@ async def test_retry_echo_conflict_is_recognised_as_our_own_write() -> None:
         assert list((await stored(store)).jobs) == ["echo-1"]
 
 
-async def test_error_before_apply_is_retried_and_applied_once() -> None:
-    store = Scripted(MemoryStorage())
+async def test_error_before_apply_is_retried_and_applied_once(backend: Storage) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config()) as broker:
         store.script.extend(["error", "error"])
         await broker.client().push(b"x", id="err-1")
@@ -161,8 +215,10 @@ async def test_error_before_apply_is_retried_and_applied_once() -> None:
         assert doc.stats.pushed == 1
 
 
-async def test_two_brokers_one_steps_down_and_no_acknowledged_push_is_lost() -> None:
-    store = MemoryStorage()
+async def test_two_brokers_one_steps_down_and_no_acknowledged_push_is_lost(
+    backend: Storage,
+) -> None:
+    store = backend
     acked: list[str] = []
     a = osqueue.Broker(store, config())
     await a.start()
@@ -183,9 +239,9 @@ async def test_two_brokers_one_steps_down_and_no_acknowledged_push_is_lost() -> 
     await a.stop()
 
 
-async def test_standby_takes_over_after_the_lease_runs_out() -> None:
+async def test_standby_takes_over_after_the_lease_runs_out(backend: Storage) -> None:
     clock = ManualClock()
-    store = MemoryStorage()
+    store = backend
     active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
     await active.start()
     job_id = await active.client().push(b"x")
@@ -204,6 +260,85 @@ async def test_standby_takes_over_after_the_lease_runs_out() -> None:
     assert doc.broker is not None
     assert doc.broker.address == "10.0.0.2:7070"
     assert job_id in doc.jobs
+    await standby.stop()
+
+
+class _Held(Scripted):
+    """Document writes wait for ``gate``; ``waiting`` is set once one does."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.waiting = asyncio.Event()
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        if key == DOCUMENT_KEY and not self.gate.is_set():
+            self.waiting.set()
+        return await super().write(key, data, if_match=if_match)
+
+
+async def _turns(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def _dead_active(store: Storage, clock: ManualClock) -> osqueue.Broker:
+    """A broker that served, then died silently (its lease left to run out)."""
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    await active.client().push(b"x")
+    active.tasks()[0].cancel()
+    await _turns()
+    return active
+
+
+async def test_a_standby_that_loses_the_race_for_a_lease_stands_by_again() -> None:
+    """Two brokers race for an expired lease: the one whose takeover write loses
+    finds the winner's live lease and waits for it, instead of deposing it."""
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    held = _Held(store)
+    held.gate.clear()
+    standby = osqueue.Broker(held, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not held.waiting.is_set():  # the lease runs out; its takeover write waits
+        clock.advance(1.0)
+        await _turns()
+    winner = osqueue.Broker(store, config(address="10.0.0.3:7070"), clock=clock)
+    await winner.start()  # takes over first, with a fresh lease
+    held.gate.set()  # the standby's write goes out and loses
+    await _turns(50)
+    assert not starting.done()
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.3:7070", active.epoch + 1)
+    await winner.stop()  # a graceful stop ends its lease: now the standby takes over
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.2:7070", active.epoch + 2)
+    await standby.stop()
+
+
+async def test_a_takeover_whose_answer_was_lost_is_adopted_not_repeated() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    scripted = Scripted(store)
+    scripted.script.append("lost")  # the takeover write lands; its answer does not
+    standby = osqueue.Broker(scripted, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    while not starting.done():
+        clock.advance(1.0)
+        await _turns()
+    await starting
+    assert scripted.writes == 1  # one takeover, adopted when read back
+    assert standby.epoch == active.epoch + 1
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.epoch == active.epoch + 1
+    await standby.client().push(b"y")  # and it serves on the adopted version
     await standby.stop()
 
 
@@ -300,8 +435,8 @@ async def test_priorities_dead_letters_cancel_and_keys_through_the_client() -> N
             await q.push(b"k2", key="unique")
 
 
-async def test_archive_holds_every_completed_job_exactly_once() -> None:
-    store = MemoryStorage()
+async def test_archive_holds_every_completed_job_exactly_once(backend: Storage) -> None:
+    store = backend
     async with osqueue.Broker(store, config()) as broker:
         q = broker.client()
         ids = await q.push_many([osqueue.NewJob(b"%d" % i) for i in range(30)])
@@ -365,8 +500,8 @@ async def test_a_made_up_id_leaves_no_tombstone() -> None:
         assert not set(ids) & set(doc.recent)
 
 
-async def test_takeover_archives_inherited_done_jobs_once() -> None:
-    store = MemoryStorage()
+async def test_takeover_archives_inherited_done_jobs_once(backend: Storage) -> None:
+    store = backend
     a = osqueue.Broker(store, config())
     await a.start()
     q = a.client()
@@ -394,8 +529,10 @@ async def test_takeover_archives_inherited_done_jobs_once() -> None:
     await b.stop()
 
 
-async def test_large_payloads_live_under_payloads_and_are_deleted_after_completion() -> None:
-    store = MemoryStorage()
+async def test_large_payloads_live_under_payloads_and_are_deleted_after_completion(
+    backend: Storage,
+) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config(inline_payload_max_bytes=1024)) as broker:
         q = broker.client()
         big = bytes(range(256)) * 40
@@ -407,11 +544,13 @@ async def test_large_payloads_live_under_payloads_and_are_deleted_after_completi
         (job,) = await q.claim("w")
         assert job.payload == big
         await q.complete(job)
+        await _run_to_pruned(broker, [job_id])  # the job leaves the document...
+        await store.deleted([ref])  # ...and its object is deleted after that commit
     assert await store.list("payloads/") == []
 
 
-async def test_a_refused_push_leaves_no_payload_object_behind() -> None:
-    store = MemoryStorage()
+async def test_a_refused_push_leaves_no_payload_object_behind(backend: Storage) -> None:
+    store = backend
     cfg = config(inline_payload_max_bytes=1024, max_document_bytes=20_000)
     async with osqueue.Broker(store, cfg) as broker:
         q = broker.client()
@@ -429,8 +568,10 @@ async def test_a_refused_push_leaves_no_payload_object_behind() -> None:
         )
 
 
-async def test_a_push_refused_before_it_is_queued_leaves_no_payload_object() -> None:
-    store = MemoryStorage()
+async def test_a_push_refused_before_it_is_queued_leaves_no_payload_object(
+    backend: Storage,
+) -> None:
+    store = backend
     broker = osqueue.Broker(store, config(inline_payload_max_bytes=1024))
     await broker.start()
     q = broker.client()
@@ -446,8 +587,10 @@ async def test_a_push_refused_before_it_is_queued_leaves_no_payload_object() -> 
     await broker.stop()
 
 
-async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_ones() -> None:
-    store = MemoryStorage()
+async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_ones(
+    backend: Storage,
+) -> None:
+    store = Scripted(backend)
     async with osqueue.Broker(store, config(inline_payload_max_bytes=1024)) as broker:
         q = broker.client()
         big = b"y" * 5_000
@@ -459,6 +602,7 @@ async def test_a_repeated_push_keeps_a_live_jobs_payload_and_drops_a_finished_on
         assert job.payload == big
         await q.complete(job)
         await _run_to_pruned(broker, ["again"])
+        await store.deleted(first)  # deleted after the commit that dropped the job
         assert await store.list("payloads/") == []
         assert await q.push(big, id="again") == "again"  # finished: nothing is re-created
         assert await store.list("payloads/") == []
@@ -479,8 +623,8 @@ async def test_a_batch_is_queued_whole_or_not_at_all() -> None:
         assert sorted(broker.document.jobs) == [f"a{i}" for i in range(6)]
 
 
-async def test_graceful_stop_drains_and_clears_the_address() -> None:
-    store = Scripted(MemoryStorage())
+async def test_graceful_stop_drains_and_clears_the_address(backend: Storage) -> None:
+    store = Scripted(backend)
     broker = osqueue.Broker(store, config(address="127.0.0.1:7070"))
     await broker.start()
     store.gate.clear()
@@ -500,8 +644,8 @@ async def test_graceful_stop_drains_and_clears_the_address() -> None:
     assert broker.state is State.STOPPED
 
 
-async def test_corrupt_document_is_refused_and_left_untouched() -> None:
-    store = MemoryStorage()
+async def test_corrupt_document_is_refused_and_left_untouched(backend: Storage) -> None:
+    store = backend
     bad = b'{"format": 1, "version": "seven"}'
     await store.write(DOCUMENT_KEY, bad, if_match=None)
     with pytest.raises(CorruptDocument) as info:
@@ -510,8 +654,8 @@ async def test_corrupt_document_is_refused_and_left_untouched() -> None:
     assert (await store.read(DOCUMENT_KEY)).data == bad
 
 
-async def test_document_deleted_from_outside_stops_the_broker() -> None:
-    store = MemoryStorage()
+async def test_document_deleted_from_outside_stops_the_broker(backend: Storage) -> None:
+    store = backend
     broker = osqueue.Broker(store, config())
     await broker.start()
     await broker.client().push(b"x")
@@ -567,19 +711,31 @@ SWEEP = {"inline_payload_max_bytes": 16, "payload_sweep_interval_s": 5.0}
 ORPHAN = "payloads/lost=01JD0000000000000000000000"
 
 
-async def _pass(clock: ManualClock, seconds: int) -> None:
-    """Let ``seconds`` of clock time pass a second at a time (leases renew meanwhile)."""
+async def _pass(clock: ManualClock, seconds: int, store: Scripted | None = None) -> None:
+    """Let ``seconds`` of clock time pass a second at a time (leases renew meanwhile).
+
+    Each step lets every task that is due run; with ``store``, it also waits
+    until the broker's calls on a real backend have come back."""
     for _ in range(seconds):
-        for _ in range(20):  # let every task that is due run, then move the clock
-            await asyncio.sleep(0)
+        await _settle(store)
         clock.advance(1.0)
-    for _ in range(20):
+    await _settle(store)
+
+
+async def _settle(store: Scripted | None) -> None:
+    for _ in range(20):  # let every task that is due run
         await asyncio.sleep(0)
+    while store is not None and store.in_flight:
+        await store.idle()
+        for _ in range(20):  # and whatever the answers let run next
+            await asyncio.sleep(0)
 
 
-async def test_the_payload_sweep_deletes_objects_two_sweeps_found_unreferenced() -> None:
+async def test_the_payload_sweep_deletes_objects_two_sweeps_found_unreferenced(
+    backend: Storage,
+) -> None:
     clock = ManualClock()
-    store = MemoryStorage()
+    store = Scripted(backend)
     async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
         q = broker.client()
         live = await q.push(b"x" * 100)
@@ -587,31 +743,33 @@ async def test_the_payload_sweep_deletes_objects_two_sweeps_found_unreferenced()
         # left behind by brokers that died between an upload and its commit
         await store.put(ORPHAN, b"orphan")
         await store.put("payloads/legacy", b"an orphan named the earlier way")
-        await _pass(clock, 5)  # the first sweep only marks them
+        await _pass(clock, 5, store)  # the first sweep only marks them
         assert len(await store.list("payloads/")) == 3
         await store.put("payloads/late=01JD0000000000000000000001", b"orphan")
-        await _pass(clock, 5)  # the second deletes what both found
+        await _pass(clock, 5, store)  # the second deletes what both found
         assert set(await store.list("payloads/")) == {
             "payloads/late=01JD0000000000000000000001",
             live_ref,
         }
-        await _pass(clock, 5)
+        await _pass(clock, 5, store)
         assert await store.list("payloads/") == [live_ref]
         assert broker.counters.payloads_swept == 3
         (job,) = await q.claim("w")
         assert job.payload == b"x" * 100
 
 
-async def test_the_payload_sweep_never_takes_the_object_of_a_push_in_flight() -> None:
+async def test_the_payload_sweep_never_takes_the_object_of_a_push_in_flight(
+    backend: Storage,
+) -> None:
     clock = ManualClock()
-    store = Scripted(MemoryStorage())
+    store = Scripted(backend)
     async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
         q = broker.client()
         store.put_gate.clear()  # the upload lands; its push is not submitted yet
         pushing = asyncio.ensure_future(q.push(b"p" * 100))
-        await _pass(clock, 1)
+        await _pass(clock, 1, store)
         (ref,) = await store.list("payloads/")
-        await _pass(clock, 16)  # three sweeps while the lease stays fresh
+        await _pass(clock, 16, store)  # three sweeps while the lease stays fresh
         assert await store.list("payloads/") == [ref]
         store.put_gate.set()
         job_id = await pushing
@@ -622,26 +780,28 @@ async def test_the_payload_sweep_never_takes_the_object_of_a_push_in_flight() ->
 
 
 @pytest.mark.parametrize("fault", ["writes hang", "a list fails"])
-async def test_the_payload_sweep_waits_out_a_stale_lease_and_a_failed_list(fault: str) -> None:
+async def test_the_payload_sweep_waits_out_a_stale_lease_and_a_failed_list(
+    fault: str, backend: Storage
+) -> None:
     clock = ManualClock()
-    store = Scripted(MemoryStorage())
+    store = Scripted(backend)
     async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
         await store.put(ORPHAN, b"orphan")
         if fault == "writes hang":  # no renewal: at 10 s the lease may be running out
             store.gate.clear()
         else:  # the sweep at 5 s fails; the broker serves on and sweeps again
             store.list_errors = 1
-        await _pass(clock, 12)
+        await _pass(clock, 12, store)
         assert await store.list("payloads/") == [ORPHAN]
         store.gate.set()
-        await _pass(clock, 9)  # sweeps at 15 s and 20 s, with a lease renewed meanwhile
+        await _pass(clock, 9, store)  # sweeps at 15 s and 20 s, with a lease renewed meanwhile
         assert await store.list("payloads/") == []
         assert broker.counters.payloads_swept == 1
         assert broker.serving
 
 
-async def test_a_claim_survives_one_job_whose_payload_object_vanished() -> None:
-    store = MemoryStorage()
+async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: Storage) -> None:
+    store = backend
     async with osqueue.Broker(store, config(inline_payload_max_bytes=16)) as broker:
         q = broker.client()
         gone = await q.push(b"x" * 100)
@@ -765,3 +925,24 @@ async def test_a_serving_broker_logs_its_activity_every_interval(
         assert (first["ops"], first["jobs"], first["storage_errors"]) == (3, 3, 0)
         assert first["commits"] >= 3  # and lease renewals
         assert (second["ops"], second["jobs"]) == (0, 3)
+
+
+async def test_the_serving_broker_keeps_a_summary_of_its_last_minute_in_the_document() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    async with osqueue.Broker(store, config(), clock=clock) as broker:
+        q = broker.client()
+        await asyncio.gather(*(q.push(b"x") for _ in range(10)))
+        clock.advance(6.0)  # the summary is refreshed every 5 s
+        await q.push(b"y")
+        doc = await stored(store)
+        assert doc.broker is not None
+        perf = doc.broker.perf
+        assert perf is not None
+        assert perf.window_s == 60.0
+        assert perf.commits >= 1
+        assert perf.ops >= perf.commits
+        assert 0.0 <= perf.p50_ms <= perf.p99_ms
+    stopped = await stored(store)
+    assert stopped.broker is not None
+    assert stopped.broker.perf is None  # a stopped broker's lease carries no summary

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 
 import pytest
 
-from osqueue.ids import new_id
+from osqueue.ids import deterministic_ids, new_id
 from osqueue.state import validate
 
 
@@ -38,3 +39,25 @@ def test_a_forked_child_does_not_reuse_its_parents_random_bits() -> None:
     os.waitpid(pid, 0)
     assert len(child) == 20
     assert parent.isdisjoint(child)
+
+
+def test_deterministic_ids_replay_from_a_seed_and_the_system_source_comes_back() -> None:
+    def draw(seed: int) -> list[str]:
+        clock = iter(range(1_000_000_000, 1_000_000_100))
+        with deterministic_ids(random.Random(seed), lambda: next(clock) + 0.25):
+            return [new_id() for _ in range(20)]
+
+    first, again, other = draw(7), draw(7), draw(8)
+    assert first == again
+    assert set(first).isdisjoint(other)
+    for job_id in first:
+        validate.job_id(job_id)
+    # the time part is the given clock: 1_000_000_000.25 s (2001), then one second more per id
+    stamps = [job_id[:10] for job_id in first]
+    assert stamps == sorted(stamps)
+    assert len(set(stamps)) == 20
+    with deterministic_ids(random.Random(7), lambda: 1_000_000_000.25):
+        assert new_id()[:10] == first[0][:10]
+    outside = new_id()
+    assert outside not in first
+    assert outside[:10] > first[-1][:10]  # the system clock again

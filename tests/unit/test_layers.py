@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "osqueue"
 
 #: Bottom to top.  A module may import from its own floor and the floors below.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("api, errors", ("api", "errors", "ids", "clock", "backoff", "runtime")),
+    ("api, errors", ("api", "errors", "ids", "clock", "backoff", "runtime", "address", "metrics")),
     ("storage", ("storage",)),
     ("state", ("state",)),
     ("broker", ("broker",)),

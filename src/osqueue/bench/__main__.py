@@ -19,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--remote", action="store_true", help="broker in a child process, clients over gRPC"
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="the broker serves Prometheus metrics, scraped every second during the run",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     return bench_command(
@@ -30,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         as_json=args.json,
         duration_s=args.duration_s,
         remote=args.remote,
+        metrics=args.metrics,
     )
 
 

@@ -27,7 +27,9 @@ class BenchConfig:
     clients together; the run also stops starting new cycles after
     ``duration_s``.  ``preload`` jobs are queued before the clock starts (the
     clients then claim the oldest jobs first, so the document keeps its size).
-    ``batch`` is the number of jobs per push and per claim call.
+    ``batch`` is the number of jobs per push and per claim call.  ``metrics``:
+    the broker serves Prometheus metrics and the run scrapes them every second
+    (what metrics cost on the hot path; not with a remote broker).
     """
 
     storage: str = "memory://bench"
@@ -38,6 +40,7 @@ class BenchConfig:
     duration_s: float = 60.0
     payload_bytes: int = 32
     queue: str = "default"
+    metrics: bool = False
 
     def __post_init__(self) -> None:
         if not self.storage:
@@ -77,9 +80,12 @@ class BenchResult:
     elapsed_s: float
     #: Broker and clients ran in separate processes (``osqueue bench --remote``).
     remote: bool = False
+    #: Scrapes of the broker's ``/metrics`` during the run (None: metrics off).
+    metrics_scrapes: int | None = None
 
     def to_dict(self) -> dict[str, float | int | str | bool]:
-        """The JSON line's fields: :data:`RESULT_KEYS`, then ``"remote": true`` if remote."""
+        """The JSON line's fields: :data:`RESULT_KEYS`, then ``"remote": true`` if
+        remote, ``"metrics_scrapes": N`` if metrics were on."""
         d: dict[str, float | int | str | bool] = {
             "ops_per_s": round(self.ops_per_s, 1),
             "jobs_per_s": round(self.jobs_per_s, 1),
@@ -92,4 +98,6 @@ class BenchResult:
         }
         if self.remote:
             d["remote"] = True
+        if self.metrics_scrapes is not None:
+            d["metrics_scrapes"] = self.metrics_scrapes
         return d

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 from osqueue import runtime
 from osqueue.bench.config import BenchConfig, BenchResult
 from osqueue.bench.remote import check_shareable, run_remote_bench
+from osqueue.bench.scrape import Scraper
 from osqueue.bench.workload import preload, result_of, run_workload
-from osqueue.broker import Broker
+from osqueue.broker import Broker, BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.storage import from_url
 
@@ -19,28 +23,56 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     """Start a broker on ``config.storage``, preload, run the closed loop, report.
 
     Only the closed loop is timed; ``commits`` and ``avg_batch`` count the
-    broker's writes during it (``avg_batch`` is ops per commit).
+    broker's writes during it (``avg_batch`` is ops per commit).  With
+    ``config.metrics`` the broker serves ``/metrics`` and a :class:`Scraper`
+    reads it every second meanwhile.
     """
     storage = from_url(config.storage)
     payload = b"x" * config.payload_bytes
+    broker_config = BrokerConfig(metrics_listen="127.0.0.1:0") if config.metrics else None
+    scraper: Scraper | None = None
     try:
-        async with Broker(storage) as broker:
+        async with Broker(storage, broker_config) as broker:
             client = broker.client()
             await preload(client, config.preload, payload, config.queue)
             commits_before = broker.commits
-            figures = await run_workload(
-                client,
-                clients=config.clients,
-                jobs=config.jobs,
-                batch=config.batch,
-                duration_s=config.duration_s,
-                payload=payload,
-                queue=config.queue,
-            )
+            if broker.metrics_address is not None:
+                scraper = Scraper(broker.metrics_address)
+            async with _running(scraper):
+                figures = await run_workload(
+                    client,
+                    clients=config.clients,
+                    jobs=config.jobs,
+                    batch=config.batch,
+                    duration_s=config.duration_s,
+                    payload=payload,
+                    queue=config.queue,
+                )
             commits = broker.commits - commits_before
     finally:
         await storage.close()
-    return result_of(figures, commits=commits, storage=storage.url, clients=config.clients)
+    return result_of(
+        figures,
+        commits=commits,
+        storage=storage.url,
+        clients=config.clients,
+        metrics_scrapes=scraper.scrapes if scraper is not None else None,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _running(scraper: Scraper | None) -> AsyncIterator[None]:
+    """Scrape while the body runs (nothing without a scraper)."""
+    if scraper is None:
+        yield
+        return
+    task = asyncio.ensure_future(scraper.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _osqueue_error(caught: BaseException) -> OsqueueError | None:
@@ -80,6 +112,7 @@ def bench_command(
     duration_s: float = 60.0,
     out: TextIO | None = None,
     remote: bool = False,
+    metrics: bool = False,
 ) -> int:
     """What ``osqueue bench`` does: run once, print the figures, return the exit code.
 
@@ -89,6 +122,8 @@ def bench_command(
     and broker errors with 1; the message goes to stderr.  With ``remote`` the
     broker runs in a child process and the clients talk to it over gRPC (the
     JSON line gains ``"remote": true``); memory:// storage is refused then.
+    With ``metrics`` the broker serves Prometheus metrics, scraped every second
+    (the JSON line gains ``"metrics_scrapes"``); not with ``remote``.
     """
     stream = out if out is not None else sys.stdout
     try:
@@ -99,7 +134,10 @@ def bench_command(
             preload=preload,
             batch=batch,
             duration_s=duration_s,
+            metrics=metrics,
         )
+        if metrics and remote:
+            raise InvalidInput("is not measured with --remote", field="metrics")
         runtime.loop_name()  # a bad OSQUEUE_EVENT_LOOP is a bad flag too
         if remote:
             check_shareable(storage)

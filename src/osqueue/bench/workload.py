@@ -137,7 +137,13 @@ def percentile_ms(sorted_s: Sequence[float], fraction: float) -> float:
 
 
 def result_of(
-    figures: WorkloadFigures, *, commits: int, storage: str, clients: int, remote: bool = False
+    figures: WorkloadFigures,
+    *,
+    commits: int,
+    storage: str,
+    clients: int,
+    remote: bool = False,
+    metrics_scrapes: int | None = None,
 ) -> BenchResult:
     """The report of one run from its figures and the broker's writes during it."""
     latencies = sorted(figures.latencies_s)
@@ -155,4 +161,5 @@ def result_of(
         ops=figures.ops,
         elapsed_s=elapsed_s,
         remote=remote,
+        metrics_scrapes=metrics_scrapes,
     )

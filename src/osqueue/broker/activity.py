@@ -1,12 +1,18 @@
-"""What the broker did: its counters, and the periodic INFO line that reports them."""
+"""What the broker did: its counters, the records kept per commit for the
+metrics, and the periodic INFO line that reports them."""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from itertools import repeat
+from typing import TYPE_CHECKING, Literal
 
 from osqueue.clock import Clock
+from osqueue.metrics import Histogram
+from osqueue.state.model import BrokerPerf
 
 if TYPE_CHECKING:
     from osqueue.broker.intake import Intake
@@ -14,6 +20,86 @@ if TYPE_CHECKING:
     from osqueue.broker.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
+
+#: What the broker was doing when a storage call failed (the label of
+#: ``osqueue_broker_storage_errors_total``).
+StorageCall = Literal["document_read", "document_write", "archive_write", "payload_sweep"]
+STORAGE_CALLS: tuple[StorageCall, ...] = (
+    "document_read",
+    "document_write",
+    "archive_write",
+    "payload_sweep",
+)
+
+#: Upper bounds of the commit-duration buckets (seconds): a memory store's
+#: commits take well under a millisecond, an object store's tens to hundreds.
+COMMIT_SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
+)  # fmt: skip
+#: Upper bounds of the ops-per-commit buckets (0: a commit that only renews the lease).
+COMMIT_OPS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000)
+
+
+@dataclass(slots=True)
+class CommitRecords:
+    """What the metrics need beyond the totals, recorded once per commit (never per
+    op): the commit's duration and size, and its ops counted by (op type, result
+    type).  Kept only while something reads them (``Broker.metrics_collector``)."""
+
+    commit_seconds: Histogram = field(default_factory=lambda: Histogram(COMMIT_SECONDS_BUCKETS))
+    commit_ops: Histogram = field(default_factory=lambda: Histogram(COMMIT_OPS_BUCKETS))
+    #: (op type, result type) -> ops; the result type is an error class for an op
+    #: that failed, refused ones (backpressure) and unconfirmed ones included
+    ops: Counter[tuple[type, type]] = field(default_factory=Counter)
+
+    def commit(self, batch: Sequence[object], results: Sequence[object], seconds: float) -> None:
+        """A commit of ``batch`` (the callers' ops; ``results`` start with theirs) took
+        ``seconds`` from the batch's first attempt until it was durable."""
+        self.commit_seconds.observe(seconds)
+        self.commit_ops.observe(len(batch))
+        if batch:  # zip stops with the batch: the broker's own ops are not counted
+            self.ops.update(zip(map(type, batch), map(type, results), strict=False))
+
+    def answered(self, ops: Sequence[object], error: type) -> None:
+        """``ops`` were answered ``error`` without a commit (refused, or not confirmed)."""
+        self.ops.update(zip(map(type, ops), repeat(error)))
+
+
+class CommitWindow:
+    """The commits of the last ``window_s`` (monotonic time, duration, ops each), and
+    their summary, recomputed at most every ``refresh_s`` so the cost per commit
+    is one append."""
+
+    def __init__(self, window_s: float = 60.0, refresh_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self.refresh_s = refresh_s
+        self._commits: deque[tuple[float, float, int]] = deque()
+        self._perf: BrokerPerf | None = None
+        self._perf_at = -float("inf")
+
+    def add(self, mono: float, seconds: float, ops: int) -> None:
+        self._commits.append((mono, seconds, ops))
+
+    def perf(self, mono: float) -> BrokerPerf | None:
+        """The summary as of ``mono`` (None before the first commit)."""
+        if mono - self._perf_at < self.refresh_s:
+            return self._perf
+        commits = self._commits
+        while commits and commits[0][0] < mono - self.window_s:
+            commits.popleft()
+        self._perf_at = mono
+        if not commits:
+            self._perf = None
+            return None
+        times = sorted(c[1] for c in commits)
+        self._perf = BrokerPerf(
+            window_s=self.window_s,
+            commits=len(times),
+            ops=sum(c[2] for c in commits),
+            p50_ms=round(times[len(times) // 2] * 1000, 3),
+            p99_ms=round(times[min(len(times) - 1, int(0.99 * len(times)))] * 1000, 3),
+        )
+        return self._perf
 
 
 @dataclass(slots=True)
@@ -28,6 +114,17 @@ class BrokerCounters:
     payloads_swept: int = 0
     write_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    #: the storage errors by what failed (they add up to ``storage_errors``)
+    storage_errors_by: Counter[StorageCall] = field(default_factory=Counter)
+    #: per-commit records for the metrics; None while no one reads them
+    records: CommitRecords | None = None
+    #: the last minute of commits, summarised into the document (BrokerInfo.perf)
+    window: CommitWindow = field(default_factory=CommitWindow)
+
+    def storage_error(self, call: StorageCall) -> None:
+        """A storage call failed (it is retried, or the broker stops)."""
+        self.storage_errors += 1
+        self.storage_errors_by[call] += 1
 
     def totals(self) -> tuple[int, int, int, int, int, int]:
         """(commits, ops, conflicts, storage errors, archive objects, bytes written)."""

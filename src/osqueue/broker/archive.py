@@ -3,19 +3,26 @@
 The key and the bytes are a function of the jobs done in that version alone,
 so writing one is create-if-absent and a repeat (after a crash or a takeover)
 is harmless: every completed job is archived exactly once.
+
+Readers (``osqueue archive --verify``, the Spark data source) split an object
+with :func:`read_lines`, which reports every line that is not what the broker
+writes (:class:`BadLine`: the key, the line number and why) instead of
+stopping at the first.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from osqueue.errors import Conflict, NotFound, StorageError
+from osqueue.errors import Conflict, CorruptDocument, NotFound, StorageError
 from osqueue.state import StoredJob
 from osqueue.storage.port import Storage
 
@@ -124,3 +131,86 @@ async def write_archive(storage: Storage, jobs: list[StoredJob]) -> int:
     version = jobs[0].done_version
     assert version is not None
     return version
+
+
+# --------------------------------------------------------------------------- reading
+
+
+_VERSION = re.compile(r"(\d{20})\.jsonl")
+
+
+def key_version(key: str) -> int | None:
+    """The version an archive object's key names (None for a key of another shape)."""
+    match = _VERSION.fullmatch(key.rsplit("/", 1)[-1])
+    return int(match[1]) if match else None
+
+
+class BadLine(NamedTuple):
+    """A line of an archive object that is not what the broker writes."""
+
+    key: str
+    #: 1-based line number
+    line: int
+    #: byte offset of the line's start
+    offset: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key} line {self.line} (byte {self.offset}): {self.reason}"
+
+
+class _Versioned(Protocol):
+    @property
+    def version(self) -> int | None: ...
+
+
+R = TypeVar("R", bound=_Versioned)
+
+
+def read_lines(
+    data: bytes, key: str, decoder: msgspec.json.Decoder[R]
+) -> tuple[list[R], list[BadLine]]:
+    """The records of one archive object, and every line that is bad: one that does
+    not decode, is blank, names another version than the key, or (the last)
+    has no newline (the object was cut short).  An empty object is bad too (the
+    broker writes one only for a version that completed jobs)."""
+    if not data:
+        return [], [BadLine(key, 1, 0, "the object is empty")]
+    version = key_version(key)
+    records: list[R] = []
+    bad: list[BadLine] = []
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    offset = 0
+    for n, line in enumerate(lines, start=1):
+        reason = None
+        try:
+            record = decoder.decode(line)
+        except msgspec.MsgspecError as exc:
+            reason = "blank line" if not line.strip() else f"does not decode: {exc}"
+        else:
+            if version is not None and record.version not in (None, version):
+                reason = f"version {record.version} in the object of version {version}"
+            elif offset + len(line) == len(data):
+                reason = "no newline at the end (the object was cut short)"
+            else:
+                records.append(record)
+        if reason is not None:
+            bad.append(BadLine(key, n, offset, reason))
+        offset += len(line) + 1
+    return records, bad
+
+
+def corrupt_lines(bad: Sequence[BadLine], *, shown: int = 5) -> CorruptDocument:
+    """One error for ``bad`` (not empty): how many lines, and the first ``shown``."""
+    first = bad[0]
+    listed = "; ".join(str(b) for b in bad[:shown])
+    more = f"; and {len(bad) - shown} more" if len(bad) > shown else ""
+    objects = len({b.key for b in bad})
+    return CorruptDocument(
+        f"{len(bad)} corrupt archive line{'s' if len(bad) != 1 else ''} in {objects} "
+        f"object{'s' if objects != 1 else ''}: {listed}{more}",
+        path=first.key,
+        offset=first.offset,
+    )

@@ -53,6 +53,11 @@ class Archiver:
         self._idle = 0  # writers waiting for an object to come due
         self._slots = asyncio.Semaphore(concurrency)  # for the inherited objects
 
+    @property
+    def pending(self) -> int:
+        """Archive objects due or being written."""
+        return self._due.qsize() + self._writers - self._idle
+
     def add(self, jobs: list[StoredJob]) -> None:
         """The done jobs of a version just committed: their archive object is due."""
         due = self._due
@@ -90,6 +95,7 @@ class Archiver:
                 version = await write_archive(self._storage, jobs)
                 break
             except StorageError as exc:
+                self._counters.storage_error("archive_write")
                 await self._retry.wait(attempt, exc)
                 attempt += 1
         self._counters.archives += 1

@@ -30,6 +30,8 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 * :mod:`~osqueue.broker.segments`: deep backlogs' segment objects written,
   read ahead, loaded and deleted between commits;
 * :mod:`~osqueue.broker.activity`: the counters and their periodic log line;
+* :mod:`~osqueue.broker.metrics`: the Prometheus collector over all of these
+  (served at ``/metrics`` with ``BrokerConfig.metrics_listen``);
 * :mod:`~osqueue.broker.lifecycle` and :mod:`~osqueue.broker.tasks`: the
   broker's state, and its supervised side tasks.
 """
@@ -64,6 +66,8 @@ from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
     from osqueue.broker.local import LocalClient
+    from osqueue.broker.metrics import BrokerCollector
+    from osqueue.metrics.exposition import MetricsEndpoint
 
 __all__ = ["Broker", "BrokerCounters", "State"]
 
@@ -99,7 +103,7 @@ class Broker:
             storage, config, self.clock, broker_id=self.id, counters=self.counters, retry=retry
         )
         self._life = Lifecycle(self._lease)
-        self._intake = Intake(config, self._life)
+        self._intake = Intake(config, self._life, self.counters)
         self._waiters = Waiters(self.clock, self._intake, self._life)
         self._archiver = Archiver(
             storage,
@@ -136,6 +140,12 @@ class Broker:
             segments=self.segments,
         )
         self._commit_task: asyncio.Task[None] | None = None
+        self._metrics: MetricsEndpoint | None = None
+        if config.metrics_listen is not None:
+            from osqueue.metrics.exposition import MetricsEndpoint, registry_of
+
+            registry = registry_of(self.metrics_collector())
+            self._metrics = MetricsEndpoint(registry, config.metrics_listen)
 
     # ------------------------------------------------------------------ properties
 
@@ -168,6 +178,30 @@ class Broker:
     def serving(self) -> bool:
         return self._life.serving
 
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the ``/metrics`` endpoint while it listens (from ``start``
+        until ``stop``), else None."""
+        return self._metrics.address if self._metrics is not None else None
+
+    def metrics_collector(self) -> BrokerCollector:
+        """This broker's Prometheus collector, for a registry of your own
+        (``BrokerConfig.metrics_listen`` serves one by itself); from the first one
+        made, every commit is recorded for it.  Needs ``osqueue[metrics]``."""
+        from osqueue.broker.metrics import BrokerCollector
+
+        return BrokerCollector(
+            broker_id=self.id,
+            address=self.config.address,
+            counters=self.counters,
+            clock=self.clock,
+            life=self._life,
+            lease=self._lease,
+            intake=self._intake,
+            waiters=self._waiters,
+            archiver=self._archiver,
+        )
+
     def client(self) -> LocalClient:
         from osqueue.broker.local import LocalClient
 
@@ -195,10 +229,16 @@ class Broker:
         life = self._life
         if life.state is not State.NEW:
             raise ShuttingDown(f"broker already {life.state.value}")
-        if self.standby:
-            life.state = State.STANDBY
-            await self._lease.await_vacancy()
-        takeover = await self._lease.acquire(self._archiver)
+        if self._metrics is not None:
+            await self._metrics.start()  # a standby reports that it stands by
+        try:
+            if self.standby:
+                life.state = State.STANDBY
+                await self._lease.await_vacancy()
+            takeover = await self._lease.acquire(self._archiver, patient=self.standby)
+        except BaseException:  # cancelled while standing by, or the document is gone
+            await self._close_metrics()
+            raise
         self._commit.discard_payloads(takeover)
         life.state = State.SERVING
         self.segments.committed(takeover)
@@ -277,7 +317,12 @@ class Broker:
 
     async def _end_tasks(self) -> None:
         await self._tasks.cancel()
+        await self._close_metrics()
         self._life.closed.set()
+
+    async def _close_metrics(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.close()
 
     # ------------------------------------------------------------------ ops in
 

@@ -199,6 +199,7 @@ class CommitLoop:
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
+        started = self._clock.monotonic()
         while True:
             doc = lease.doc
             assert doc is not None
@@ -213,16 +214,21 @@ class CommitLoop:
             except Conflict:
                 self._counters.conflicts += 1
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_write")
                 maybe = True
                 await self._retry.wait(attempt, exc)
                 attempt += 1
             else:
+                done_at = self._clock.monotonic()
+                seconds = done_at - started
                 self._committed(t, etag, futures, len(data))
+                self._record(batch, t, seconds)  # once its ops are answered
+                self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
-                self._settle(verdict, sent, futures, maybe)
+                seconds = self._clock.monotonic() - started
+                self._record(batch, self._settle(verdict, sent, futures, maybe), seconds)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
 
@@ -232,20 +238,34 @@ class CommitLoop:
         sent: list[tuple[bytes, Transition]],
         futures: Futures,
         maybe: bool,
-    ) -> None:
+    ) -> Transition | OsqueueError:
         """A failed write that is not re-applied: one of our attempts landed after
-        all (which one?), or the broker ends and the batch is answered."""
+        all (which one? returned), or the broker ends and the batch is answered
+        (with the error returned)."""
         if isinstance(verdict, Blob):
             landed = next((tx for data, tx in sent if data == verdict.data), None)
             if landed is not None:
                 self._committed(landed, verdict.etag, futures, len(verdict.data))
-                return
+                return landed
             verdict = DocumentGone("our version was replaced from outside; stopping")
         if isinstance(verdict, StepDown):
             self._step_down(verdict.stored, maybe)
         else:
             self._fail(verdict)
-        answer_all(futures, self._life.stop_error(maybe))
+        error = self._life.stop_error(maybe)
+        answer_all(futures, error)
+        return error
+
+    def _record(self, batch: list[Op], outcome: Transition | OsqueueError, seconds: float) -> None:
+        """Record a batch's commit that took ``seconds`` (or the error its ops got,
+        when it did not commit) for the metrics, if they are on."""
+        records = self._counters.records
+        if records is None:
+            return
+        if isinstance(outcome, OsqueueError):
+            records.answered(batch, type(outcome))
+        else:
+            records.commit(batch, outcome.results, seconds)
 
     def _committed(self, t: Transition, etag: str, futures: Futures, size: int) -> None:
         self._lease.wrote(t.doc, etag)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from osqueue.address import split_host_port
 from osqueue.errors import InvalidInput
 from osqueue.state import Policy
 
@@ -60,6 +61,10 @@ class BrokerConfig:
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
+    #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` (port 0: any
+    #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
+    #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
+    metrics_listen: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
@@ -87,6 +92,8 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
+        if self.metrics_listen is not None:
+            split_host_port(self.metrics_listen, "metrics_listen")
         if self.inline_payload_max_bytes > self.max_payload_bytes:
             raise InvalidInput(
                 "must not exceed max_payload_bytes", field="inline_payload_max_bytes"

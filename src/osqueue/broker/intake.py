@@ -11,6 +11,7 @@ from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
 from osqueue.state import Load, MarkArchived, Op, Result, Spill
 
 if TYPE_CHECKING:
+    from osqueue.broker.activity import BrokerCounters
     from osqueue.broker.lifecycle import Lifecycle
 
 #: The broker's own ops that make an idle commit loop write (archive marks wait
@@ -40,8 +41,9 @@ class Intake:
     the oldest ``max_batch_ops`` at a time (:meth:`take_batch`).
     """
 
-    def __init__(self, config: BrokerConfig, life: Lifecycle) -> None:
+    def __init__(self, config: BrokerConfig, life: Lifecycle, counters: BrokerCounters) -> None:
         self._life = life
+        self._counters = counters
         self._max_pending = config.max_pending_ops
         self._max_batch = config.max_batch_ops
         self.pending: list[Op] = []
@@ -59,6 +61,7 @@ class Intake:
             raise life.refusal()
         pending = self.pending
         if len(pending) >= self._max_pending:
+            self._refused((op,))
             raise ResourceExhausted(
                 f"{len(pending)} ops are waiting for the broker; back off and retry"
             )
@@ -82,12 +85,18 @@ class Intake:
                 field="ops",
             )
         if len(self.pending) + len(ops) > self._max_pending:
+            self._refused(ops)
             raise ResourceExhausted(
                 f"{len(self.pending)} ops are waiting for the broker and this batch has "
                 f"{len(ops)}; back off and retry"
             )
         futures = [self.add_op(op) for op in ops]
         return list(await asyncio.gather(*futures))
+
+    def _refused(self, ops: Sequence[Op]) -> None:
+        records = self._counters.records
+        if records is not None:
+            records.answered(ops, ResourceExhausted)
 
     def take_batch(self) -> tuple[list[Op], Futures]:
         """The next commit's ops and their futures: the oldest ``max_batch_ops``."""

@@ -109,6 +109,7 @@ class Lease:
             epoch=self.epoch if epoch is None else epoch,
             lease_until=to_datetime(now if closing else now + self._config.lease_s),
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
+            perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
         )
 
     def fresh(self) -> bool:
@@ -131,7 +132,7 @@ class Lease:
                     raise DocumentGone("the queue document was deleted from outside") from None
                 return None
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_read")
                 await self._retry.wait(attempt, exc)
                 attempt += 1
                 continue
@@ -164,19 +165,41 @@ class Lease:
                 return
             await self._clock.sleep(min(config.poll_interval_s, max(0.01, expires - now)))
 
-    async def acquire(self, archiver: Archiver) -> Transition:
+    async def acquire(self, archiver: Archiver, *, patient: bool = False) -> Transition:
         """Create or take over the document: epoch + 1, archive inherited done jobs.
         Returns the takeover's commit (its removed jobs' payload objects are due
-        for deletion)."""
+        for deletion).
+
+        A takeover write that fails is decided by reading again: our own write
+        that landed after all (a lost answer, a client library's retry) is
+        adopted, not taken over a second time; and a ``patient`` broker (a
+        standby) that finds another broker's live lease there (it lost a race
+        for the expired one) goes back to waiting for that lease to run out
+        instead of deposing the winner."""
         archived: set[int] = set()  # versions whose archive object is known written
+        sent: tuple[bytes, Transition, int] | None = None  # the last takeover write sent
         while True:
             got = await self.read()
+            if sent is not None and got is not None:
+                data, t, epoch = sent
+                if self._landed(got[0], epoch, t.doc.version):
+                    blob = await self._storage.read(DOCUMENT_KEY)
+                    if blob.data == data:  # our own takeover landed: adopt it
+                        return self._took_over(t, blob.etag, epoch)
+                if patient and self._held_by_another(got[0]):
+                    log.info(
+                        "another broker took the queue over first; standing by again",
+                        extra={"action": "standby", "owner": got[0].broker},
+                    )
+                    await self.await_vacancy()
+                    sent = None
+                    continue
             base, etag = got if got is not None else (Document.empty(), None)
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
                 await archiver.write_inherited(inherited, archived)
             except StorageError as exc:  # a 503 or a lost answer: back off, read again
-                self._counters.storage_errors += 1
+                self._counters.storage_error("archive_write")
                 await self._retry.wait(0, exc)
                 continue
             now = self._clock.now()
@@ -187,18 +210,39 @@ class Lease:
             owner = self.owner(now, closing=False, epoch=epoch)
             t = transition(base, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
+            sent = (data, t, epoch)
             try:
                 new_etag = await self._storage.write(DOCUMENT_KEY, data, if_match=etag)
             except Conflict:
-                continue  # someone else wrote first (bootstrap race or another broker)
+                continue  # someone else wrote first (bootstrap race, another broker, an echo)
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_write")
                 await self._retry.wait(0, exc)
                 continue  # re-read and decide again
-            self.epoch = epoch
-            self.wrote(t.doc, new_etag)
-            self._counters.commits += 1
-            return t
+            return self._took_over(t, new_etag, epoch)
+
+    def _landed(self, stored: Document, epoch: int, version: int) -> bool:
+        owner = stored.broker
+        return (
+            owner is not None
+            and owner.id == self.broker_id
+            and owner.epoch == epoch
+            and stored.version == version
+        )
+
+    def _held_by_another(self, stored: Document) -> bool:
+        """Another broker's lease on ``stored`` has not run out (with the skew margin)."""
+        owner = stored.broker
+        if owner is None or owner.id == self.broker_id:
+            return False
+        expires = owner.lease_until.timestamp() + self._config.clock_skew_margin_s
+        return expires > self._clock.now()
+
+    def _took_over(self, t: Transition, etag: str, epoch: int) -> Transition:
+        self.epoch = epoch
+        self.wrote(t.doc, etag)
+        self._counters.commits += 1
+        return t
 
     async def resolve(self, new_version: int, base_version: int) -> Verdict:
         """After a failed write of ``new_version`` on ``base_version``: read what is
@@ -214,7 +258,7 @@ class Lease:
             except CorruptDocument as exc:
                 return exc
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("document_read")
                 await self._retry.wait(attempt, exc)
                 attempt += 1
         owner = stored.broker

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
 from osqueue.api import Job, NewJob, PushOptions, Stats
+from osqueue.broker.payloads import BadPayload
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -104,8 +105,14 @@ class LocalClient:
         if len(payload) <= config.inline_payload_max_bytes:
             return Push(payload=payload, **common)  # type: ignore[arg-type]
         # until the push is answered (_submit_pushes), the sweep leaves the object alone
-        ref = await self.broker.payloads.upload(job_id, payload)
-        return Push(payload=None, payload_ref=ref, payload_size=len(payload), **common)  # type: ignore[arg-type]
+        stored = await self.broker.payloads.upload(job_id, payload)
+        return Push(
+            payload=None,
+            payload_ref=stored.ref,
+            payload_size=stored.size_bytes,
+            payload_sha256=stored.sha256,
+            **common,  # type: ignore[arg-type]
+        )
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
         """Push a batch; one result per job: its id, or the error that job got."""
@@ -253,16 +260,71 @@ class LocalClient:
         out: list[Job] = []
         for stored in result.jobs:
             if stored.payload_ref is not None:  # an object under payloads/: read them all
-                jobs = await asyncio.gather(*(self._to_job(j) for j in result.jobs))
-                return [j for j in jobs if j is not None]
+                return await self._with_objects(result.jobs)
             out.append(self._job(stored, stored.payload or b""))
         return out
 
-    async def _to_job(self, job: StoredJob) -> Job | None:
-        # A payload object gone since the claim (the job was cancelled) leaves the
-        # job out; the other jobs of the claim are still returned.
-        payload = await self.broker.payloads.read(job)
-        return None if payload is None else self._job(job, payload)
+    async def _with_objects(self, claimed: Sequence[StoredJob]) -> list[Job]:
+        """The claimed jobs with their payloads read and checked.  A job whose object
+        is missing or does not hold what its push recorded never reaches a handler:
+        it is failed (:meth:`_fail_unreadable`) and left out, as is a job that left
+        the document since the claim (cancelled: its object is deleted too).  The
+        other jobs of the claim are returned."""
+        reads = await asyncio.gather(*(self._read_payload(j) for j in claimed))
+        out: list[Job] = []
+        bad: list[tuple[StoredJob, BadPayload]] = []
+        for job, got in zip(claimed, reads, strict=True):
+            if isinstance(got, BadPayload):
+                bad.append((job, got))
+            else:
+                out.append(self._job(job, got))
+        if bad:
+            await self._fail_unreadable(bad)
+        return out
+
+    async def _read_payload(self, job: StoredJob) -> bytes | BadPayload:
+        try:
+            return await self.broker.payloads.read(job)
+        except BadPayload as exc:
+            return exc
+
+    async def _fail_unreadable(self, bad: Sequence[tuple[StoredJob, BadPayload]]) -> None:
+        """Fail each claimed job whose payload object is bad, through the normal
+        ``Fail`` path (so retries and the dead-letter apply), with an error naming
+        the object.  A missing object of a job no longer held under this claim is
+        not bad: the job left (it was cancelled) and its object went with it."""
+        doc = self.broker.document
+        ops: list[Fail] = []
+        for job, exc in bad:
+            assert job.claim is not None
+            extra = {"action": "payload-check", "job": job.id, "key": exc.key}
+            current = doc.jobs.get(job.id)
+            claim = current.claim if current is not None else None
+            if exc.missing and (claim is None or claim.token != job.claim.token):
+                log.warning("a claimed job left before its payload was read", extra=extra)
+                continue
+            log.error(
+                "claimed job %s is failed: %s",
+                job.id,
+                exc,
+                extra={**extra, "expected": exc.expected, "found": exc.found},
+            )
+            ops.append(Fail(job.id, job.claim.token, str(exc)))
+        if not ops:
+            return
+        try:
+            results = await self.broker.submit_many(ops)
+        except OsqueueError as exc:  # the broker stopped: the claims time out instead
+            log.warning("could not fail jobs with bad payload objects: %s", exc)
+            return
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(result, OsqueueError):
+                log.warning(
+                    "could not fail job %s with a bad payload object: %s",
+                    op.job_id,
+                    result,
+                    extra={"action": "payload-check", "job": op.job_id},
+                )
 
     @staticmethod
     def _job(job: StoredJob, payload: bytes) -> Job:

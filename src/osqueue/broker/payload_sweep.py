@@ -69,7 +69,7 @@ class PayloadSweeper:
                 )
                 self._counters.payloads_swept += deleted
             except StorageError as exc:
-                self._counters.storage_errors += 1
+                self._counters.storage_error("payload_sweep")
                 log.warning(
                     "payload sweep failed; trying again in %gs: %s",
                     interval_s,

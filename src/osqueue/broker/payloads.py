@@ -14,14 +14,24 @@ at least half its length left (so no other broker can be committing).  Since
 every upload has its own key, a push retried elsewhere never writes an object
 a sweep deletes.  :class:`~osqueue.broker.payload_sweep.PayloadSweeper` runs
 the sweep every ``payload_sweep_interval_s`` while the broker serves.
+
+What a reader must find is recorded at push: the job keeps the object's size
+and the SHA-256 of its bytes (a checksum, so an object replaced by another of
+the same size is caught too).  :meth:`Payloads.read` checks both and raises
+:class:`BadPayload` naming the key, what was expected and what was found; the
+in-process client then fails that job alone (:mod:`osqueue.broker.local`).
+Jobs pushed before the fields existed are read unchecked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
-from osqueue.errors import NotFound, StorageError
+from osqueue.errors import NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
 from osqueue.state import PAYLOAD_PREFIX, Document, StoredJob
 from osqueue.storage.port import Storage
@@ -39,6 +49,69 @@ def job_of_key(key: str) -> str:
     return key[len(PAYLOAD_PREFIX) :].partition("=")[0]
 
 
+#: payloads at least this large are hashed in a thread, off the event loop
+HASH_IN_THREAD_BYTES = 1 << 20
+
+
+async def sha256_hex(data: bytes) -> str:
+    """The hex SHA-256 of ``data`` (large payloads are hashed in a thread)."""
+    if len(data) < HASH_IN_THREAD_BYTES:
+        return hashlib.sha256(data).hexdigest()
+    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+
+
+class Uploaded(NamedTuple):
+    """A stored payload object: its key, and what a reader must find in it."""
+
+    ref: str
+    size_bytes: int
+    sha256: str
+
+
+class BadPayload(OsqueueError):
+    """A claimed job's payload object is missing or does not hold what its job
+    recorded at push; the job is failed, and its payload never reaches a handler."""
+
+    def __init__(self, key: str, expected: str, found: str, *, missing: bool = False) -> None:
+        if missing:
+            message = f"payload object {key} is missing (expected {expected})"
+        else:
+            message = (
+                f"payload object {key} does not match its job: expected {expected}, found {found}"
+            )
+        super().__init__(message)
+        self.key = key
+        self.expected = expected
+        self.found = found
+        #: the object does not exist (a cancelled job's object is deleted too)
+        self.missing = missing
+
+
+def _expected(job: StoredJob) -> str:
+    parts = []
+    if job.payload_ref_bytes is not None:
+        parts.append(f"{job.payload_ref_bytes} bytes")
+    if job.payload_ref_sha256 is not None:
+        parts.append(f"sha256 {job.payload_ref_sha256}")
+    return " with ".join(parts) or "an object"
+
+
+async def check_payload(job: StoredJob, data: bytes) -> None:
+    """Raise :class:`BadPayload` if ``data`` is not what ``job`` recorded for its
+    object (a size or digest not recorded is not checked)."""
+    key = str(job.payload_ref)
+    size, sha = job.payload_ref_bytes, job.payload_ref_sha256
+    if size is not None and len(data) != size:
+        found = f"{len(data)} bytes"
+        if sha is not None:
+            found += f" with sha256 {await sha256_hex(data)}"
+        raise BadPayload(key, _expected(job), found)
+    if sha is not None:
+        digest = await sha256_hex(data)
+        if digest != sha:
+            raise BadPayload(key, _expected(job), f"{len(data)} bytes with sha256 {digest}")
+
+
 class Payloads:
     """The payload objects of one queue, as its broker uses them."""
 
@@ -47,11 +120,13 @@ class Payloads:
         #: keys uploaded for pushes not answered yet: the sweep never takes them
         self.uploading: set[str] = set()
 
-    async def upload(self, job_id: str, payload: bytes) -> str:
-        """Store ``payload`` for a push of ``job_id``; returns the reference.
+    async def upload(self, job_id: str, payload: bytes) -> Uploaded:
+        """Store ``payload`` for a push of ``job_id``; returns the reference, with the
+        size and digest the push records for readers to check.
 
         The key stays in :attr:`uploading` until :meth:`answered` (also when the
         upload fails: an object that landed after all is the sweep's)."""
+        digest = await sha256_hex(payload)
         ref = payload_key(job_id, new_id())
         self.uploading.add(ref)
         try:
@@ -59,7 +134,7 @@ class Payloads:
         except BaseException:
             self.uploading.discard(ref)
             raise
-        return ref
+        return Uploaded(ref, len(payload), digest)
 
     def answered(self, refs: Iterable[str | None]) -> None:
         """The pushes of these uploads are answered: the sweep may judge them now."""
@@ -78,16 +153,20 @@ class Payloads:
             except StorageError:
                 log.warning("could not delete an unused payload object", extra={"key": ref})
 
-    async def read(self, job: StoredJob) -> bytes | None:
-        """The payload of a claimed job; None if its object is gone (the job was
-        cancelled, and its object deleted, between the claim and this read)."""
+    async def read(self, job: StoredJob) -> bytes:
+        """The payload of a claimed job, checked against what its push recorded.
+
+        Raises :class:`BadPayload` if the object does not match, or is gone
+        (``missing``: the job may have been cancelled, and its object deleted,
+        between the claim and this read; the caller tells which)."""
         if job.payload_ref is None:
             return job.payload or b""
         try:
-            return await self.storage.get(job.payload_ref)
+            data = await self.storage.get(job.payload_ref)
         except NotFound:
-            log.warning("claimed job's payload object is gone", extra={"job": job.id})
-            return None
+            raise BadPayload(job.payload_ref, _expected(job), "no object", missing=True) from None
+        await check_payload(job, data)
+        return data
 
     @staticmethod
     def refs_of(jobs: Iterable[StoredJob]) -> list[str]:

@@ -1,4 +1,4 @@
-"""``osqueue archive URL``: the archive's days, and deleting the old ones.
+"""``osqueue archive URL``: the archive's days, checking its objects, deleting old days.
 
 The broker writes one archive object per commit that completed jobs, under
 ``archive/date=YYYY-MM-DD/hour=HH/``, and never deletes or reads one back, so
@@ -6,6 +6,11 @@ the archive grows until something expires it: a bucket lifecycle rule, or
 this command (``--older-than-days N --delete``), which deletes whole UTC days
 before today minus N.  Keys under ``archive/`` that are not archive objects are
 left alone.
+
+``--verify`` reads every archive object (those a ``--delete`` keeps) and
+reports each line that is not what the broker writes, with its key and line
+number, without stopping at the first; any such line makes the command fail
+(``CorruptDocument``, exit code 6) once the report is printed.
 """
 
 from __future__ import annotations
@@ -14,21 +19,34 @@ import asyncio
 import json
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
+import msgspec
 import typer
 
-from osqueue.broker.archive import PREFIX
+from osqueue.broker.archive import PREFIX, ArchiveRecord, BadLine, corrupt_lines, read_lines
 from osqueue.cli import exits
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_blob
-from osqueue.errors import InvalidInput
+from osqueue.errors import InvalidInput, NotFound
 from osqueue.storage import from_url
+from osqueue.storage.port import Storage
 
 _DAY = re.compile(re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=\d{2}/\d{20}\.jsonl")
-#: deletes in flight at once
+#: deletes (and reads, with --verify) in flight at once
 _DELETES = 32
+_decoder = msgspec.json.Decoder(ArchiveRecord)
+
+
+@dataclass
+class Verified:
+    """What ``--verify`` found: objects and lines read, and the bad lines."""
+
+    objects: int = 0
+    lines: int = 0
+    bad: list[BadLine] = field(default_factory=list)
 
 
 def archive(
@@ -48,38 +66,80 @@ def archive(
             "--delete", envvar="OSQUEUE_DELETE", help="Delete the days --older-than-days marks."
         ),
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            envvar="OSQUEUE_VERIFY",
+            help="Read every archive object (those kept) and report each corrupt line; "
+            "fails (exit code 6) if there is one.",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """List the archive's days (objects per day); delete old days with --delete."""
+    """List the archive's days (objects per day); check them with --verify; delete old
+    days with --delete."""
     if delete and older_than_days is None:
         raise InvalidInput("--delete needs --older-than-days", field="older_than_days")
     cutoff = None
     if older_than_days is not None:
         cutoff = (datetime.now(UTC).date() - timedelta(days=older_than_days)).isoformat()
-    days, old = asyncio.run(_expire(url, cutoff, delete))
+    days, old, verified = asyncio.run(_expire(url, cutoff, delete, verify))
     deleted = sum(len(days[day]) for day in old) if delete else 0
     if as_json:
         rows = [{"date": d, "objects": len(days[d]), "old": d in old} for d in sorted(days)]
-        typer.echo(json.dumps({"days": rows, "deleted_objects": deleted}))
-        return
+        out: dict[str, object] = {"days": rows, "deleted_objects": deleted}
+        if verified is not None:
+            out["verify"] = _verify_json(verified)
+        typer.echo(json.dumps(out))
+    else:
+        _print_days(days, old, older_than_days, delete)
+        if delete:
+            typer.echo(
+                f"deleted {exits.counted(deleted, 'object')} of {exits.counted(len(old), 'day')}"
+                f" before {cutoff}"
+            )
+        if verified is not None:
+            _print_verified(verified)
+    if verified is not None and verified.bad:
+        raise corrupt_lines(verified.bad, shown=1)  # the report above lists them all
+
+
+def _print_days(
+    days: dict[str, list[str]], old: list[str], older_than_days: int | None, delete: bool
+) -> None:
     mark = "deleted" if delete else f"older than {older_than_days} days"
     for day in sorted(days):
         suffix = f"  ({mark})" if day in old else ""
         typer.echo(f"{day}  {exits.counted(len(days[day]), 'object'):>16}{suffix}")
     total = sum(len(keys) for keys in days.values())
     typer.echo(f"{exits.counted(total, 'archive object')} in {exits.counted(len(days), 'day')}")
-    if delete:
-        typer.echo(
-            f"deleted {exits.counted(deleted, 'object')} of {exits.counted(len(old), 'day')}"
-            f" before {cutoff}"
-        )
+
+
+def _print_verified(verified: Verified) -> None:
+    read = f"{exits.counted(verified.objects, 'object')}, {exits.counted(verified.lines, 'line')}"
+    typer.echo(f"verified {read}: {exits.counted(len(verified.bad), 'corrupt line')}")
+    for bad in verified.bad:
+        typer.echo(f"  {bad}")
+
+
+def _verify_json(verified: Verified) -> dict[str, object]:
+    return {
+        "objects": verified.objects,
+        "lines": verified.lines,
+        "corrupt": [
+            {"key": b.key, "line": b.line, "offset": b.offset, "reason": b.reason}
+            for b in verified.bad
+        ],
+    }
 
 
 async def _expire(
-    url: str, cutoff: str | None, delete: bool
-) -> tuple[dict[str, list[str]], list[str]]:
-    """Archive object keys by day, and the days before ``cutoff`` (deleted with
-    ``delete``); NotFound if there is no queue at ``url`` at all."""
+    url: str, cutoff: str | None, delete: bool, verify: bool
+) -> tuple[dict[str, list[str]], list[str], Verified | None]:
+    """Archive object keys by day, the days before ``cutoff`` (deleted with
+    ``delete``), and with ``verify`` what reading the kept objects found;
+    NotFound if there is no queue at ``url`` at all."""
     storage = from_url(url)
     try:
         keys = await storage.list(PREFIX)
@@ -96,6 +156,36 @@ async def _expire(
             for start in range(0, len(doomed), _DELETES):
                 chunk = doomed[start : start + _DELETES]
                 await asyncio.gather(*(storage.delete(key) for key in chunk))
+        verified = None
+        if verify:
+            gone = set(old) if delete else set()
+            kept = sorted(
+                key for day, day_keys in days.items() if day not in gone for key in day_keys
+            )
+            verified = await _verify(storage, kept)
     finally:
         await storage.close()
-    return days, old
+    return days, old, verified
+
+
+async def _verify(storage: Storage, keys: list[str]) -> Verified:
+    """Read ``keys`` (a chunk at a time) and check every line."""
+    verified = Verified()
+    for start in range(0, len(keys), _DELETES):
+        chunk = keys[start : start + _DELETES]
+        blobs = await asyncio.gather(*(_get(storage, key) for key in chunk))
+        for key, data in zip(chunk, blobs, strict=True):
+            if data is None:  # deleted since it was listed (a lifecycle rule)
+                continue
+            records, bad = read_lines(data, key, _decoder)
+            verified.objects += 1
+            verified.lines += len(records) + len(bad)
+            verified.bad.extend(bad)
+    return verified
+
+
+async def _get(storage: Storage, key: str) -> bytes | None:
+    try:
+        return await storage.get(key)
+    except NotFound:
+        return None

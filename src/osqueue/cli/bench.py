@@ -55,6 +55,15 @@ def bench(
             "not with memory:// storage.",
         ),
     ] = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            envvar="OSQUEUE_BENCH_METRICS",
+            help="The broker serves Prometheus metrics, scraped every second during the run"
+            " (their cost; needs osqueue[metrics]).",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Measure push -> claim -> complete throughput; prints one line (JSON with --json)."""
@@ -69,6 +78,7 @@ def bench(
         as_json=as_json,
         duration_s=duration_s,
         remote=remote,
+        metrics=metrics,
     )
     if code:
         raise typer.Exit(code)

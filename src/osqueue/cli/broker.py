@@ -2,8 +2,9 @@
 
 The broker writes its address into the queue document, so clients need only
 the storage URL.  It prints one line on stderr once it serves
-(``serving URL at HOST:PORT (epoch N)``); SIGTERM/Ctrl-C drains it: stop
-taking ops, flush, clear the address, exit.
+(``serving URL at HOST:PORT (epoch N)``, then ``metrics at
+http://HOST:PORT/metrics`` with ``--metrics-listen``); SIGTERM/Ctrl-C drains
+it: stop taking ops, flush, clear the address, exit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from osqueue.cli.options import Token, TokenFile, Url
 
 _BROKER = "Broker"
 _TLS = "TLS"
+_AUTH = "Connection"
 
 
 def broker(
@@ -48,6 +50,43 @@ def broker(
     ] = False,
     token: Token = None,
     token_file: TokenFile = None,
+    write_token: Annotated[
+        str | None,
+        typer.Option(
+            "--write-token",
+            envvar="OSQUEUE_WRITE_TOKEN",
+            help="A token for producers and workers: every call but cancel and dead-letter "
+            "retry/purge (the --token may do everything).",
+            rich_help_panel=_AUTH,
+        ),
+    ] = None,
+    write_token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--write-token-file",
+            envvar="OSQUEUE_WRITE_TOKEN_FILE",
+            help="File holding the write token.",
+            rich_help_panel=_AUTH,
+        ),
+    ] = None,
+    read_token: Annotated[
+        str | None,
+        typer.Option(
+            "--read-token",
+            envvar="OSQUEUE_READ_TOKEN",
+            help="A read-only token: Stats only (status, metrics, dashboards).",
+            rich_help_panel=_AUTH,
+        ),
+    ] = None,
+    read_token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--read-token-file",
+            envvar="OSQUEUE_READ_TOKEN_FILE",
+            help="File holding the read-only token.",
+            rich_help_panel=_AUTH,
+        ),
+    ] = None,
     tls_cert: Annotated[
         str | None,
         typer.Option(
@@ -112,39 +151,54 @@ def broker(
             rich_help_panel=_BROKER,
         ),
     ] = 3600.0,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-listen",
+            envvar="OSQUEUE_METRICS_LISTEN",
+            help="host:port to serve Prometheus metrics on at /metrics, no token needed"
+            " (port 0: any free port; needs osqueue[metrics]).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
     from osqueue.server.runner import BrokerServer, run_broker
+    from osqueue.server.server import ServerConfig
 
-    config = BrokerConfig(
+    server_config = ServerConfig(
+        listen=listen,
+        advertise=advertise,
+        token=token,
+        token_file=token_file,
+        write_token=write_token,
+        write_token_file=write_token_file,
+        read_token=read_token,
+        read_token_file=read_token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        insecure=insecure,
+    )
+    broker_config = BrokerConfig(
         lease_s=lease_s,
         heartbeat_timeout_s=heartbeat_timeout_s,
         drain_timeout_s=drain_timeout_s,
         payload_sweep_interval_s=payload_sweep_s or None,
+        metrics_listen=metrics_listen,
     )
 
     def announce(server: BrokerServer) -> None:
         # From the broker itself: no storage read that a flaky network could lose.
         epoch = server.broker.epoch if server.broker is not None else 0
         exits.info(f"serving {url} at {server.address} (epoch {epoch})")
+        metrics = server.broker.metrics_address if server.broker is not None else None
+        if metrics is not None:
+            exits.info(f"metrics at http://{metrics}/metrics")
 
     async def main() -> None:
         if standby:
             exits.info(f"standing by for {url}")
-        await run_broker(
-            url,
-            listen=listen,
-            advertise=advertise,
-            token=token,
-            token_file=token_file,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            insecure=insecure,
-            standby=standby,
-            broker_config=config,
-            announce=announce,
-        )
+        await run_broker(url, server_config, broker_config, standby=standby, announce=announce)
         exits.info(f"broker stopped: {url}")
 
     runtime.tune_gc()

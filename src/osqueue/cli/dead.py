@@ -9,7 +9,17 @@ from typing import Annotated
 import typer
 
 from osqueue.cli import exits
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import (
+    AllowPlaintextToken,
+    ClientOptions,
+    Embedded,
+    TlsCa,
+    TlsFingerprint,
+    Token,
+    TokenFile,
+    Url,
+    open_client,
+)
 from osqueue.errors import OsqueueError
 
 
@@ -33,10 +43,20 @@ def dead(
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Retry or purge dead-lettered jobs (list them with: osqueue jobs URL --status dead)."""
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     count = asyncio.run(_act(options, action, ids or None))
     verb = "retried" if action is DeadAction.retry else "purged"
     typer.echo(f"{verb} {exits.counted(count, 'dead job')}")

@@ -209,11 +209,12 @@ class Demo:
     async def run(self) -> bool:
         from osqueue.broker import BrokerConfig
         from osqueue.server.runner import BrokerServer
+        from osqueue.server.server import ServerConfig
 
         self.console.rule("[bold]osqueue demo[/]: WAL -> queue -> Spark index workers -> Parquet")
         self.clean()
         broker_config = BrokerConfig(heartbeat_timeout_s=self.config.heartbeat_timeout_s)
-        server = BrokerServer(self.url, listen="127.0.0.1:0", broker_config=broker_config)
+        server = BrokerServer(self.url, ServerConfig(listen="127.0.0.1:0"), broker_config)
         await server.start()
         try:
             assert server.broker is not None

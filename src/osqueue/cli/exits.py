@@ -50,6 +50,8 @@ EXIT_CODES: dict[type[errors.OsqueueError], int] = {
     errors.MaybeCommitted: 17,
     errors.ShuttingDown: 18,
     errors.MissingExtra: 19,
+    errors.UntrustedBroker: 20,
+    errors.PermissionDenied: 21,
 }
 
 

@@ -52,6 +52,26 @@ TlsCa = Annotated[
         rich_help_panel=_CONN,
     ),
 ]
+TlsFingerprint = Annotated[
+    str | None,
+    typer.Option(
+        "--tls-fingerprint",
+        envvar="OSQUEUE_TLS_FINGERPRINT",
+        help="SHA-256 fingerprint of the broker's certificate (hex, colons allowed; several "
+        "separated by commas): enables TLS and refuses any other certificate.",
+        rich_help_panel=_CONN,
+    ),
+]
+AllowPlaintextToken = Annotated[
+    bool,
+    typer.Option(
+        "--allow-plaintext-token",
+        envvar="OSQUEUE_ALLOW_PLAINTEXT_TOKEN",
+        help="Send the token to a non-loopback broker without TLS (warns; anyone on the "
+        "network path can read it).",
+        rich_help_panel=_CONN,
+    ),
+]
 Embedded = Annotated[
     bool,
     typer.Option(
@@ -78,21 +98,24 @@ class ClientOptions:
     embedded: bool = False
     #: How long one call keeps trying (failovers included); None: the client's default.
     timeout_s: float | None = None
+    tls_fingerprint: str | None = None
+    allow_plaintext_token: bool = False
 
 
 @asynccontextmanager
 async def open_client(options: ClientOptions) -> AsyncIterator[QueueClient]:
     """``osqueue.connect`` with the command's connection options; closed on exit."""
-    from osqueue.client.remote import connect
+    from osqueue.client.remote import RemoteConfig, connect
     from osqueue.wire.auth import resolve_token
 
-    token = resolve_token(options.token, options.token_file)
-    client = await connect(
-        options.url,
-        token=token,
+    config = RemoteConfig(
+        token=resolve_token(options.token, options.token_file),
         tls_ca=options.tls_ca,
-        embedded=options.embedded,
-        timeout_s=options.timeout_s,
+        tls_fingerprint=options.tls_fingerprint,
+        allow_plaintext_token=options.allow_plaintext_token,
+    )
+    client = await connect(
+        options.url, embedded=options.embedded, timeout_s=options.timeout_s, config=config
     )
     try:
         yield client

@@ -24,7 +24,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from osqueue.cli.console import stdout
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import (
+    AllowPlaintextToken,
+    ClientOptions,
+    Embedded,
+    TlsCa,
+    TlsFingerprint,
+    Token,
+    TokenFile,
+    Url,
+    open_client,
+)
 from osqueue.client.worker import WorkerConfig
 from osqueue.errors import InvalidInput
 from osqueue.pipeline.dataroot import DataRoot
@@ -242,6 +252,8 @@ def index(
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Run a Spark index worker: fold claimed segments into their namespaces' indexes."""
@@ -254,7 +266,15 @@ def index(
         wait_s=wait_s,
         burst=burst,
     )
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     with spark_session(spark_master, "osqueue-index", parse_conf(spark_conf)) as spark:
         handler = asyncio.run(_run_index(options, spark, config))
     timings = handler.timings

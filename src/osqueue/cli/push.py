@@ -5,6 +5,11 @@ answer or a broker failover is applied once.  With ``--lines`` every stdin line
 is a job; lines are pushed in batches as they arrive (whatever accumulated
 while the previous batch was in flight), and ids are printed batch by batch,
 in input order, only after the broker acknowledged them.
+
+Before the first send it looks at the queue document once (reads only): with
+no document there is no queue, and it says so at once (how to start one)
+instead of waiting for a broker that nobody will start; with a document that
+names no live broker it says it is waiting for one, then waits as usual.
 """
 
 from __future__ import annotations
@@ -25,20 +30,29 @@ from osqueue.api import NewJob, QueueClient
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
+    AllowPlaintextToken,
     ClientOptions,
     Embedded,
     Queue,
     TlsCa,
+    TlsFingerprint,
     Token,
     TokenFile,
     Url,
     open_client,
 )
+from osqueue.cli.snapshot import read_blob
 from osqueue.errors import (
     InvalidInput,
+    NotFound,
     Retryable,
+    StorageError,
 )
 from osqueue.ids import new_id
+from osqueue.state import DOCUMENT_KEY
+from osqueue.state.codec import decode_owner
+from osqueue.state.model import BrokerInfo
+from osqueue.storage import from_url
 
 #: Errors after which the same batch (same ids) is sent again.
 _BACKOFF_MIN_S = 0.05
@@ -124,6 +138,8 @@ def push(
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Push jobs; print each job id on its own line once the broker acknowledged it."""
@@ -141,13 +157,63 @@ def push(
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
     template = JobTemplate(queue, priority, delay_s, key, max_attempts)
-    options = ClientOptions(url, token, token_file, tls_ca, embedded, timeout_s=retry_for_s or None)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        timeout_s=retry_for_s or None,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
     if lines:
         asyncio.run(pusher.push_lines(options, sys.stdin.buffer))
     else:
         payload = data.encode() if data is not None else _read_file(file)
         asyncio.run(pusher.push_one(options, payload))
+
+
+async def check_queue(url: str, wait_s: float) -> None:
+    """Fail at once when there is no queue at ``url``; warn when no broker serves it.
+
+    A storage error is not decided here: the push retries reading the document
+    until its deadline, as it would have anyway.
+    """
+    storage = from_url(url)
+    try:
+        shown = storage.url  # without credentials
+        try:
+            blob = await read_blob(storage, shown)
+        except NotFound:
+            raise NotFound(
+                f"no queue at {shown}: {DOCUMENT_KEY} does not exist; start a broker to "
+                f"create it (`osqueue broker {shown}`), or push with --embedded"
+            ) from None
+        except StorageError:
+            return
+        _, owner = decode_owner(blob.data)
+    finally:
+        await storage.close()
+    why = _no_live_broker(owner, time.time())
+    if why is not None:
+        exits.warn(
+            f"no broker is serving {shown} ({why}); waiting up to {wait_s:g} s for one "
+            f"(start one with `osqueue broker {shown}`)"
+        )
+
+
+def _no_live_broker(owner: BrokerInfo | None, now: float) -> str | None:
+    """Why the document names no broker that can answer now (None if it names one)."""
+    if owner is None:
+        return "the queue document names no broker yet"
+    if owner.address is None:
+        return "its last broker stopped and cleared its address"
+    expired_s = now - owner.lease_until.timestamp()
+    if expired_s > 0:
+        return f"the lease of its broker at {owner.address} ran out {expired_s:.0f} s ago"
+    return None
 
 
 def _read_file(path: Path | None) -> bytes:
@@ -168,11 +234,15 @@ class Pusher:
         self.pushed = 0
 
     async def push_one(self, options: ClientOptions, payload: bytes) -> None:
+        if not options.embedded:
+            await check_queue(options.url, self.retry_for_s)
         async with open_client(options) as client:
             ids = await self._send(client, [self.template.job(payload)])
             _print_ids(ids)
 
     async def push_lines(self, options: ClientOptions, stream: BinaryIO) -> None:
+        if not options.embedded:
+            await check_queue(options.url, self.retry_for_s)
         lines: asyncio.Queue[bytes | None] = asyncio.Queue()
         _start_reader(stream, lines, asyncio.get_running_loop())
         async with open_client(options) as client:

@@ -10,7 +10,8 @@ The document counts pushes and completions for the whole queue only (per
 queue once the history ring lands, see :func:`osqueue.dashboard.history.flows_of`),
 so with several queues the per-queue rates show ``-`` and the total row has
 them.  The commit rate is document versions per second; ops per commit and
-the p99 commit time need broker metrics (:class:`~osqueue.dashboard.brokerlog.CommitMetrics`).
+the p99 commit time come from the summary the serving broker keeps in the
+document (:class:`~osqueue.dashboard.brokerlog.DocumentMetrics`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rich.text import Text
 
 from osqueue.cli.options import Url
 from osqueue.cli.status import age_text
-from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, NoMetrics
+from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import FLOWS, Flow, flows_of, rate
 from osqueue.dashboard.snapshot import Snapshot, SnapshotSource
 from osqueue.errors import OsqueueError
@@ -224,7 +225,10 @@ async def _run(url: str, interval_s: float, metrics: CommitMetrics | None = None
     brokerlog = BrokerLog()
     source.observe(brokerlog.observe)
     meter = RateMeter()
-    metrics = metrics or NoMetrics()
+    if metrics is None:
+        from_document = DocumentMetrics()
+        source.observe(from_document.observe)
+        metrics = from_document
     stop = asyncio.Event()
     try:
         snapshot = await source.refresh()  # no queue at URL: one error line, not a blank screen

@@ -3,6 +3,8 @@
 SIGTERM or Ctrl-C stops claiming and lets running handlers finish within the
 grace period, then releases what is left; a second signal skips the grace
 period.  With ``--burst`` the worker exits once nothing is left to claim.
+With ``--metrics-listen`` it prints ``metrics at http://HOST:PORT/metrics``
+once the endpoint listens.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from rich.text import Text
 from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import (
+    AllowPlaintextToken,
+    ClientOptions,
+    Embedded,
+    TlsCa,
+    TlsFingerprint,
+    Token,
+    TokenFile,
+    Url,
+    open_client,
+)
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
 from osqueue.errors import InvalidInput, MissingExtra
 
@@ -128,9 +140,20 @@ def work(
             rich_help_panel=_SPARK,
         ),
     ] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-listen",
+            envvar="OSQUEUE_METRICS_LISTEN",
+            help="host:port to serve Prometheus metrics on at /metrics, no token needed"
+            " (port 0: any free port; needs osqueue[metrics]).",
+        ),
+    ] = None,
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
+    tls_fingerprint: TlsFingerprint = None,
+    allow_plaintext_token: AllowPlaintextToken = False,
     embedded: Embedded = False,
 ) -> None:
     """Run a worker: claim jobs, run the handler, heartbeat, complete or fail them."""
@@ -144,13 +167,22 @@ def work(
         wait_s=wait_s,
         shutdown_grace_period_s=shutdown_grace_period_s,
         burst=burst,
+        metrics_listen=metrics_listen,
     )
     if spark_master is not None and not spark:
         raise InvalidInput("--spark-master needs --spark", field="spark_master")
     handlers = load_handler(handler)
     if spark:
         handlers = _spark_handlers(handlers, spark_master)
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    options = ClientOptions(
+        url,
+        token,
+        token_file,
+        tls_ca,
+        embedded,
+        tls_fingerprint=tls_fingerprint,
+        allow_plaintext_token=allow_plaintext_token,
+    )
     runtime.tune_gc()
     worker = runtime.run(_run(options, handlers, config))
     counters = worker.counters
@@ -180,8 +212,19 @@ async def _run(
         )
         with _Progress(worker) as progress:
             runner = asyncio.create_task(worker.run(), name="osqueue-cli-worker")
+            if config.metrics_listen is not None:
+                await _announce_metrics(worker, runner)
             await progress.follow(runner)
         return worker
+
+
+async def _announce_metrics(worker: Worker, runner: asyncio.Task[None]) -> None:
+    """Print where the metrics are once the endpoint listens (unless the run ends first)."""
+    running = asyncio.ensure_future(worker.wait_running())
+    await asyncio.wait({running, runner}, return_when=asyncio.FIRST_COMPLETED)
+    running.cancel()
+    if worker.metrics_address is not None:
+        exits.info(f"metrics at http://{worker.metrics_address}/metrics")
 
 
 class _Progress:

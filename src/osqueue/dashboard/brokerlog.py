@@ -6,8 +6,10 @@ this process saw: :class:`BrokerLog` records each change of broker, epoch or
 address with the time it first saw it.  The commit rate comes from the
 document's ``version``, which grows by one on every write (commits and lease
 renewals alike).  Figures only the broker knows (ops per commit, commit
-latency) come from a :class:`CommitMetrics` provider: none today, the broker's
-metrics endpoint later.
+latency) come from a :class:`CommitMetrics` provider: :class:`DocumentMetrics`
+reads the summary the serving broker keeps in the document (``broker.perf``:
+its commits of the last minute, refreshed every few seconds), so they need no
+metrics endpoint.
 """
 
 from __future__ import annotations
@@ -43,6 +45,29 @@ class CommitMetrics(Protocol):
     """Where broker-side commit figures come from (the metrics endpoint, later)."""
 
     async def figures(self) -> CommitFigures | None: ...
+
+
+class DocumentMetrics:
+    """The serving broker's own summary of its last minute of commits, from the
+    latest document read (``observe`` it on the snapshot source)."""
+
+    def __init__(self) -> None:
+        self._latest: Snapshot | None = None
+
+    def observe(self, snapshot: Snapshot) -> None:
+        self._latest = snapshot
+
+    async def figures(self) -> CommitFigures | None:
+        latest = self._latest
+        owner = latest.doc.broker if latest is not None else None
+        perf = owner.perf if owner is not None else None
+        if perf is None or not perf.commits:
+            return None
+        return CommitFigures(
+            commits_per_s=perf.commits / perf.window_s,
+            ops_per_commit=perf.ops / perf.commits,
+            p99_commit_s=perf.p99_ms / 1000.0,
+        )
 
 
 class NoMetrics:

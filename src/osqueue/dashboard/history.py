@@ -1,13 +1,14 @@
 """The last hour of depth and throughput, behind a small provider interface.
 
 Brokers are stateless and the document holds only counters since the queue
-began, so "the last hour" needs a history kept somewhere.  The plan is a
-bounded per-minute ring in the document, written by the broker (per queue:
-minute, pushed, completed, failed, dead, depth), which survives broker
-restarts and is the same for every viewer.  Until it exists,
+began, so "the last hour" needs a history kept somewhere: the document keeps
+it.  The broker appends one sample per minute (the counters and each queue's
+depth; :mod:`osqueue.state.history`) and keeps an hour of them, so the charts
+survive broker restarts and failovers and are the same for every viewer.
+:class:`DocumentHistory` draws them, with the live counters as the last point.
+A document written by a release without the ring has no samples; then
 :class:`SampledHistory` samples the document's counters from the dashboard
-process itself: its charts start empty when the dashboard starts and cover
-only the time it has been running.
+process itself (its charts start empty and cover only the time it has run).
 
 A provider implements :class:`History`; the web app and ``osqueue top`` use
 nothing else.  :func:`flows_of` is the one place that says which cumulative
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from osqueue.dashboard.snapshot import Snapshot
+from osqueue.state.stats import depths
 
 #: the counters a rate is shown for, in the order charts and tables show them
 FLOWS = ("pushed", "completed", "failed", "dead")
@@ -129,18 +131,58 @@ class SampledHistory:
 
     def last_hour(self, now: float) -> Series:
         kept = [s for s in self._samples if now - s.t <= self.window_s]
-        queues = sorted({q for s in kept for q in s.depth})
-        series = Series(source=self.source)
-        series.times.extend(s.t for s in kept)
-        for q in queues:
-            series.depth[q] = [s.depth.get(q) for s in kept]
-        for name in FLOWS:
-            rates = [0.0]
-            for before, after in itertools.pairwise(kept):
-                seconds = after.t - before.t
-                rates.append(rate(before.total.get(name), after.total.get(name), seconds))
-            series.rates[name] = rates[: len(kept)]
-        return series
+        return _series(self.source, kept)
+
+
+class DocumentHistory:
+    """The document's own per-minute samples, then the live counters (see the module
+    docstring); a document without samples falls back to sampling here."""
+
+    def __init__(self, fallback: SampledHistory | None = None) -> None:
+        self._fallback = fallback or SampledHistory()
+        self._latest: Snapshot | None = None
+
+    @property
+    def source(self) -> str:
+        if self._latest is not None and self._latest.doc.history:
+            return "kept by the brokers in the queue document: one sample a minute, one hour"
+        return self._fallback.source
+
+    def observe(self, snapshot: Snapshot) -> None:
+        self._latest = snapshot
+        self._fallback.observe(snapshot)
+
+    def last_hour(self, now: float) -> Series:
+        latest = self._latest
+        if latest is None or not latest.doc.history:
+            return self._fallback.last_hour(now)
+        kept = [
+            _Sample(
+                t=h.at.timestamp(),
+                total=Flow(h.pushed, h.completed, h.failed, h.dead),
+                depth=dict(h.depth),
+            )
+            for h in latest.doc.history
+            if now - h.at.timestamp() <= 3600.0
+        ]
+        total, _ = flows_of(latest)
+        if not kept or latest.read_at > kept[-1].t:
+            kept.append(_Sample(t=latest.read_at, total=total, depth=depths(latest.doc)))
+        return _series(self.source, kept)
+
+
+def _series(source: str, kept: list[_Sample]) -> Series:
+    queues = sorted({q for s in kept for q in s.depth})
+    series = Series(source=source)
+    series.times.extend(s.t for s in kept)
+    for q in queues:
+        series.depth[q] = [s.depth.get(q) for s in kept]
+    for name in FLOWS:
+        rates = [0.0]
+        for before, after in itertools.pairwise(kept):
+            rates.append(rate(before.total.get(name), after.total.get(name), after.t - before.t))
+        series.rates[name] = rates[: len(kept)]
+    return series
 
 
 def rate(before: int, after: int, seconds: float) -> float:

@@ -30,8 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from osqueue.address import is_loopback, split_host_port
 from osqueue.errors import InvalidInput
-from osqueue.server.server import is_loopback, split_host_port
 
 COOKIE = "osqueue_session"
 

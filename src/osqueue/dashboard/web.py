@@ -24,16 +24,16 @@ from importlib import resources
 
 from aiohttp import web
 
+from osqueue.address import split_host_port
 from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
-from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, NoMetrics
-from osqueue.dashboard.history import History, SampledHistory
+from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
+from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import COOKIE, Access, Refused, Session, Sessions, access_for
 from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput, JobNotFound, NotFound, OsqueueError
-from osqueue.server.server import split_host_port
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,14 @@ class Dashboard:
         self.config = config
         self.access: Access = access_for(config.listen, config.token, insecure=config.insecure)
         self.source = SnapshotSource(config.url, refresh_s=config.refresh_s, storage=storage)
-        self.history: History = history or SampledHistory(resolution_s=config.history_resolution_s)
+        self.history: History = history or DocumentHistory(
+            SampledHistory(resolution_s=config.history_resolution_s)
+        )
         self.brokerlog = BrokerLog()
-        self.metrics: CommitMetrics = metrics or NoMetrics()
+        if metrics is None:
+            metrics = DocumentMetrics()
+            self.source.observe(metrics.observe)
+        self.metrics: CommitMetrics = metrics
         self.source.observe(self.history.observe)
         self.source.observe(self.brokerlog.observe)
         self.archive = ArchiveView(self.source.storage)

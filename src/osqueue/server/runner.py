@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 
-from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.broker import State
+from osqueue.address import split_host_port
+from osqueue.broker import Broker, BrokerConfig, State
+from osqueue.clock import Clock
 from osqueue.errors import NotBroker, OsqueueError
-from osqueue.server.limits import Limits
-from osqueue.server.server import RunningServer, ServerConfig, serve, split_host_port
+from osqueue.server.server import RunningServer, ServerConfig, serve
+from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
 
@@ -56,36 +57,29 @@ def advertised_address(listen: str, port: int, advertise: str | None) -> str:
 
 
 class BrokerServer:
-    """A :class:`~osqueue.Broker` and the gRPC server in front of it."""
+    """A :class:`~osqueue.Broker` and the gRPC server in front of it.
+
+    ``server`` says how to listen and whom to serve (address, advertised
+    address, tokens, TLS, limits), ``broker`` how the broker runs (lease,
+    timeouts); the address the broker writes into the document is filled in
+    here.  ``standby=True`` waits for the active broker's lease to run out.
+    """
 
     def __init__(
         self,
-        url: str,
+        url: str | Storage,
+        server: ServerConfig | None = None,
+        broker: BrokerConfig | None = None,
         *,
-        listen: str = "127.0.0.1:7070",
-        advertise: str | None = None,
-        token: str | None = None,
-        token_file: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
-        insecure: bool = False,
         standby: bool = False,
-        broker_config: BrokerConfig | None = None,
-        limits: Limits | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        #: the queue's storage URL, or a store already opened (tests wrap one)
         self.url = url
-        self.advertise = advertise
         self.standby = standby
-        self.broker_config = broker_config or BrokerConfig()
-        self.server_config = ServerConfig(
-            listen=listen,
-            token=token,
-            token_file=token_file,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            insecure=insecure,
-            limits=limits or Limits(),
-        )
+        self.clock = clock
+        self.server_config = server or ServerConfig()
+        self.broker_config = broker or BrokerConfig()
         self.server: RunningServer | None = None
         self.broker: Broker | None = None
         self.address: str | None = None
@@ -103,10 +97,10 @@ class BrokerServer:
             return
         self.server = await serve(None, self.server_config)
         self.address = advertised_address(
-            self.server_config.listen, self.server.port, self.advertise
+            self.server_config.listen, self.server.port, self.server_config.advertise
         )
         config = replace(self.broker_config, address=self.address)
-        self.broker = Broker(self.url, config, standby=self.standby)
+        self.broker = Broker(self.url, config, clock=self.clock, standby=self.standby)
 
     async def start(self) -> None:
         """Listen, then start the broker (a standby returns once it took over)."""
@@ -184,23 +178,18 @@ def _install_stop_signals(stop: asyncio.Event) -> list[signal.Signals]:
 
 async def run_broker(
     url: str,
+    server: ServerConfig | None = None,
+    broker: BrokerConfig | None = None,
     *,
-    listen: str = "127.0.0.1:7070",
-    advertise: str | None = None,
-    token: str | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    insecure: bool = False,
     standby: bool = False,
-    broker_config: BrokerConfig | None = None,
-    token_file: str | None = None,
-    limits: Limits | None = None,
     stop: asyncio.Event | None = None,
     on_serving: asyncio.Event | None = None,
     handle_signals: bool = True,
     announce: Callable[[BrokerServer], object] | None = None,
 ) -> None:
     """Serve the queue at ``url`` until SIGTERM/SIGINT (or ``stop`` is set), then drain.
+
+    ``server``, ``broker`` and ``standby`` are those of :class:`BrokerServer`.
 
     Returns after a graceful stop; raises the broker's error if it failed, or
     ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set
@@ -210,19 +199,7 @@ async def run_broker(
     ``stop`` stops it (for embedding and tests).
     """
     stop = stop or asyncio.Event()
-    runner = BrokerServer(
-        url,
-        listen=listen,
-        advertise=advertise,
-        token=token,
-        token_file=token_file,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        insecure=insecure,
-        standby=standby,
-        broker_config=broker_config,
-        limits=limits,
-    )
+    runner = BrokerServer(url, server, broker, standby=standby)
     signals = _install_stop_signals(stop) if handle_signals else []
     loop = asyncio.get_running_loop()
     try:

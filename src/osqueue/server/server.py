@@ -3,7 +3,9 @@
 ``await serve(client, ServerConfig(listen="127.0.0.1:0"))`` starts a
 ``grpc.aio`` server for ``client`` and returns a :class:`RunningServer` that
 knows the port it bound.  A server on a non-loopback address refuses to start
-without a token unless ``insecure=True``.
+without a token unless ``insecure=True``, and warns loudly when it takes a
+token over plaintext there (tokens then cross the network in the clear).
+Tokens come in three access levels (:mod:`osqueue.server.auth`).
 
 Beside ``osqueue.v1.Queue`` the server answers the standard gRPC health
 service (see :mod:`osqueue.server.health`).
@@ -11,7 +13,6 @@ service (see :mod:`osqueue.server.health`).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +21,15 @@ from typing import Any
 
 import grpc
 
+from osqueue.address import is_loopback as is_loopback  # their home; kept here too
+from osqueue.address import split_host_port as split_host_port
 from osqueue.api import QueueClient
 from osqueue.errors import InvalidInput, OsqueueError
-from osqueue.server.auth import BearerTokenInterceptor
+from osqueue.server.auth import BearerTokenInterceptor, Tokens
 from osqueue.server.health import HealthService, add_health
 from osqueue.server.limits import Limits
 from osqueue.server.service import QueueService
-from osqueue.wire.auth import resolve_token
+from osqueue.wire.tls import fingerprint_of_pem
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +40,19 @@ class ServerConfig:
 
     #: ``host:port``; port 0 picks a free port (see :attr:`RunningServer.port`).
     listen: str = "127.0.0.1:7070"
-    #: Bearer token every call must present (or ``token_file``, not both).
+    #: ``host:port`` a broker writes into the queue document for clients
+    #: (default: the bound address; see :func:`osqueue.server.runner.advertised_address`).
+    advertise: str | None = None
+    #: The admin token: may make every call (or ``token_file``, not both).
     token: str | None = None
     token_file: str | None = None
+    #: A token for producers and workers: every call but cancel, retry and purge
+    #: of dead letters (needs ``token`` too).
+    write_token: str | None = None
+    write_token_file: str | None = None
+    #: A read-only token: ``Stats`` only (needs ``token`` too).
+    read_token: str | None = None
+    read_token_file: str | None = None
     #: PEM certificate chain and private key files; TLS when both are given.
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -49,24 +62,14 @@ class ServerConfig:
     #: How long calls in flight may finish when the server stops.
     stop_grace_s: float = 5.0
 
-
-def split_host_port(address: str, field: str = "listen") -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> (host, port)."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise InvalidInput(f"{address!r} is not host:port", field=field)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost: assume it is reachable
+    def tokens(self) -> Tokens | None:
+        """The tokens this server accepts (files read now); None: no token at all."""
+        return Tokens.resolve(
+            self.token,
+            self.token_file,
+            write=(self.write_token, self.write_token_file),
+            read=(self.read_token, self.read_token_file),
+        )
 
 
 def _read_pem(path: str, field: str) -> bytes:
@@ -76,7 +79,8 @@ def _read_pem(path: str, field: str) -> bytes:
         raise InvalidInput(f"cannot read {path!r}: {exc}", field=field) from exc
 
 
-def _credentials(config: ServerConfig) -> Any | None:
+def _credentials(config: ServerConfig) -> tuple[Any, str] | None:
+    """The server's TLS credentials and its certificate's fingerprint (None: plaintext)."""
     if (config.tls_cert is None) != (config.tls_key is None):
         missing = "tls_key" if config.tls_key is None else "tls_cert"
         raise InvalidInput("TLS needs both a certificate and a key", field=missing)
@@ -84,7 +88,27 @@ def _credentials(config: ServerConfig) -> Any | None:
         return None
     cert = _read_pem(config.tls_cert, "tls_cert")
     key = _read_pem(config.tls_key, "tls_key")
-    return grpc.ssl_server_credentials([(key, cert)])
+    return grpc.ssl_server_credentials([(key, cert)]), fingerprint_of_pem(cert)
+
+
+def _check_exposure(config: ServerConfig, host: str, tokens: Tokens | None, tls: bool) -> None:
+    """Refuse a non-loopback listen without a token; warn when a token goes in plaintext."""
+    if is_loopback(host):
+        return
+    if tokens is None and not config.insecure:
+        raise InvalidInput(
+            f"refusing to listen on {config.listen} (not a loopback address) without a token: "
+            "give a token (--token-file or OSQUEUE_TOKEN) or pass insecure=True (--insecure)",
+            field="token",
+        )
+    if tokens is not None and not tls:
+        log.warning(
+            "SERVING BEARER TOKENS OVER PLAINTEXT on %s (not a loopback address): anyone on "
+            "the network path can read the tokens clients send; give the server a certificate "
+            "(--tls-cert/--tls-key) and clients --tls-ca or --tls-fingerprint",
+            config.listen,
+            extra={"action": "plaintext_tokens", "listen": config.listen},
+        )
 
 
 def server_options(limits: Limits) -> list[tuple[str, int]]:
@@ -116,11 +140,15 @@ class RunningServer:
         port: int,
         grace_s: float,
         health: HealthService,
+        *,
+        tls_fingerprint: str | None = None,
     ) -> None:
         self.service = service
         self.health = health
         self.host = host
         self.port = port
+        #: SHA-256 of the server's certificate (what clients pin), None without TLS.
+        self.tls_fingerprint = tls_fingerprint
         self._server = server
         self._grace_s = grace_s
         self._stopped = False
@@ -167,16 +195,12 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     """
     config = config or ServerConfig()
     host, _ = split_host_port(config.listen)
-    token = resolve_token(config.token, config.token_file)
-    if token is None and not config.insecure and not is_loopback(host):
-        raise InvalidInput(
-            f"refusing to listen on {config.listen} (not a loopback address) without a token: "
-            "give a token (--token-file or OSQUEUE_TOKEN) or pass insecure=True (--insecure)",
-            field="token",
-        )
-    credentials = _credentials(config)
+    tokens = config.tokens()
+    tls = _credentials(config)
+    credentials, fingerprint = tls if tls is not None else (None, None)
+    _check_exposure(config, host, tokens, tls is not None)
     service = QueueService(client, config.limits)
-    interceptors = [BearerTokenInterceptor(token)] if token is not None else []
+    interceptors = [BearerTokenInterceptor(tokens)] if tokens is not None else []
     server = grpc.aio.server(interceptors=interceptors, options=server_options(config.limits))
     server.add_generic_rpc_handlers((service.rpc_handler(),))
     health = add_health(server, queue_serving=client is not None)
@@ -191,12 +215,18 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
         raise OsqueueError(f"cannot listen on {config.listen} (address in use?)")
     await server.start()
     log.info(
-        "gRPC server listening",
+        "gRPC server listening on %s:%s (%s)",
+        host,
+        port,
+        f"TLS, certificate SHA-256 {fingerprint}" if fingerprint else "plaintext",
         extra={
             "action": "listen",
             "address": f"{host}:{port}",
             "tls": credentials is not None,
-            "auth": token is not None,
+            "tls_fingerprint": fingerprint,
+            "auth": [name for name, t in tokens.by_name() if t is not None] if tokens else [],
         },
     )
-    return RunningServer(server, service, host, port, config.stop_grace_s, health)
+    return RunningServer(
+        server, service, host, port, config.stop_grace_s, health, tls_fingerprint=fingerprint
+    )

@@ -8,6 +8,9 @@ Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load(
 * ``table=dead``: the dead letters;
 * ``table=archive``: every completed job, read from the archive objects in
   parallel (one Spark task per ``objects_per_partition`` objects of one hour).
+  A corrupt line fails the read with ``CorruptDocument`` naming each bad line's
+  object key and line number (every object of the task is read first), never a
+  silently shorter table.
 
 Stream (``spark.readStream.format("osqueue")``, archive only): each micro-batch
 holds the archive objects that appeared since the last one, exactly once.
@@ -40,6 +43,7 @@ from pyspark.sql.datasource import (
 )
 
 from osqueue.api import NewJob
+from osqueue.broker.archive import BadLine, corrupt_lines
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.state.model import SegmentRef, StoredJob
 
@@ -231,8 +235,13 @@ def _read_archive(url: str, keys: list[str], queue: str | None) -> Iterator[Any]
         return [await store.get(key) for key in keys]
 
     rows: list[Row] = []
+    bad: list[BadLine] = []
     for key, data in zip(keys, blocking.with_storage(url, fetch), strict=True):
-        rows.extend(r for r in archive_rows(data, key=key) if queue is None or r[1] == queue)
+        got, corrupt = archive_rows(data, key=key)
+        rows.extend(r for r in got if queue is None or r[1] == queue)
+        bad.extend(corrupt)
+    if bad:  # fails the query: a report over the archive must not undercount silently
+        raise corrupt_lines(bad)
     if rows:
         yield to_arrow(rows)
 

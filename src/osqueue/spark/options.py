@@ -13,6 +13,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from osqueue.errors import InvalidInput
+from osqueue.wire.tls import parse_fingerprints
 
 from .rows import TABLES
 
@@ -32,6 +33,9 @@ WRITE_OPTIONS = frozenset(
         "embedded",
         "address",
         "token",
+        "tls_ca",
+        "tls_fingerprint",
+        "allow_plaintext_token",
         "broker_wait_s",
         "on_duplicate_key",
     }
@@ -72,6 +76,13 @@ def _bool(options: Mapping[str, str], name: str) -> bool:
     if raw in ("false", "0", "no", ""):
         return False
     raise InvalidInput(f"{raw!r} is not true or false", field=name)
+
+
+def _fingerprint(options: Mapping[str, str]) -> str | None:
+    raw = options.get("tls_fingerprint") or None
+    if raw is not None:
+        parse_fingerprints(raw)  # a typo fails the query at planning, naming the option
+    return raw
 
 
 def _url(options: Mapping[str, str], *, served: bool = False) -> str:
@@ -143,6 +154,12 @@ class WriteOptions:
     #: host:port of a broker; skips discovery through the queue document.
     address: str | None
     token: str | None
+    #: The broker's TLS identity (see RemoteConfig): a CA file on every executor,
+    #: and/or the SHA-256 fingerprint(s) of its certificate.
+    tls_ca: str | None
+    tls_fingerprint: str | None
+    #: Send the token to a non-loopback broker without TLS (warns).
+    allow_plaintext_token: bool
     #: How long to wait for a broker to be found (or, embedded, to become free).
     broker_wait_s: float
     on_duplicate_key: OnDuplicateKey
@@ -169,6 +186,9 @@ class WriteOptions:
             embedded=embedded,
             address=address,
             token=options.get("token") or None,
+            tls_ca=options.get("tls_ca") or None,
+            tls_fingerprint=_fingerprint(options),
+            allow_plaintext_token=_bool(options, "allow_plaintext_token"),
             broker_wait_s=_float(options, "broker_wait_s", 30.0),
             on_duplicate_key=on_dup,  # type: ignore[arg-type]
         )

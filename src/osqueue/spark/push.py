@@ -67,7 +67,12 @@ async def _open(options: WriteOptions, *, embedded: bool) -> QueueClient:
     from osqueue.client.remote import RemoteConfig, connect
 
     config = RemoteConfig(
-        token=options.token, address=options.address, timeout_s=max(options.broker_wait_s, 0.1)
+        token=options.token,
+        tls_ca=options.tls_ca,
+        tls_fingerprint=options.tls_fingerprint,
+        allow_plaintext_token=options.allow_plaintext_token,
+        address=options.address,
+        timeout_s=max(options.broker_wait_s, 0.1),
     )
     client: QueueClient = await connect(options.url, embedded=embedded, config=config)
     return client

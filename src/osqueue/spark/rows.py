@@ -13,13 +13,13 @@ UTC; ``payload`` is null in the archive (it keeps timings, not payloads).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from osqueue.errors import CorruptDocument
+from osqueue.broker.archive import BadLine, read_lines
 
 if TYPE_CHECKING:
     from osqueue.state.model import StoredJob
@@ -78,35 +78,28 @@ class ArchiveRecord(msgspec.Struct, frozen=True):
 _archive_decoder = msgspec.json.Decoder(ArchiveRecord)
 
 
-def archive_rows(data: bytes, *, key: str) -> Iterator[Row]:
-    """Rows of one archive object; a bad line is ``CorruptDocument`` naming key and offset."""
-    offset = 0
-    for line in data.splitlines(keepends=True):
-        if line.strip():
-            try:
-                r = _archive_decoder.decode(line)
-            except msgspec.MsgspecError as exc:
-                raise CorruptDocument(
-                    f"archive object {key}: bad line at byte {offset}: {exc}",
-                    path=key,
-                    offset=offset,
-                ) from exc
-            yield (
-                r.id,
-                r.queue,
-                r.priority,
-                "done",
-                r.attempts,
-                r.created_at,
-                r.claimed_at,
-                r.completed_at,
-                _ms(r.created_at, r.first_claimed_at),
-                _ms(r.claimed_at, r.completed_at),
-                r.worker,
-                r.last_error,
-                None,
-            )
-        offset += len(line)
+def archive_rows(data: bytes, *, key: str) -> tuple[list[Row], list[BadLine]]:
+    """Rows of one archive object, and its corrupt lines (key, line number, why)."""
+    records, bad = read_lines(data, key, _archive_decoder)
+    rows = [
+        (
+            r.id,
+            r.queue,
+            r.priority,
+            "done",
+            r.attempts,
+            r.created_at,
+            r.claimed_at,
+            r.completed_at,
+            _ms(r.created_at, r.first_claimed_at),
+            _ms(r.claimed_at, r.completed_at),
+            r.worker,
+            r.last_error,
+            None,
+        )
+        for r in records
+    ]
+    return rows, bad
 
 
 def job_row(job: StoredJob) -> Row:

@@ -9,9 +9,11 @@ in :mod:`~osqueue.state.planning`.
 
 from osqueue.state.codec import decode, encode
 from osqueue.state.document import Document
+from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
+    BrokerPerf,
     Claim,
     Counters,
     JobStatus,
@@ -84,6 +86,7 @@ __all__ = [
     "PAYLOAD_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
+    "BrokerPerf",
     "Cancel",
     "Claim",
     "ClaimOp",
@@ -94,6 +97,7 @@ __all__ = [
     "Document",
     "Fail",
     "Heartbeat",
+    "HistorySample",
     "JobStatus",
     "Load",
     "LoadPlan",

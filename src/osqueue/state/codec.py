@@ -152,6 +152,7 @@ def decode(data: bytes) -> Document:
         recent=_tombstones(wire),
         jobs=jobs,
         segments=_segments(wire),
+        history=wire.history,
     )
 
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import FORMAT, PLAIN_FORMAT, BrokerInfo, Counters, Header, StoredJob
 from osqueue.state.segments import Segments
@@ -55,6 +56,7 @@ class Document:
         "archived_through",
         "broker",
         "format",
+        "history",
         "index",
         "jobs",
         "next_seq",
@@ -84,8 +86,11 @@ class Document:
         dirty_ids: set[str] | None = None,
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
+        history: tuple[HistorySample, ...] = (),
     ) -> None:
         self.format = format
+        #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
+        self.history = history
         self.version = version
         self.broker = broker
         self.next_token = next_token
@@ -139,6 +144,7 @@ class Document:
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
             jobs_bytes=self._jobs_bytes,
+            history=self.history,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -215,6 +221,7 @@ class Document:
                 next_seq=self.next_seq,
                 archived_through=self.archived_through,
                 stats=self.stats,
+                history=self.history,
             )
         )
         self._head_len = len(head)
@@ -261,6 +268,12 @@ class Document:
         return blob
 
     # -- size -----------------------------------------------------------------------
+
+    def set_history(self, history: tuple[HistorySample, ...]) -> None:
+        """Replace the per-minute history (the header's cached length is stale then)."""
+        if history is not self.history:
+            self.history = history
+            self._head_len = None
 
     def size_bytes(self) -> int:
         """The exact length of the document's encoding (jobs changed since the last
@@ -313,6 +326,7 @@ class Document:
             and self.next_seq == other.next_seq
             and self.archived_through == other.archived_through
             and self.stats == other.stats
+            and self.history == other.history
             and self.recent == other.recent
             and self.segments == other.segments
             and list(self.jobs.items()) == list(other.jobs.items())

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from osqueue.state.history import HistorySample
 
 #: The newest format this osqueue writes.  Format 3 adds the segment references
 #: (``"queues": {"<queue>": {"segments": [...]}}``); a document without any is
@@ -77,13 +79,33 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
+    #: What the payload object must hold, recorded at push: its size and the hex
+    #: SHA-256 of its bytes.  A claim whose object does not match fails that job
+    #: (see :mod:`osqueue.broker.payloads`).  None in documents written before
+    #: they were recorded (their objects are read unchecked) and for inline jobs.
+    payload_ref_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    payload_ref_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
 
     @property
     def payload_size(self) -> int:
-        return len(self.payload) if self.payload is not None else 0
+        """The payload's size: inline, or the object's as recorded at push (0 if unknown)."""
+        if self.payload is not None:
+            return len(self.payload)
+        return self.payload_ref_bytes or 0
 
 
-class BrokerInfo(msgspec.Struct, frozen=True):
+class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
+    """How the broker's commits went over its last ``window_s`` (what ``osqueue top``
+    and the dashboard show without a metrics endpoint)."""
+
+    window_s: float
+    commits: int
+    ops: int
+    p50_ms: float
+    p99_ms: float
+
+
+class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The broker that owns the document, where to reach it, until when."""
 
     id: str
@@ -92,6 +114,8 @@ class BrokerInfo(msgspec.Struct, frozen=True):
     lease_until: datetime
     #: The broker's heartbeat timeout, so remote workers can pace their heartbeats.
     heartbeat_timeout_s: float | None = None
+    #: The broker's recent commits (refreshed every few seconds while it serves).
+    perf: BrokerPerf | None = None
 
 
 class Counters(msgspec.Struct, frozen=True):
@@ -157,7 +181,7 @@ class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     segments: list[SegmentRef] = []
 
 
-class Header(msgspec.Struct, frozen=True):
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything in the document but the jobs (encoded once per commit)."""
 
     format: int
@@ -167,6 +191,8 @@ class Header(msgspec.Struct, frozen=True):
     next_seq: int
     archived_through: int
     stats: Counters
+    #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
+    history: tuple[HistorySample, ...] = ()
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -184,5 +210,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     recent: dict[str, datetime] = {}
     #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
     tombstones: dict[str, list[str]] = {}
+    #: one sample per minute for the last hour (any format; older releases ignore it)
+    history: tuple[HistorySample, ...] = ()
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}

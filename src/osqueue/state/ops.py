@@ -54,7 +54,10 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     key: str | None = None
     max_attempts: int = 5
     payload_ref: str | None = None
+    #: the payload object's size (stored with the job when ``payload_ref`` is set)
     payload_size: int = 0
+    #: the payload object's hex SHA-256 (stored with the job; None: not recorded)
+    payload_sha256: str | None = None
     #: Keep a dedupe tombstone when the job leaves the document: True when the
     #: caller chose the id (it may send this push again); an id the in-process
     #: client made up is never re-sent, so its job needs none.

@@ -48,6 +48,17 @@ def stats_of(doc: Document, now: float) -> Stats:
     )
 
 
+def depths(doc: Document) -> dict[str, int]:
+    """Jobs waiting per queue (queued, delayed and spilled), queues with none left out."""
+    index, segments = doc.index, doc.segments
+    out: dict[str, int] = {}
+    for q in sorted(set(index.queues()) | (segments.queues() if segments else set())):
+        n = index.count(q, "queued") + (segments.spilled(q) if segments else 0)
+        if n:
+            out[q] = n
+    return out
+
+
 def _oldest_age_s(doc: Document, queue: str, now: float) -> float | None:
     """The age of the next job in claim order (in the document or a segment)."""
     created: datetime | None = None

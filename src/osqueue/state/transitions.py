@@ -33,6 +33,7 @@ from osqueue.errors import (
 )
 from osqueue.state import spill, validate
 from osqueue.state.document import Document, encode_job
+from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.index import ReadyEntry
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
 from osqueue.state.ops import (
@@ -60,6 +61,7 @@ from osqueue.state.ops import (
     Spill,
 )
 from osqueue.state.segments import Barrier, Stream
+from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -89,6 +91,18 @@ class Transition:
     starved: set[Stream] = field(default_factory=set)
     #: segment objects no reference names any more (fully loaded: delete them)
     dropped_segments: list[str] = field(default_factory=list)
+
+
+def _check_digest(op: Push) -> None:
+    """A push's recorded payload digest: for a payload object, 64 lowercase hex digits."""
+    if op.payload_ref is None:
+        raise InvalidInput("a digest is recorded for a payload object only", field="payload_sha256")
+    digest = op.payload_sha256
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip(_HEX):
+        raise InvalidInput(f"{digest!r} is not a hex SHA-256", field="payload_sha256")
+
+
+_HEX = "0123456789abcdef"
 
 
 def backoff_s(attempts: int, policy: Policy) -> float:
@@ -175,6 +189,8 @@ class _Tx:
             raise InvalidInput(
                 "a job needs exactly one of payload and payload_ref", field="payload"
             )
+        if op.payload_sha256 is not None:
+            _check_digest(op)
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
@@ -200,6 +216,8 @@ class _Tx:
             key=op.key,
             dedupe=op.dedupe is not False,
         )
+        if op.payload_ref is not None:  # what a claim must find in the object
+            job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         # The bound is the written size (tombstones and references count too) with
         # room for every queued job to be claimed and completed; the job's encoding
         # is made here once and kept for the commit's encode.
@@ -478,11 +496,22 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
+    new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
     return Transition(
         new, results, tx.completed, tx.removed, tx.reclaimed, tx.starved, tx.dropped_segments
     )
+
+
+def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
+    """The document's history with this minute's sample (one comparison when the
+    minute already has one)."""
+    history = doc.history
+    if history and history[-1].at.timestamp() >= minute_of(now):
+        return history
+    c = doc.stats
+    return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
 
 def apply(

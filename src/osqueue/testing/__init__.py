@@ -1,12 +1,18 @@
 """Test helpers that ship with osqueue: real object-store servers on loopback.
 
 ``MemoryStorage`` (``osqueue.storage``) is the in-process fake; the servers
-here let the same code run against a real S3 API (moto) and Azure Blob API
-(Azurite).
+here let the same code run against a real S3 API (moto), Azure Blob API
+(Azurite), and a GCS XML-API shim with generation semantics.
 """
 
 from __future__ import annotations
 
-from osqueue.testing.servers import AzuriteServer, MotoS3Server, ServerError, free_port
+from osqueue.testing.servers import (
+    AzuriteServer,
+    GcsShimServer,
+    MotoS3Server,
+    ServerError,
+    free_port,
+)
 
-__all__ = ["AzuriteServer", "MotoS3Server", "ServerError", "free_port"]
+__all__ = ["AzuriteServer", "GcsShimServer", "MotoS3Server", "ServerError", "free_port"]

@@ -1,10 +1,12 @@
 """Real object-store servers on loopback, for tests and demos.
 
 ``MotoS3Server`` runs moto's S3 API (single-threaded, see
-:mod:`osqueue.testing.moto_server`) and ``AzuriteServer`` runs Microsoft's
-Azure Blob emulator.  Each starts its server as a subprocess on a free
-``127.0.0.1`` port, polls it until it answers (with a deadline), creates a
-bucket or container, and gives a ready storage URL::
+:mod:`osqueue.testing.moto_server`), ``AzuriteServer`` runs Microsoft's
+Azure Blob emulator, and ``GcsShimServer`` runs the GCS XML-API shim of
+:mod:`osqueue.testing.gcs_shim` (no emulator speaks the XML API obstore
+uses).  Each starts its server as a subprocess on a free ``127.0.0.1``
+port, polls it until it answers (with a deadline), creates a bucket or
+container, and gives a ready storage URL::
 
     with MotoS3Server() as s3:
         store = from_url(s3.url("queue-a"))   # s3://osqueue-test/queue-a?endpoint=...
@@ -20,6 +22,7 @@ import base64
 import hashlib
 import hmac
 import http.client
+import json
 import os
 import shutil
 import socket
@@ -32,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 from urllib.parse import quote, urlencode
+from xml.etree import ElementTree
 
 #: Azurite's well-known development account (public, documented by Microsoft).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -56,11 +60,16 @@ def free_port() -> int:
 
 
 def _request(
-    port: int, method: str, path: str, headers: dict[str, str] | None = None
+    port: int,
+    method: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    *,
+    body: bytes = b"",
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request(method, path, body=b"", headers=headers or {})
+        conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -210,14 +219,55 @@ class MotoS3Server(_ServerProcess):
 
     def create_bucket(self, bucket: str) -> None:
         """Create a bucket (moto ignores the signature but needs the header to route to S3)."""
-        date = time.strftime("%Y%m%d", time.gmtime())
-        auth = (
-            f"AWS4-HMAC-SHA256 Credential={MOTO_ACCESS_KEY}/{date}/{MOTO_REGION}/s3/aws4_request, "
-            "SignedHeaders=host, Signature=0"
-        )
-        status, body = _request(self.port, "PUT", f"/{quote(bucket)}", {"Authorization": auth})
+        status, body = _request(self.port, "PUT", f"/{quote(bucket)}", self._auth())
         if status not in (200, 409):
             raise ServerError(f"moto: creating bucket {bucket!r} failed: {status} {body[:300]!r}")
+
+    def _auth(self) -> dict[str, str]:
+        date = time.strftime("%Y%m%d", time.gmtime())
+        return {
+            "Authorization": (
+                f"AWS4-HMAC-SHA256 Credential={MOTO_ACCESS_KEY}/{date}/{MOTO_REGION}/s3/"
+                "aws4_request, SignedHeaders=host, Signature=0"
+            )
+        }
+
+    def enable_versioning(self, bucket: str) -> None:
+        """Keep every version of every object in ``bucket`` (S3 bucket versioning)."""
+        body = (
+            b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            b"<Status>Enabled</Status></VersioningConfiguration>"
+        )
+        status, answer = _request(
+            self.port, "PUT", f"/{quote(bucket)}?versioning", self._auth(), body=body
+        )
+        if status != 200:
+            raise ServerError(f"moto: versioning {bucket!r} failed: {status} {answer[:300]!r}")
+
+    def object_versions(self, bucket: str, key: str) -> list[tuple[str, str]]:
+        """Every stored version of ``key`` in a versioned bucket as (version id, ETag),
+        oldest first.  moto's ETag is the MD5 of the bytes (quotes removed here)."""
+        found: list[tuple[str, str]] = []
+        marker: dict[str, str] = {}
+        while True:
+            query = urlencode({"versions": "", "prefix": key, **marker})
+            status, body = _request(self.port, "GET", f"/{quote(bucket)}?{query}", self._auth())
+            if status != 200:
+                raise ServerError(f"moto: listing versions failed: {status} {body[:300]!r}")
+            root = ElementTree.fromstring(body)
+            ns = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
+            for version in root.iter(f"{ns}Version"):
+                if version.findtext(f"{ns}Key") == key:
+                    version_id = version.findtext(f"{ns}VersionId") or ""
+                    found.append((version_id, (version.findtext(f"{ns}ETag") or "").strip('"')))
+            if root.findtext(f"{ns}IsTruncated") != "true":
+                break
+            marker = {
+                "key-marker": root.findtext(f"{ns}NextKeyMarker") or "",
+                "version-id-marker": root.findtext(f"{ns}NextVersionIdMarker") or "",
+            }
+        found.reverse()  # S3 lists the newest first
+        return found
 
     def url(self, prefix: str = "", **params: str) -> str:
         """An ``s3://`` URL for ``prefix`` in the bucket, endpoint and keys in the query."""
@@ -243,6 +293,44 @@ class MotoS3Server(_ServerProcess):
             "AWS_DEFAULT_REGION": MOTO_REGION,
             "AWS_ALLOW_HTTP": "true",
         }
+
+
+#: A service-account key that makes obstore skip OAuth (an empty bearer token).
+GCS_SHIM_KEY = json.dumps(
+    {
+        "private_key": "unused",
+        "private_key_id": "osqueue-gcs-shim",
+        "client_email": "shim@osqueue.invalid",
+        "disable_oauth": True,
+    }
+)
+
+
+class GcsShimServer(_ServerProcess):
+    """The GCS XML-API shim on loopback, serving one bucket."""
+
+    name = "gcs-shim"
+
+    def __init__(self, bucket: str = "osqueue-test", *, startup_timeout_s: float = 60.0) -> None:
+        super().__init__(startup_timeout_s=startup_timeout_s)
+        self.bucket = bucket
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "osqueue.testing.gcs_shim",
+            "--port",
+            str(port),
+            "--bucket",
+            self.bucket,
+        ]
+
+    def url(self, prefix: str = "", **params: str) -> str:
+        """A ``gs://`` URL for ``prefix`` in the bucket, endpoint and key in the query."""
+        query = {"endpoint": self.endpoint, "service_account_key": GCS_SHIM_KEY, **params}
+        path = f"/{quote(prefix.strip('/'))}" if prefix.strip("/") else ""
+        return f"gs://{self.bucket}{path}?{urlencode(query, quote_via=quote)}"
 
 
 def azurite_binary() -> Path:

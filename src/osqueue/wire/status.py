@@ -62,6 +62,14 @@ def _corrupt(status: pb.Status) -> errors.OsqueueError:
     return errors.CorruptDocument(status.message or None)
 
 
+def _unauthenticated(status: pb.Status) -> errors.OsqueueError:
+    # PermissionDenied travels as REASON_UNAUTHENTICATED (clients that predate it
+    # still see Unauthenticated) with gRPC's PERMISSION_DENIED code.
+    if status.code == grpc.StatusCode.PERMISSION_DENIED.value[0]:
+        return errors.PermissionDenied(status.message or None)
+    return errors.Unauthenticated(status.message or None)
+
+
 _S = grpc.StatusCode
 _KINDS: tuple[_Kind, ...] = (
     _Kind(errors.InvalidInput, pb.REASON_INVALID_INPUT, _S.INVALID_ARGUMENT, _invalid),
@@ -85,12 +93,7 @@ _KINDS: tuple[_Kind, ...] = (
         _S.UNAVAILABLE,
         _plain(errors.BrokerUnavailable),
     ),
-    _Kind(
-        errors.Unauthenticated,
-        pb.REASON_UNAUTHENTICATED,
-        _S.UNAUTHENTICATED,
-        _plain(errors.Unauthenticated),
-    ),
+    _Kind(errors.Unauthenticated, pb.REASON_UNAUTHENTICATED, _S.UNAUTHENTICATED, _unauthenticated),
     _Kind(
         errors.MaybeCommitted, pb.REASON_MAYBE_COMMITTED, _S.UNKNOWN, _plain(errors.MaybeCommitted)
     ),
@@ -137,6 +140,8 @@ def to_status(exc: errors.OsqueueError, *, field_prefix: str = "") -> pb.Status:
             status.message = f"{status.field}: {_strip_field(exc.message, exc.field)}"
     elif isinstance(exc, errors.DuplicateKey) and exc.existing_id:
         status.existing_id = exc.existing_id
+    elif isinstance(exc, errors.PermissionDenied):
+        status.code = _S.PERMISSION_DENIED.value[0]
     elif isinstance(exc, errors.NotBroker):
         status.broker_address = exc.address or ""
         status.maybe_committed = exc.maybe_committed

@@ -5,6 +5,8 @@ One module per concern:
 
 * :mod:`.config`: :class:`RemoteConfig`, how the client reaches and talks to the broker;
 * :mod:`.requests`: each call's arguments checked and turned into its message;
+* :mod:`.trust`: whether an address may have the token, and how (TLS, the
+  pinned certificate, plaintext to loopback only);
 * :mod:`.connection`: the channel (TLS, keepalive), opened to the address
   discovery gives, dropped when the broker moves;
 * :mod:`.failures`: what a failed attempt means (follow, rediscover, back off, raise);

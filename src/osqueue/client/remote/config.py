@@ -8,6 +8,7 @@ from osqueue.backoff import Backoff
 from osqueue.errors import InvalidInput
 from osqueue.state import validate
 from osqueue.wire.auth import check_token
+from osqueue.wire.tls import parse_fingerprints
 
 MIB = 1024 * 1024
 
@@ -24,10 +25,18 @@ class RemoteConfig:
     token: str | None = None
     #: PEM file of the CA that signed the broker's certificate (turns TLS on).
     tls_ca: str | None = None
-    #: TLS with the system's trusted roots (implied by ``tls_ca``).
+    #: SHA-256 fingerprint(s) of the broker's certificate (hex, colons allowed;
+    #: several separated by commas).  Turns TLS on; before any call, the
+    #: certificate the broker presents is checked against it, and the channel
+    #: then trusts that certificate alone (see :mod:`.trust`).
+    tls_fingerprint: str | None = None
+    #: TLS with the system's trusted roots (implied by ``tls_ca`` and ``tls_fingerprint``).
     tls: bool = False
     #: Host name to check the broker's certificate against, if not its address.
     tls_server_name: str | None = None
+    #: Send the token to a broker at a non-loopback address without TLS (refused
+    #: otherwise, with :class:`~osqueue.errors.UntrustedBroker`); warns once.
+    allow_plaintext_token: bool = False
     #: Try this ``host:port`` first instead of reading the document.
     address: str | None = None
     #: How long one call keeps trying, failovers included, before it raises
@@ -76,6 +85,20 @@ class RemoteConfig:
                 raise InvalidInput("must be >= 1", field=name)
         if self.token is not None:
             check_token(self.token)
+        if self.tls_fingerprint is not None:
+            parse_fingerprints(self.tls_fingerprint)
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when the client speaks TLS to the broker."""
+        return self.tls or self.tls_ca is not None or self.tls_fingerprint is not None
+
+    @property
+    def pins(self) -> frozenset[str]:
+        """The pinned certificate fingerprints (empty: no pin)."""
+        if self.tls_fingerprint is None:
+            return frozenset()
+        return parse_fingerprints(self.tls_fingerprint)
 
     @property
     def backoff(self) -> Backoff:

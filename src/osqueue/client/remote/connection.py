@@ -2,7 +2,9 @@
 
 The address comes from the queue document (:class:`~osqueue.client.discovery.Discovery`),
 or once from ``RemoteConfig.address`` or an address a stepping-down broker
-named.  A connection is a gRPC channel (TLS when configured) with keepalive
+named.  Before a channel opens to an address, :class:`~.trust.Trust` decides
+whether it may carry the token and how (TLS, the pinned certificate, or
+plaintext to loopback).  A connection is a gRPC channel with keepalive
 pings; a dropped one is closed in the background, its calls given
 ``rpc_timeout_s`` to finish.  How long to keep looking for an address is not
 decided here: :meth:`Connection.ensure` asks its caller
@@ -15,15 +17,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import grpc
 
 from osqueue.client.discovery import Discovery
 from osqueue.client.remote.config import RemoteConfig
+from osqueue.client.remote.trust import Trust
 from osqueue.clock import Clock
-from osqueue.errors import BrokerUnavailable, InvalidInput, OsqueueError, StorageError
+from osqueue.errors import BrokerUnavailable, OsqueueError, StorageError
 from osqueue.storage.port import Storage
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
@@ -67,13 +69,6 @@ def channel_options(config: RemoteConfig) -> list[tuple[str, int | str]]:
     return options
 
 
-def read_ca(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path!r}: {exc}", field="tls_ca") from exc
-
-
 _NO_ADDRESS = (
     "the queue document names no broker address (no broker running, "
     "a broker stopping, or an embedded broker in another process)"
@@ -88,10 +83,7 @@ class Connection:
         self.discovery = Discovery(storage)
         self._clock = clock
         self._options = channel_options(config)
-        self._credentials: Any = None
-        if config.tls_ca is not None or config.tls:
-            ca = read_ca(config.tls_ca) if config.tls_ca is not None else None
-            self._credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+        self.trust = Trust(config)
         #: The channel in use (None before the first and after a drop).
         self.current: Conn | None = None
         self._next_address: str | None = config.address
@@ -107,9 +99,14 @@ class Connection:
         """The broker address in use (None when not connected)."""
         return self.current.address if self.current is not None else None
 
-    def open(self, address: str) -> Conn:
-        if self._credentials is not None:
-            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
+    async def open_trusted(self, address: str) -> Conn:
+        """Open a channel to ``address`` once :class:`~.trust.Trust` lets it carry the token."""
+        return self.open(address, await self.trust.credentials_for(address))
+
+    def open(self, address: str, credentials: Any = None) -> Conn:
+        """Open a channel to ``address``: TLS with ``credentials``, else plaintext."""
+        if credentials is not None:
+            channel = grpc.aio.secure_channel(address, credentials, options=self._options)
         else:
             channel = grpc.aio.insecure_channel(address, options=self._options)
         stub = cast("pb_grpc.QueueAsyncStub", pb_grpc.QueueStub(channel))
@@ -146,23 +143,24 @@ class Connection:
     async def connect_now(self) -> None:
         """Open the connection now if the document names a broker (never waits).
 
-        A storage error reading the document is not fatal here: the first call
-        looks again, with backoff, until its deadline (a passing network fault
-        must not kill a producer that is just starting).
+        A storage error reading the document, or a pinned certificate that
+        cannot be fetched yet, is not fatal here: the first call looks again,
+        with backoff, until its deadline (a passing network fault must not kill
+        a producer that is just starting).  A broker that may not have the
+        token raises :class:`~osqueue.errors.UntrustedBroker` at once.
         """
         async with self._lock:
             if self.current is None:
                 try:
                     address = await self.find_address()
-                except StorageError as exc:
+                    if address is not None:
+                        await self.open_trusted(address)
+                except (StorageError, BrokerUnavailable) as exc:
                     log.warning(
-                        "could not read the queue document yet; will retry: %s",
+                        "not connected yet; the first call will look again: %s",
                         exc,
                         extra={"action": "discover"},
                     )
-                    return
-                if address is not None:
-                    self.open(address)
 
     async def ensure(self, wait: WaitForAddress) -> Conn:
         """The open connection, or a new one once an address is found.
@@ -184,7 +182,10 @@ class Connection:
                 else:
                     why = BrokerUnavailable(_NO_ADDRESS)
                 if address is not None:
-                    return self.open(address)
+                    try:
+                        return await self.open_trusted(address)
+                    except BrokerUnavailable as exc:  # its pinned certificate, unreachable
+                        why = exc
                 await wait(tries, why)
                 tries += 1
             return self.current

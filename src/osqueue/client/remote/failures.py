@@ -24,6 +24,7 @@ from osqueue.errors import (
     LeaseLost,
     MaybeCommitted,
     OsqueueError,
+    PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
 )
@@ -95,6 +96,8 @@ def classify(exc: grpc.aio.AioRpcError, address: str) -> Failure:
         return Failure(Action.REDISCOVER, error, unknown=True)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Failure(Action.RAISE, Unauthenticated(details or None))
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return Failure(Action.RAISE, PermissionDenied(details or None))
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # gRPC's own: a message too large
         return Failure(Action.RAISE, ResourceExhausted(f"broker at {address}: {details}"))
     if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -31,7 +31,8 @@ One concern per module:
 * :mod:`.handlers`: the handler API (:class:`Retry`, :func:`batch`,
   :func:`error_line`) and the queue -> handler table;
 * :mod:`.context`: :class:`JobContext` and :func:`current_context`;
-* :mod:`.config`: :class:`WorkerConfig` and :class:`WorkerCounters`;
+* :mod:`.config`: :class:`WorkerConfig`, :class:`WorkerCounters` and the records
+  the metrics read;
 * :mod:`.claims`: the claim loop (long polls, backoff, ``complete_and_claim``);
 * :mod:`.relay`: ride-along completions, the hand-off from a finished job to
   the next claim (:class:`~.relay.CompletionRelay`);
@@ -39,6 +40,8 @@ One concern per module:
   within the slots;
 * :mod:`.settle`: complete, fail, retry, release;
 * :mod:`.heartbeats`: the heartbeat timer and lost leases;
+* :mod:`.metrics`: the Prometheus collector (served at ``/metrics`` with
+  ``metrics_listen``);
 * :mod:`.worker`: :class:`Worker`, which wires them and stops in three stages.
 """
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from osqueue.api import CompletesAndClaims, Job, QueueClient
 from osqueue.backoff import Backoff
-from osqueue.client.worker.config import WorkerConfig, WorkerCounters
+from osqueue.client.worker.config import ClaimCall, WorkerConfig, WorkerCounters
 from osqueue.client.worker.handlers import error_line
 from osqueue.client.worker.relay import (
     SEND_ALONE,
@@ -89,6 +89,8 @@ class ClaimLoop:
                 try:
                     jobs = await self._claim_carrying(rides, free)
                 except Retryable as exc:
+                    if self._counters.records is not None:
+                        self._counters.records.claim_failures += 1
                     await self._back_off(exc, failures)
                     failures += 1
                     continue
@@ -112,7 +114,7 @@ class ClaimLoop:
     async def _take(self, jobs: list[Job], *, carried: bool) -> bool:
         """Run what a claim brought; False when the loop is done (burst, nothing left)."""
         if jobs:
-            self._counters.claimed += len(jobs)
+            self._counters.took(jobs)
             self._units.dispatch(jobs)
             return True
         if carried or not self._config.burst:
@@ -148,6 +150,7 @@ class ClaimLoop:
         interrupted by stop: it does not wait); None when stopping (jobs it got are
         released)."""
         assert self._fused is not None
+        sent = self._clock.monotonic()
         try:
             errors, jobs = await self._fused.complete_and_claim(
                 [ride.job for ride in rides], self._worker_id, self._queues, max_jobs=free
@@ -155,11 +158,13 @@ class ClaimLoop:
         except BaseException as exc:
             answer_all(rides, Failed(exc) if isinstance(exc, OsqueueError) else SEND_ALONE)
             raise
+        self._round_trip("complete_and_claim", sent)
         answer_each(rides, errors)
         return await self._unless_stopping(jobs)
 
     async def _claim(self, max_jobs: int, wait_s: float) -> list[Job] | None:
         """One claim, interrupted by the stop; None when stopping (jobs it got are released)."""
+        sent = self._clock.monotonic()
         call = asyncio.ensure_future(
             self._client.claim(self._worker_id, self._queues, max_jobs=max_jobs, wait_s=wait_s)
         )
@@ -169,12 +174,20 @@ class ClaimLoop:
             await asyncio.wait({call})
         if call.cancelled():
             return None
-        return await self._unless_stopping(call.result())
+        jobs = call.result()
+        self._round_trip("claim", sent)
+        return await self._unless_stopping(jobs)
+
+    def _round_trip(self, call: ClaimCall, sent: float) -> None:
+        """Record an answered claim call sent at ``sent`` (metrics on)."""
+        records = self._counters.records
+        if records is not None:
+            records.claim_seconds[call].observe(self._clock.monotonic() - sent)
 
     async def _unless_stopping(self, jobs: list[Job]) -> list[Job] | None:
         """``jobs``, or None once the worker stops (then they are released)."""
         if self._stop.is_set():
-            self._counters.claimed += len(jobs)
+            self._counters.took(jobs)
             await self._settler.release(jobs)
             return None
         return jobs

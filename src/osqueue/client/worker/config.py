@@ -1,4 +1,5 @@
-"""How a worker runs (:class:`WorkerConfig`) and what it has done (:class:`WorkerCounters`).
+"""How a worker runs (:class:`WorkerConfig`) and what it has done (:class:`WorkerCounters`,
+with :class:`WorkerRecords` while its metrics are on).
 
 :class:`WorkerConfig` is what :class:`~osqueue.client.worker.Worker` takes
 whole; :class:`WorkerOptions` are the same fields as keyword arguments
@@ -12,11 +13,15 @@ import dataclasses
 import os
 import secrets
 import socket
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
 
+from osqueue.address import split_host_port
+from osqueue.api import Job
 from osqueue.errors import InvalidInput
+from osqueue.metrics import Histogram
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
 
@@ -35,6 +40,9 @@ class WorkerConfig:
     wait_s: float = 5.0
     shutdown_grace_period_s: float = 30.0
     burst: bool = False
+    #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` while
+    #: :meth:`Worker.run` runs (port 0: any free port); needs ``osqueue[metrics]``.
+    metrics_listen: str | None = None
 
     def __post_init__(self) -> None:
         _positive_int(self.concurrency, "concurrency")
@@ -59,6 +67,8 @@ class WorkerConfig:
             not isinstance(self.worker_id, str) or not self.worker_id
         ):
             raise InvalidInput("must be a non-empty string", field="worker_id")
+        if self.metrics_listen is not None:
+            split_host_port(self.metrics_listen, "metrics_listen")
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -72,6 +82,7 @@ class WorkerOptions(TypedDict, total=False):
     wait_s: float
     shutdown_grace_period_s: float
     burst: bool
+    metrics_listen: str | None
 
 
 def worker_config(config: WorkerConfig | None, options: WorkerOptions) -> WorkerConfig:
@@ -121,9 +132,51 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+#: What became of a job this worker held (the ``outcome`` label of its metrics).
+JobOutcome = Literal["completed", "failed", "retried", "lost", "released"]
+JOB_OUTCOMES: tuple[JobOutcome, ...] = ("completed", "failed", "retried", "lost", "released")
+#: A claim call, as the claim round-trip histogram tells them apart.
+ClaimCall = Literal["claim", "complete_and_claim"]
+CLAIM_CALLS: tuple[ClaimCall, ...] = ("claim", "complete_and_claim")
+
+#: Upper bounds of the handler-duration buckets (seconds).
+HANDLER_SECONDS_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0
+)  # fmt: skip
+#: Upper bounds of the claim round-trip buckets (seconds; a long poll waits up to ``wait_s``).
+CLAIM_SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class WorkerRecords:
+    """What the metrics need beyond the totals: jobs by queue and outcome, handler
+    durations by queue, claim round trips by call.  Kept only while something
+    reads them (``Worker.metrics_collector``)."""
+
+    #: (queue, outcome) -> jobs
+    jobs: Counter[tuple[str, JobOutcome]] = field(default_factory=Counter)
+    #: queue -> jobs claimed
+    claimed: Counter[str] = field(default_factory=Counter)
+    #: queue -> handler durations (one per handler call: a batch is one)
+    handler_seconds: dict[str, Histogram] = field(default_factory=dict)
+    claim_seconds: dict[ClaimCall, Histogram] = field(
+        default_factory=lambda: {call: Histogram(CLAIM_SECONDS_BUCKETS) for call in CLAIM_CALLS}
+    )
+    #: claim calls that failed with a transient error (the loop backs off)
+    claim_failures: int = 0
+
+    def handler_ran(self, queue: str, seconds: float) -> None:
+        histogram = self.handler_seconds.get(queue)
+        if histogram is None:
+            histogram = self.handler_seconds[queue] = Histogram(HANDLER_SECONDS_BUCKETS)
+        histogram.observe(seconds)
+
+
 @dataclass(slots=True)
 class WorkerCounters:
-    """Running totals, for progress display."""
+    """Running totals, for progress display (and :attr:`records` for the metrics)."""
 
     claimed: int = 0
     processed: int = 0
@@ -131,6 +184,39 @@ class WorkerCounters:
     retried: int = 0
     lost: int = 0
     released: int = 0
+    #: per-queue records for the metrics; None while no one reads them
+    records: WorkerRecords | None = None
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in WorkerCounters.__slots__}
+        """The totals by name."""
+        return {
+            "claimed": self.claimed,
+            "processed": self.processed,
+            "failed": self.failed,
+            "retried": self.retried,
+            "lost": self.lost,
+            "released": self.released,
+        }
+
+    def job(self, queue: str, outcome: JobOutcome) -> None:
+        """Count what became of a job of ``queue``: its total, and by queue for the
+        metrics (when on)."""
+        match outcome:
+            case "completed":
+                self.processed += 1
+            case "failed":
+                self.failed += 1
+            case "retried":
+                self.retried += 1
+            case "lost":
+                self.lost += 1
+            case "released":
+                self.released += 1
+        if self.records is not None:
+            self.records.jobs[(queue, outcome)] += 1
+
+    def took(self, jobs: Sequence[Job]) -> None:
+        """Count claimed jobs: the total, and by queue for the metrics (when on)."""
+        self.claimed += len(jobs)
+        if self.records is not None:
+            self.records.claimed.update(job.queue for job in jobs)

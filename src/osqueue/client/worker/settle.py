@@ -30,7 +30,7 @@ GONE_ERRORS: tuple[type[OsqueueError], ...] = (LeaseLost, JobNotFound)
 
 def note_lost(counters: WorkerCounters, job: Job, exc: OsqueueError) -> None:
     """Count and log a job whose lease is lost (its result is dropped)."""
-    counters.lost += 1
+    counters.job(job.queue, "lost")
     log.warning(
         "lost the lease of a job; its result will be dropped",
         extra={"action": "lease_lost", "job": job.id, "error": error_line(exc)},
@@ -77,10 +77,10 @@ class Settler:
         try:
             if error is None:
                 await self._complete(job, ride)
-                self._counters.processed += 1
+                self._counters.job(job.queue, "completed")
             elif isinstance(error, Retry):
                 await self._client.fail(job, error=error_line(error), retry_after_s=error.after_s)
-                self._counters.retried += 1
+                self._counters.job(job.queue, "retried")
             else:
                 line = error_line(error)
                 log.warning(
@@ -92,7 +92,7 @@ class Settler:
                     exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
                 )
                 await self._client.fail(job, error=line)
-                self._counters.failed += 1
+                self._counters.job(job.queue, "failed")
         except GONE_ERRORS as exc:
             note_lost(self._counters, job, exc)
         except Retryable as exc:
@@ -123,7 +123,7 @@ class Settler:
         )
         for job, result in zip(jobs, results, strict=True):
             if result is None:
-                self._counters.released += 1
+                self._counters.job(job.queue, "released")
             elif isinstance(result, Exception):
                 log.warning(
                     "could not release job; it returns after the heartbeat timeout",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from osqueue.api import Job
+from osqueue.client.worker.config import WorkerCounters
 from osqueue.client.worker.context import CancelReason, JobContext, context_for
 from osqueue.client.worker.handlers import (
     BatchHandler,
@@ -28,6 +29,7 @@ from osqueue.client.worker.handlers import (
     HandlerTable,
     is_async_callable,
 )
+from osqueue.clock import Clock
 from osqueue.state.validate import MAX_CLAIM
 
 
@@ -90,8 +92,12 @@ class Units:
         batch_size: int,
         worker_id: str,
         settle: Settle,
+        counters: WorkerCounters,
+        clock: Clock,
     ) -> None:
         self._handlers = handlers
+        self._counters = counters
+        self._clock = clock
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._worker_id = worker_id
@@ -134,10 +140,18 @@ class Units:
         """Jobs held (running, settling, or lost but still in a thread)."""
         return sum(len(u.jobs) for u in self._units)
 
+    @property
+    def slots_busy(self) -> int:
+        """Slots taken: jobs whose handlers have not returned yet."""
+        return sum(len(u.jobs) for u in self._units if not u.settling)
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
     def free_slots(self) -> int:
         """How many jobs to claim now: slots whose handler returned, within one claim's limit."""
-        taken = sum(len(u.jobs) for u in self._units if not u.settling)
-        return min(self._concurrency - taken, MAX_CLAIM)
+        return min(self._concurrency - self.slots_busy, MAX_CLAIM)
 
     async def wait_idle(self) -> None:
         """Until no unit is held."""
@@ -198,12 +212,16 @@ class Units:
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(self._executor, self.threads.run, ctx, unit.handler, arg)
         unit.future = future
+        started = self._clock.monotonic()
         await asyncio.wait({future})
         if future.cancelled():
             return None
         error = future.exception()  # always retrieved, even when the result is dropped
         if unit.context.lost:
             return None
+        records = self._counters.records
+        if records is not None:
+            records.handler_ran(unit.jobs[0].queue, self._clock.monotonic() - started)
         return Outcome(None if error is not None else future.result(), error)
 
     # -- shutdown

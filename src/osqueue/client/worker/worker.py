@@ -17,7 +17,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from osqueue.api import CompletesAndClaims, QueueClient
 from osqueue.client.worker.claims import ClaimLoop
@@ -37,6 +37,10 @@ from osqueue.client.worker.units import Units
 from osqueue.client.worker.wait import first_of
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import OsqueueError
+
+if TYPE_CHECKING:
+    from osqueue.client.worker.metrics import WorkerCollector
+    from osqueue.metrics.exposition import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +87,8 @@ class Worker:
             batch_size=config.batch_size,
             worker_id=self.worker_id,
             settle=self._settler.settle,
+            counters=self.counters,
+            clock=self._clock,
         )
         self._heartbeats = Heartbeats(
             client,
@@ -104,6 +110,13 @@ class Worker:
             clock=self._clock,
             on_burst_done=self.stop,
         )
+        self._running = asyncio.Event()
+        self._metrics: MetricsEndpoint | None = None
+        if config.metrics_listen is not None:
+            from osqueue.metrics.exposition import MetricsEndpoint, registry_of
+
+            registry = registry_of(self.metrics_collector())
+            self._metrics = MetricsEndpoint(registry, config.metrics_listen)
 
     @classmethod
     def from_config(
@@ -133,6 +146,29 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the ``/metrics`` endpoint while :meth:`run` runs, else None."""
+        return self._metrics.address if self._metrics is not None else None
+
+    def metrics_collector(self) -> WorkerCollector:
+        """This worker's Prometheus collector, for a registry of your own
+        (``metrics_listen`` serves one by itself); from the first one made, every
+        job is recorded for it.  Needs ``osqueue[metrics]``."""
+        from osqueue.client.worker.metrics import WorkerCollector
+
+        return WorkerCollector(
+            worker_id=self.worker_id,
+            queues=self.queues,
+            counters=self.counters,
+            units=self._units,
+            stopping=self._stop.is_set,
+        )
+
+    async def wait_running(self) -> None:
+        """Return once :meth:`run` has started (its metrics endpoint listens)."""
+        await self._running.wait()
 
     def stop(self, *, hard: bool = False) -> None:
         """Stop claiming and shut down (call from the event loop's thread).
@@ -192,6 +228,9 @@ class Worker:
     # -- the main task
 
     async def _main(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.start()
+        self._running.set()
         log.info(
             "worker started",
             extra={
@@ -216,6 +255,8 @@ class Worker:
             # A side task died (or the loop is closing): give back what we still hold.
             await asyncio.shield(self._settler.release(self._units.abandon_all()))
             self._units.close()
+            if self._metrics is not None:
+                await asyncio.shield(self._metrics.close())
             log.info(
                 "worker stopped",
                 extra={

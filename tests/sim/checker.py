@@ -1,0 +1,329 @@
+"""The history checker: judges a run by every :class:`~sim.history.Rule`.
+
+``check(history, landed, outcome)`` returns one :class:`~sim.history.Violation`
+per finding, each naming its rule.  The rules read two kinds of evidence:
+
+* the **answers** the clients got (``history``): what was acknowledged,
+  delivered and accepted, in the order the broker produced it;
+* the **chain** of document versions that landed (``landed``), and the
+  archive and payload objects at the end (``outcome``).
+
+``check(..., disabled={Rule.X})`` drops one rule's findings: the mutation test
+(``tests/simulation/test_sim_checker.py``) turns each rule off in turn and
+shows that the history broken for that rule then passes, so no rule is dead
+weight hidden behind another.  The rules of claims and counters (I3's
+counters, I6 to I9) are in :mod:`sim.claims`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable
+
+from osqueue.errors import CorruptDocument
+from osqueue.state import Document, decode
+from sim.claims import check_attempts, check_claim_order, check_counters, check_keys
+from sim.findings import Chain, Findings, build_chain
+from sim.history import Event, History, Kind, Outcome, Rule, Violation
+from sim.store import Landed
+
+#: the answers a holder gets for presenting its token
+_HOLDER_KINDS = (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK, Kind.RELEASE_OK)
+
+
+def check(
+    history: History,
+    landed: list[Landed],
+    outcome: Outcome,
+    *,
+    disabled: Collection[Rule] = (),
+) -> list[Violation]:
+    """Every finding of every rule not in ``disabled``."""
+    return judge(history, landed, outcome, disabled=disabled).violations
+
+
+def judge(
+    history: History,
+    landed: list[Landed],
+    outcome: Outcome,
+    *,
+    disabled: Collection[Rule] = (),
+) -> Findings:
+    """:func:`check`, with the counts of what the rules looked at."""
+    f = Findings(disabled)
+    chain = build_chain(_decode_versions(landed, f))
+    f.checked["versions"] += len(chain.docs)
+    sent = history.ids(Kind.PUSH_SENT)
+    _check_lifecycles(sent, chain, f)
+    _check_archive(sent, chain, outcome, f)
+    _check_completions(history, chain, outcome, f)
+    _check_cancels(history, chain, outcome, f)
+    check_counters(chain, outcome, f)
+    _check_delivered_tokens(history, f)
+    _check_durable_claims(history, chain, f)
+    _check_token_chain(chain.docs, f)
+    _check_no_loss(history, chain, outcome, f)
+    _check_payloads(outcome, f)
+    check_keys(chain, f)
+    check_attempts(chain, f)
+    check_claim_order(history, chain, f)
+    return f
+
+
+# --------------------------------------------------------------------------- I5
+
+
+def _decode_versions(landed: list[Landed], f: Findings) -> list[Document]:
+    """VERSION_DECODES and VERSION_ORDER; the versions that decode, in landing order."""
+    docs: list[Document] = []
+    for i, item in enumerate(landed):
+        try:
+            doc = decode(item.data)
+        except CorruptDocument as exc:
+            f.add(Rule.VERSION_DECODES, f"write #{i} by {item.writer} does not decode: {exc}")
+            continue
+        if docs and doc.version != docs[-1].version + 1:
+            f.add(
+                Rule.VERSION_ORDER,
+                f"write #{i} by {item.writer} at t={item.at:.3f} has version {doc.version}"
+                f" after version {docs[-1].version}",
+            )
+        docs.append(doc)
+    return docs
+
+
+# --------------------------------------------------------------------------- I2
+
+
+def _check_lifecycles(sent: set[str], chain: Chain, f: Findings) -> None:
+    """PUSHED_FIRST, NOT_RECREATED, NOT_REVIVED and DONE_IS_FINAL over the chain."""
+    ident: dict[str, tuple[int, float]] = {}
+    gone: set[str] = set()
+    done_in: dict[str, int] = {}
+    told: set[tuple[Rule, str]] = set()  # one finding per rule and job
+
+    def once(rule: Rule, job_id: str, message: str) -> None:
+        if (rule, job_id) not in told:
+            told.add((rule, job_id))
+            f.add(rule, message)
+
+    present: set[str] = set()
+    refs: set[str] = set()
+    for doc in chain.docs:
+        now = set(doc.jobs)
+        gone |= present - now
+        for job_id, job in doc.jobs.items():
+            if job.payload_ref is not None:
+                refs.add(job.payload_ref)
+            where = f"job {job_id} in version {doc.version}"
+            if job_id not in sent:
+                once(Rule.PUSHED_FIRST, job_id, f"{where} was never pushed")
+            mine = (job.seq, job.created_at.timestamp())
+            known = ident.setdefault(job_id, mine)
+            if known != mine:
+                f.add(
+                    Rule.NOT_RECREATED,
+                    f"{where} was created again: (seq, created_at) {known} -> {mine}",
+                )
+                ident[job_id] = mine
+                done_in.pop(job_id, None)
+            elif job_id in gone:
+                f.add(Rule.NOT_REVIVED, f"{where} is back ({job.status}) after it left")
+            gone.discard(job_id)
+            if job_id in done_in and job.status != "done":
+                once(
+                    Rule.DONE_IS_FINAL,
+                    job_id,
+                    f"{where} is {job.status} after it was done in {done_in[job_id]}",
+                )
+            if job.status == "done":
+                done_in.setdefault(job_id, doc.version)
+        present = now
+    f.checked["payload objects"] += len(refs)
+
+
+def _check_archive(sent: set[str], chain: Chain, outcome: Outcome, f: Findings) -> None:
+    """ARCHIVED_ONCE, PUSHED_FIRST, ARCHIVE_VERSION and ARCHIVE_TOKEN over the archive."""
+    counts = Counter(rec.id for rec in outcome.archive)
+    for job_id, n in sorted(counts.items()):
+        if n > 1:
+            f.add(Rule.ARCHIVED_ONCE, f"job {job_id} is archived {n} times")
+    by_version = {doc.version: doc for doc in chain.docs}
+    for rec in outcome.archive:
+        if rec.id not in sent:
+            f.add(Rule.PUSHED_FIRST, f"archived job {rec.id} was never pushed")
+        doc = by_version.get(rec.version)
+        job = doc.jobs.get(rec.id) if doc is not None else None
+        if job is None or job.status != "done" or job.done_version != rec.version:
+            f.add(
+                Rule.ARCHIVE_VERSION,
+                f"archived job {rec.id} (version {rec.version}) is not done in a version "
+                f"{rec.version} that landed",
+            )
+            continue
+        landed_token = job.claim.token if job.claim else None
+        if landed_token != rec.token:
+            f.add(
+                Rule.ARCHIVE_TOKEN,
+                f"archived job {rec.id}: token {rec.token} but version {rec.version} "
+                f"completed it under token {landed_token}",
+            )
+
+
+# --------------------------------------------------------------------------- I3
+
+
+def _check_completions(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
+    """ONE_COMPLETION and DURABLE_COMPLETION."""
+    tokens: dict[str, set[int]] = defaultdict(set)
+    told: set[tuple[str, int]] = set()
+    for e in history.of(Kind.COMPLETE_OK):
+        tokens[e.job].add(e.token)
+        if (e.job, e.token) not in chain.done_under and (e.job, e.token) not in told:
+            told.add((e.job, e.token))
+            f.add(
+                Rule.DURABLE_COMPLETION,
+                f"{e.actor}'s completion of {e.job} under token {e.token} was accepted, but "
+                "no version that landed has the job done under that token",
+            )
+    for rec in outcome.archive:
+        if rec.token is not None:
+            tokens[rec.id].add(rec.token)
+    for job_id, held in sorted(tokens.items()):
+        if len(held) > 1:
+            f.add(
+                Rule.ONE_COMPLETION,
+                f"job {job_id}: completed under tokens {sorted(held)} (accepted answers "
+                "and archive lines)",
+            )
+
+
+def _check_cancels(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
+    """CANCEL_DURABLE: an accepted cancel removed the job from a version that landed."""
+    archived = {rec.id for rec in outcome.archive}
+    f.checked["cancels"] += len(history.ids(Kind.CANCEL_OK))
+    for job_id in sorted(history.ids(Kind.CANCEL_OK)):
+        if job_id in archived:
+            f.add(Rule.CANCEL_DURABLE, f"job {job_id} was cancelled and is archived as completed")
+        elif job_id not in chain.left_undone:
+            f.add(
+                Rule.CANCEL_DURABLE,
+                f"the cancel of {job_id} was accepted, but no version that landed removed it "
+                "before it was done",
+            )
+
+
+# --------------------------------------------------------------------------- I4
+
+
+def _check_delivered_tokens(history: History, f: Findings) -> None:
+    """TOKEN_ONE_HOLDER and STALE_TOKEN, from the answers alone."""
+    holders: dict[int, tuple[str, str]] = {}
+    delivered: dict[str, list[Event]] = defaultdict(list)
+    for e in history.of(Kind.CLAIMED):
+        other = holders.setdefault(e.token, (e.job, e.actor))
+        if other != (e.job, e.actor):
+            f.add(
+                Rule.TOKEN_ONE_HOLDER,
+                f"token {e.token} handed out twice: {other[0]} to {other[1]} and "
+                f"{e.job} to {e.actor}",
+            )
+        delivered[e.job].append(e)
+    for e in history.events:
+        if e.kind not in _HOLDER_KINDS:
+            continue
+        newer = [c for c in delivered.get(e.job, ()) if c.token > e.token and c.seq < e.seq]
+        if newer:
+            first = min(newer, key=lambda c: c.seq)
+            f.add(
+                Rule.STALE_TOKEN,
+                f"job {e.job}: stale token {e.token} accepted ({e.kind.value} from {e.actor}) "
+                f"after token {first.token} was handed to {first.actor}",
+            )
+
+
+def _check_durable_claims(history: History, chain: Chain, f: Findings) -> None:
+    """DURABLE_CLAIM: no claim is answered from a write that did not land.
+
+    One exception, exact: a claim and a cancel of the same job in one batch.  The
+    version that landed allocated the token and removed the job in one step, so
+    no version holds the claim; the cancel must have been sent.
+    """
+    cancelled = history.ids(Kind.CANCEL_SENT)
+    for e in history.of(Kind.CLAIMED):
+        if (e.job, e.token) in chain.held:
+            continue
+        if e.job in cancelled and any(
+            before <= e.token < after for _, before, after in chain.left_undone.get(e.job, ())
+        ):
+            continue
+        f.add(
+            Rule.DURABLE_CLAIM,
+            f"{e.actor} was handed {e.job} under token {e.token}, which no version "
+            "that landed ever held (answered from a write that did not land)",
+        )
+
+
+def _check_token_chain(docs: Iterable[Document], f: Findings) -> None:
+    """CHAIN_TOKEN_OWNER and CHAIN_TOKEN_FORWARD over the landed versions."""
+    owner: dict[int, str] = {}
+    current: dict[str, int] = {}
+    retired: dict[str, set[int]] = defaultdict(set)
+    told: set[tuple[int, str]] = set()
+    for doc in docs:
+        for job_id, job in doc.jobs.items():
+            if job.claim is None:
+                if job_id in current and job.status == "queued":
+                    retired[job_id].add(current.pop(job_id))
+                continue
+            token = job.claim.token
+            if owner.setdefault(token, job_id) != job_id and (token, job_id) not in told:
+                told.add((token, job_id))
+                f.add(
+                    Rule.CHAIN_TOKEN_OWNER,
+                    f"token {token} belongs to {owner[token]} and to {job_id} "
+                    f"(version {doc.version})",
+                )
+            held = current.get(job_id)
+            if token in retired[job_id] or (held is not None and token < held):
+                f.add(
+                    Rule.CHAIN_TOKEN_FORWARD,
+                    f"job {job_id}: stale token {token} is current again in version {doc.version}",
+                )
+            if held is not None and held != token:
+                retired[job_id].add(held)
+            current[job_id] = token
+
+
+# --------------------------------------------------------------------------- I1
+
+
+def _check_no_loss(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
+    """NO_LOSS: every acknowledged push ends archived, dead, or cancelled."""
+    archived = {rec.id for rec in outcome.archive}
+    final = outcome.final
+    dead = {j.id for j in final.jobs.values() if j.status == "dead"} if final else set()
+    cancelled = history.ids(Kind.CANCEL_SENT) & set(chain.left_undone)
+    for job_id in sorted(history.ids(Kind.PUSH_ACK)):
+        if job_id in archived or job_id in dead or job_id in cancelled:
+            continue
+        state = "absent from the last version"
+        if final is not None and job_id in final.jobs:
+            job = final.jobs[job_id]
+            state = f"{job.status} (attempts {job.attempts}) in version {final.version}"
+        elif job_id not in chain.first_seen:
+            state = "never in any version that landed"
+        elif job_id in chain.left_undone:
+            state = "it left the document undone, and nobody cancelled it"
+        f.add(Rule.NO_LOSS, f"acknowledged job {job_id} is lost: {state}")
+
+
+def _check_payloads(outcome: Outcome, f: Findings) -> None:
+    """PAYLOAD_KEPT: a job in the last version can still be delivered."""
+    final = outcome.final
+    if final is None:
+        return
+    for job_id, job in sorted(final.jobs.items()):
+        ref = job.payload_ref
+        if ref is not None and ref not in outcome.payload_objects:
+            f.add(Rule.PAYLOAD_KEPT, f"job {job_id} ({job.status}) lost its payload object {ref}")

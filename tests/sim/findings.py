@@ -1,0 +1,72 @@
+"""What every rule of the checker shares: where findings go, and the landed chain read once."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from osqueue.state import Document
+from sim.history import Rule, Violation
+
+
+class Findings:
+    """The checker's findings; a disabled rule's are dropped (the mutation switch)."""
+
+    def __init__(self, disabled: Collection[Rule] = ()) -> None:
+        unknown = [r for r in disabled if not isinstance(r, Rule)]
+        if unknown:
+            raise TypeError(f"disabled must hold Rule values, not {unknown!r}")
+        self.disabled = frozenset(disabled)
+        self.violations: list[Violation] = []
+        #: how many cases some rules looked at (versions, claims, delayed claims...):
+        #: a sweep shows with these that its rules had something to judge
+        self.checked: Counter[str] = Counter()
+
+    def add(self, rule: Rule, message: str) -> None:
+        if rule not in self.disabled:
+            self.violations.append(Violation(rule, message))
+
+
+@dataclass
+class Chain:
+    """The versions that landed, decoded, in landing order, and facts read from them once."""
+
+    docs: list[Document]
+    #: pairs of consecutive versions (v, v + 1); a chain that starts at version 1
+    #: starts with (the empty document, version 1)
+    steps: list[tuple[Document, Document]] = field(default_factory=list)
+    #: job id -> the version it first appears in
+    first_seen: dict[str, int] = field(default_factory=dict)
+    #: job id -> each time it left the document before it was done (cancelled):
+    #: (the version without it, next_token before that version, next_token after)
+    left_undone: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    #: (job, token) of every claim some version holds (claimed, done or requeued later)
+    held: set[tuple[str, int]] = field(default_factory=set)
+    #: (job, token) of every job some version holds done under that token
+    done_under: set[tuple[str, int]] = field(default_factory=set)
+
+
+def build_chain(docs: list[Document]) -> Chain:
+    chain = Chain(docs)
+    left: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    if docs and docs[0].version == 1:
+        chain.steps.append((Document.empty(), docs[0]))
+    previous: Document | None = None
+    for doc in docs:
+        for job_id, job in doc.jobs.items():
+            chain.first_seen.setdefault(job_id, doc.version)
+            claim = job.claim
+            if claim is not None:
+                chain.held.add((job_id, claim.token))
+                if job.status == "done":
+                    chain.done_under.add((job_id, claim.token))
+        if previous is not None:
+            for job_id, job in previous.jobs.items():
+                if job.status != "done" and job_id not in doc.jobs:
+                    left[job_id].append((doc.version, previous.next_token, doc.next_token))
+            if doc.version == previous.version + 1:
+                chain.steps.append((previous, doc))
+        previous = doc
+    chain.left_undone = dict(left)
+    return chain
