@@ -266,11 +266,12 @@ async def test_cancel_of_a_spilled_job_over_grpc(tmp_path: Path) -> None:
 
     from osqueue.client.remote import connect
     from osqueue.server.runner import BrokerServer
+    from osqueue.server.server import ServerConfig
 
     url = (tmp_path / "q").as_uri()
     (tmp_path / "q").mkdir()
     settings = {k: v for k, v in SMALL.items() if k != "lease_s"}
-    server = BrokerServer(url, listen="127.0.0.1:0", broker_config=quiet_broker_config(**settings))
+    server = BrokerServer(url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config(**settings))
     await server.start()
     try:
         client = await connect(url, config=fast_config())
