@@ -8,8 +8,8 @@ The history has two halves:
   carries the order in which the broker's answer was produced (``seq``), not
   when the client got it;
 * the storage's side: every document version that landed, in the order it
-  landed (:class:`sim.store.Landed`), and the archive and payload objects at
-  the end (:class:`Outcome`).
+  landed (:class:`sim.store.Landed`), the archive and payload objects at the
+  end, and every segment object written and deleted (:class:`Outcome`).
 
 :func:`sim.checker.check` judges both halves by the rules of :class:`Rule`;
 each :class:`Violation` names the rule it broke.  Each rule has a test that
@@ -86,6 +86,10 @@ class Rule(Enum):
     DEAD_AT_MAX_ATTEMPTS = "dead-at-max-attempts"
     NOT_EARLY = "not-early"
     PRIORITY_ORDER = "priority-order"
+    # I10: deep backlogs (segment objects)
+    SEGMENT_WRITTEN = "segment-written"
+    SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
+    ONE_PLACE = "one-place"
 
     @property
     def invariant(self) -> str:
@@ -178,7 +182,24 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
     Rule.PRIORITY_ORDER: (
         "I9",
         "a claim never takes a job while a due job of the same queue with a lower "
-        "(priority, seq) stays queued in that version",
+        "(priority, seq) stays queued in that version (in the document or in a segment)",
+    ),
+    Rule.SEGMENT_WRITTEN: (
+        "I10",
+        "every segment a version references reached the store, whole and never "
+        "changed, before that version landed, and holds exactly what the reference "
+        "says (stream, seqs, count, size, ids, what is loaded, cancelled and keyed)",
+    ),
+    Rule.SEGMENT_DELETED_UNREFERENCED: (
+        "I10",
+        "a segment object is deleted only when neither the last version that landed "
+        "before the delete nor any later one references it (orphans only ever "
+        "unreferenced)",
+    ),
+    Rule.ONE_PLACE: (
+        "I10",
+        "in every version a job is in one place: the document, or the part of one "
+        "segment not loaded yet (never both, never two segments)",
     ),
 }
 
@@ -261,6 +282,13 @@ class Outcome:
     archive: list[ArchiveRecord]
     #: the keys under payloads/ at the end
     payload_objects: frozenset[str] = frozenset()
+    #: every segment object that reached the store: key -> (versions landed before
+    #: it, its bytes), as :attr:`sim.store.SharedStore.segment_puts`
+    segment_puts: Mapping[str, tuple[int, bytes]] = field(default_factory=dict)
+    #: keys of segment objects put again with other bytes
+    segment_rewrites: list[str] = field(default_factory=list)
+    #: (versions landed before it, key) of every delete of a segment object
+    segment_deletes: list[tuple[int, str]] = field(default_factory=list)
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)

@@ -657,6 +657,9 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "throttled": lambda f: f["throttled"] > 0,
     "wild-clocks": lambda f: f["clock_jump"] > 0,
     "long-haul": lambda f: f["answer_lost"] > 0,
+    "segments": lambda f: True,
+    "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
+    "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
 }
 
 
@@ -674,6 +677,9 @@ def test_family_seeds(family: str) -> None:
     assert SIGNATURES[family](total), f"{family}: {dict(total)}"
     if family == "poison":
         assert sum(r.dead for r in reports) > 0
+    if family.startswith("segment"):  # they spilled, loaded and deleted segments
+        assert sum(r.checked["segment references"] for r in reports) > 0
+        assert sum(r.checked["segment deletes"] for r in reports) > 0
 
 
 def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:

@@ -32,6 +32,8 @@ EXERCISED = (
     "dead jobs",
     "cancels",
     "payload objects",
+    "segment references",
+    "segment deletes",
 )
 #: a chunk this big (the default's chunks are 40 seeds) has a case of each
 EXERCISED_MIN_SEEDS = 40
