@@ -41,17 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
+from osqueue.broker.segments_sweep import SegmentCounters, SegmentDeletes
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
 from osqueue.state import (
-    SEGMENT_PREFIX,
     Cancel,
     Claimed,
     Document,
@@ -63,7 +62,6 @@ from osqueue.state import (
     SpillPlan,
     Stream,
     Transition,
-    candidates,
     jobs_ahead,
     plan_spills,
 )
@@ -84,22 +82,6 @@ _PUT_ATTEMPTS = 3
 _SEGMENTS_PER_SPILL = 64
 #: a segment that could not be read or loaded is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-
-
-@dataclass(slots=True)
-class SegmentCounters:
-    """What the broker did with segments (``Broker.segments.counters``)."""
-
-    spills: int = 0
-    spilled_jobs: int = 0
-    loads: int = 0
-    loaded_jobs: int = 0
-    #: objects deleted after their last jobs were loaded, or a failed spill's
-    deleted: int = 0
-    #: orphans the sweep deleted
-    swept: int = 0
-    failed_spills: int = 0
-    failed_loads: int = 0
 
 
 def _holds(ops: list[Op], op: Op) -> bool:
@@ -154,9 +136,16 @@ class SegmentManager:
         self._failed: dict[str, float] = {}
         #: objects written or being written whose Spill has not committed (or failed) yet
         self.writing: set[str] = set()
-        #: orphans two sweeps agreed on, deleted after the next commit
-        self._doomed: set[str] = set()
-        self._deleting = 0
+        #: deletes after commits, and the orphan sweep
+        self.deletes = SegmentDeletes(
+            storage,
+            tasks=tasks,
+            lease=lease,
+            life=life,
+            counters=self.counters,
+            writing=self.writing,
+            done=self._check_quiet,
+        )
         #: set while no spill, load, read or delete is in flight (:meth:`settled`)
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -172,8 +161,9 @@ class SegmentManager:
         for key in t.dropped_segments:
             self.counters.deleted += 1
             self._delete(key)
-        if self._doomed:
-            self._delete_orphans(doc)
+        if self.deletes.doomed:
+            for key in self.deletes.orphans_after(doc):
+                self.cache.evict(key)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -188,7 +178,7 @@ class SegmentManager:
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        return bool(self._spills or self._loads or self._reading or self._deleting)
+        return bool(self._spills or self._loads or self._reading or self.deletes.deleting)
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -434,71 +424,16 @@ class SegmentManager:
 
     def _delete(self, key: str) -> None:
         self.cache.evict(key)
-        self._deleting += 1
         self._quiet.clear()
-        self._tasks.spawn(self._remove(key), "osqueue-segment-delete")
-
-    async def _remove(self, key: str) -> None:
-        try:
-            await self._storage.delete(key)
-        except NotFound:
-            pass
-        except StorageError as exc:  # the orphan sweep takes it later
-            log.warning("could not delete a segment object: %s", exc, extra={"key": key})
-        finally:
-            self._deleting -= 1
-            self._check_quiet()
-
-    def _orphan(self, key: str, doc: Document | None) -> bool:
-        return doc is not None and key not in self.writing and doc.segments.find(key) is None
+        self.deletes.delete(key)
 
     async def sweep(self, suspects: set[str]) -> set[str]:
-        """One orphan sweep over ``segments/``: the objects no reference names now
-        and no spill in flight is writing.  Those the previous sweep found too
-        (``suspects``) are deleted after the next commit, if still unreferenced
-        in the committed document then; returns the orphans for the next sweep."""
-        listed = await self._storage.list(SEGMENT_PREFIX)
-        orphans = {key for key in listed if self._orphan(key, self._lease.doc)}
-        self._doomed |= orphans & suspects
-        return orphans
-
-    def _delete_orphans(self, doc: Document) -> None:
-        """After a commit (the lease just renewed, ``doc`` what is stored): delete
-        the doomed orphans that are still unreferenced."""
-        if not self._life.serving or not self._lease.fresh():
-            return
-        doomed, self._doomed = self._doomed, set()
-        swept = [key for key in sorted(doomed) if self._orphan(key, doc)]
-        for key in swept:
-            self._delete(key)
-        if swept:
-            self.counters.swept += len(swept)
-            log.info(
-                "deleting %d segment objects no reference names",
-                len(swept),
-                extra={"action": "sweep"},
-            )
+        """One orphan sweep (:meth:`SegmentDeletes.sweep
+        <osqueue.broker.segments_sweep.SegmentDeletes.sweep>`)."""
+        return await self.deletes.sweep(suspects)
 
     # ------------------------------------------------------------------ cancel
 
     async def locate(self, job_id: str) -> Cancel | None:
-        """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does
-        (its candidate segments are read through the cache)."""
-        doc = self._lease.doc
-        if doc is None:
-            return None
-        for ref in candidates(doc, job_id):
-            try:
-                obj = await self.cache.fetch(ref, attempts=3)
-            except NotFound:
-                continue  # loaded and deleted meanwhile
-            i = obj.find(job_id)
-            if i is None:
-                continue
-            now = self._lease.doc
-            current = now.segments.find(ref.key) if now is not None else None
-            if current is None or i < current.loaded or job_id in current.cancelled:
-                return None  # loaded (it is in the document, or gone) or cancelled already
-            (job,) = obj.jobs(i, i + 1)
-            return Cancel(job_id, segment=ref.key, seq=job.seq)
-        return None
+        """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
+        return await self.cache.locate(job_id, lambda: self._lease.doc)

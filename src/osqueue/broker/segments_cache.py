@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 
 from osqueue.broker.retry import StorageRetry
-from osqueue.errors import StorageError
-from osqueue.state import SegmentRef, check_object
+from osqueue.errors import NotFound, StorageError
+from osqueue.state import Cancel, Document, SegmentRef, candidates, check_object
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
@@ -93,3 +94,27 @@ class SegmentCache:
         obj = self._objects.pop(key, None)
         if obj is not None:
             self.bytes -= obj.size_bytes
+
+    async def locate(self, job_id: str, document: Callable[[], Document | None]) -> Cancel | None:
+        """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does:
+        the candidates (whose id bounds admit it) are read through the cache, and
+        ``document()`` (the broker's, which moves on meanwhile) says whether the job
+        is still unloaded there."""
+        doc = document()
+        if doc is None:
+            return None
+        for ref in candidates(doc, job_id):
+            try:
+                obj = await self.fetch(ref, attempts=3)
+            except NotFound:
+                continue  # loaded and deleted meanwhile
+            i = obj.find(job_id)
+            if i is None:
+                continue
+            now = document()
+            current = now.segments.find(ref.key) if now is not None else None
+            if current is None or i < current.loaded or job_id in current.cancelled:
+                return None  # loaded (it is in the document, or gone) or cancelled already
+            (job,) = obj.jobs(i, i + 1)
+            return Cancel(job_id, segment=ref.key, seq=job.seq)
+        return None
