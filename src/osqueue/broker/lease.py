@@ -183,7 +183,12 @@ class Lease:
             if sent is not None and got is not None:
                 data, t, epoch = sent
                 if self._landed(got[0], epoch, t.doc.version):
-                    blob = await self._storage.read(DOCUMENT_KEY)
+                    try:
+                        blob = await self._storage.read(DOCUMENT_KEY)
+                    except StorageError as exc:  # a 503: back off, read again
+                        self._counters.storage_error("document_read")
+                        await self._retry.wait(0, exc)
+                        continue
                     if blob.data == data:  # our own takeover landed: adopt it
                         return self._took_over(t, blob.etag, epoch)
                 if patient and self._held_by_another(got[0]):

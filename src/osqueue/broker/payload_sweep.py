@@ -80,7 +80,7 @@ class PayloadSweeper:
                 try:
                     segment_suspects = await self._segments.sweep(segment_suspects)
                 except StorageError as exc:
-                    self._counters.storage_errors += 1
+                    self._counters.storage_error("payload_sweep")
                     log.warning(
                         "segment orphan sweep failed; trying again in %gs: %s",
                         interval_s,
