@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/spark_write.py [--rows 100000] [--partitions 2]
         [--batch-size 1000] [--master local[2]] [--mode remote|embedded] [--read]
+        [--dedupe-window-s 120]
 
 Starts a broker served over gRPC on a fresh ``file://`` queue (``--mode
 remote``: each Spark partition pushes through it in batches, the way
@@ -15,7 +16,13 @@ those in segment objects, a Spark task per segment) and counts the rows
 the document (segments included), ``spilled`` the jobs in segments, and
 ``document_bytes`` is queue.json's size at the end.  Prints one JSON line.
 
-The deep-backlog figure (issue 15): ``--rows 5000000 --partitions 8 --read``.
+The deep-backlog figure (issue 15): ``--rows 5000000 --partitions 8 --read
+--dedupe-window-s 10``.  Spark pushes with ids (a retried task resends the same
+rows), so every row leaves a 29-byte dedupe tombstone when it moves to a
+segment, kept for the broker's ``dedupe_window_s``: at the default 120 s a
+write of millions of rows carries tens of megabytes of them in every commit
+(see docs/segments.md, Limits).  ``--dedupe-window-s`` sets the served
+broker's window (keep it above the longest a failed task takes to be retried).
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--mode", choices=("remote", "embedded"), default="remote")
     parser.add_argument("--read", action="store_true", help="read the queue back, count rows")
+    parser.add_argument("--dedupe-window-s", type=float, default=120.0)
     args = parser.parse_args()
 
+    from osqueue.broker import BrokerConfig
     from osqueue.client.loop_thread import LoopThread
     from osqueue.server.runner import BrokerServer
     from osqueue.server.server import ServerConfig
@@ -56,7 +65,11 @@ def main() -> None:
         loop = LoopThread("bench-broker")
         server = None
         if args.mode == "remote":
-            server = BrokerServer(url, ServerConfig(listen="127.0.0.1:0"))
+            server = BrokerServer(
+                url,
+                ServerConfig(listen="127.0.0.1:0"),
+                BrokerConfig(dedupe_window_s=args.dedupe_window_s),
+            )
             loop.run(server.start())
         try:
 
