@@ -67,6 +67,14 @@ CASES = {
             ratio_key="of_no_metrics",
             metrics=True,
         ),
+        Case(
+            "w200-c1000-p1m",
+            clients=1_000,
+            jobs=30_000,
+            quick_jobs=3_000,
+            preload=1_000_000,
+            baseline="w200-c1000",
+        ),
     )
 }
 

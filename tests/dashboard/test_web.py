@@ -79,6 +79,7 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "depth": 1,
         "ready": 0,
         "delayed": 1,
+        "spilled": 0,
         "claimed": 0,
         "dead": 1,
         "oldest_age_s": None,

@@ -187,6 +187,7 @@ def test_status_table_and_json_read_storage_without_a_broker(qdir: Path) -> None
         "depth": 2,
         "ready": 2,
         "delayed": 0,
+        "spilled": 0,
         "claimed": 1,
         "dead": 0,
         "oldest_age_s": status["queues"]["a"]["oldest_age_s"],

@@ -11,6 +11,7 @@ the document's ``broker`` field, and calling whoever it names.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -78,7 +79,7 @@ class BrokerNode:
 
     def config(self) -> BrokerConfig:
         c = self.sim.cfg
-        return BrokerConfig(
+        config = BrokerConfig(
             lease_s=c.lease_s,
             heartbeat_timeout_s=c.heartbeat_timeout_s,
             address=self.broker_id,
@@ -96,6 +97,15 @@ class BrokerNode:
             broker_id=self.broker_id,
             payload_sweep_interval_s=c.payload_sweep_s,
             schedule_grace_s=c.schedule_grace_s,
+        )
+        if c.spill_above_jobs is None:
+            return config
+        return dataclasses.replace(
+            config,
+            spill_above_jobs=c.spill_above_jobs,
+            segment_jobs=c.segment_jobs,
+            head_jobs=c.head_jobs,
+            load_jobs=c.load_jobs,
         )
 
     async def supervise(self) -> None:

@@ -12,7 +12,9 @@ per finding, each naming its rule.  The rules read two kinds of evidence:
 (``tests/simulation/test_sim_checker.py``) turns each rule off in turn and
 shows that the history broken for that rule then passes, so no rule is dead
 weight hidden behind another.  The rules of claims and counters (I3's
-counters, I6 to I9) are in :mod:`sim.claims`.
+counters, I6 to I9) are in :mod:`sim.claims`, those of segment objects (I13)
+in :mod:`sim.segment_rules`; a job spilled to a segment counts as in its
+version for every rule.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
 
 from osqueue.errors import CorruptDocument
-from osqueue.state import Document, decode
+from osqueue.state import Document, StoredJob, decode
 from sim.claims import check_attempts, check_claim_order, check_counters, check_keys
-from sim.findings import Chain, Findings, build_chain
+from sim.findings import Chain, Findings, build_chain, live_spilled
 from sim.history import Event, History, Kind, Outcome, Rule, Violation
 from sim.results import check_results
 from sim.scheduling_rules import check_limits, check_parents, check_ticks, ticked_ids
+from sim.segment_rules import check_segments, decode_objects
 from sim.store import Landed
 
 #: the answers a holder gets for presenting its token
@@ -53,7 +56,9 @@ def judge(
 ) -> Findings:
     """:func:`check`, with the counts of what the rules looked at."""
     f = Findings(disabled)
-    chain = build_chain(_decode_versions(landed, f))
+    docs, indices = _decode_versions(landed, f)
+    objects = decode_objects(outcome, f)
+    chain = build_chain(docs, objects)
     f.checked["versions"] += len(chain.docs)
     # a schedule's jobs are pushed by the commit that records their tick (I10)
     sent = history.ids(Kind.PUSH_SENT) | ticked_ids(chain)
@@ -74,15 +79,18 @@ def judge(
     check_results(history, chain, outcome, f)
     check_ticks(chain, outcome, f)
     check_limits(chain, f)
+    check_segments(chain, indices, objects, outcome, f)
     return f
 
 
 # --------------------------------------------------------------------------- I5
 
 
-def _decode_versions(landed: list[Landed], f: Findings) -> list[Document]:
-    """VERSION_DECODES and VERSION_ORDER; the versions that decode, in landing order."""
+def _decode_versions(landed: list[Landed], f: Findings) -> tuple[list[Document], list[int]]:
+    """VERSION_DECODES and VERSION_ORDER; the versions that decode, in landing order,
+    and where each is among the writes that landed."""
     docs: list[Document] = []
+    indices: list[int] = []
     for i, item in enumerate(landed):
         try:
             doc = decode(item.data)
@@ -96,7 +104,8 @@ def _decode_versions(landed: list[Landed], f: Findings) -> list[Document]:
                 f" after version {docs[-1].version}",
             )
         docs.append(doc)
-    return docs
+        indices.append(i)
+    return docs, indices
 
 
 # --------------------------------------------------------------------------- I2
@@ -117,9 +126,10 @@ def _check_lifecycles(sent: set[str], chain: Chain, f: Findings) -> None:
     present: set[str] = set()
     refs: set[str] = set()
     for doc in chain.docs:
-        now = set(doc.jobs)
+        spilled = chain.spilled_in(doc)
+        now = set(doc.jobs) | set(spilled)
         gone |= present - now
-        for job_id, job in doc.jobs.items():
+        for job_id, job in [*doc.jobs.items(), *spilled.items()]:
             if job.payload_ref is not None:
                 refs.add(job.payload_ref)
             where = f"job {job_id} in version {doc.version}"
@@ -325,6 +335,8 @@ def _check_no_loss(
         if final is not None and job_id in final.jobs:
             job = final.jobs[job_id]
             state = f"{job.status} (attempts {job.attempts}) in version {final.version}"
+        elif final is not None and job_id in chain.spilled_in(final):
+            state = f"still in a segment in version {final.version}"
         elif job_id not in chain.first_seen:
             state = "never in any version that landed"
         elif job_id in chain.left_undone:
@@ -337,7 +349,14 @@ def _check_payloads(outcome: Outcome, f: Findings) -> None:
     final = outcome.final
     if final is None:
         return
-    for job_id, job in sorted(final.jobs.items()):
+    spilled = live_spilled(final, _objects_of(outcome)) if final.segments else {}
+    for job_id, job in sorted([*final.jobs.items(), *spilled.items()]):
         ref = job.payload_ref
         if ref is not None and ref not in outcome.payload_objects:
             f.add(Rule.PAYLOAD_KEPT, f"job {job_id} ({job.status}) lost its payload object {ref}")
+
+
+def _objects_of(outcome: Outcome) -> dict[str, list[StoredJob]]:
+    """The segment objects written, decoded (quietly: the segment rules report those
+    that do not decode)."""
+    return decode_objects(outcome, Findings(set(Rule)))

@@ -78,7 +78,8 @@ def check_counters(chain: Chain, outcome: Outcome, f: Findings) -> None:
 
 def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
     new = sum(1 for j in after.jobs if chain.first_seen.get(j) == after.version)
-    left = [j for j in before.jobs.values() if j.status != "done" and j.id not in after.jobs]
+    was = [*before.jobs.values(), *chain.spilled_in(before).values()]
+    left = [j for j in was if j.status != "done" and not chain.holds(after, j.id)]
     became: dict[str, int] = defaultdict(int)  # (a job back after it left is NOT_REVIVED's)
     for job in after.jobs.values():
         old = before.jobs.get(job.id)
@@ -111,7 +112,7 @@ def check_keys(chain: Chain, f: Findings) -> None:
     told: set[tuple[str, str, str]] = set()
     for doc in chain.docs:
         holders: dict[str, str] = {}
-        for job in doc.jobs.values():
+        for job in [*doc.jobs.values(), *chain.spilled_in(doc).values()]:
             if job.key is None or job.status not in LIVE:
                 continue
             f.checked["live keyed jobs"] += 1
@@ -181,7 +182,7 @@ def check_claim_order(history: History, chain: Chain, f: Findings) -> None:
             if early < MAX_STEP_FINDINGS:
                 early += 1
                 f.add(Rule.NOT_EARLY, message)
-        for message in _out_of_order(before, after, fresh, f):
+        for message in _out_of_order(chain, before, after, fresh, f):
             if order < MAX_STEP_FINDINGS:
                 order += 1
                 f.add(Rule.PRIORITY_ORDER, message)
@@ -210,7 +211,7 @@ def _early(
 
 
 def _out_of_order(
-    before: Document, after: Document, fresh: list[StoredJob], f: Findings
+    chain: Chain, before: Document, after: Document, fresh: list[StoredJob], f: Findings
 ) -> list[str]:
     by_queue: dict[str, list[StoredJob]] = defaultdict(list)
     for job in fresh:
@@ -221,11 +222,11 @@ def _out_of_order(
         capped = _capped_groups(before, after, queue)
         waiting = [
             k
-            for k in before.jobs.values()
+            for k in [*before.jobs.values(), *chain.spilled_in(before).values()]
             if k.queue == queue
             and k.status == "queued"
             and (k.run_at is None or k.run_at < at)
-            and _still_queued(after, k)
+            and _still_queued(chain, after, k)
             and k.group not in capped
         ]
         if not waiting:
@@ -255,6 +256,6 @@ def _capped_groups(before: Document, after: Document, queue: str) -> set[str | N
     return {g for g, n in counts.items() if n >= cap}
 
 
-def _still_queued(after: Document, job: StoredJob) -> bool:
-    now = after.jobs.get(job.id)
+def _still_queued(chain: Chain, after: Document, job: StoredJob) -> bool:
+    now = after.jobs.get(job.id) or chain.spilled_in(after).get(job.id)
     return now is not None and now.status == "queued" and now.seq == job.seq

@@ -31,6 +31,9 @@ class Nemesis:
     worker_crash: float = 0.0
     worker_pause: float = 0.0
     clock_jump: float = 0.0
+    #: a broker crashes around one of its next segment writes (before, during or
+    #: after it reaches the store: between a segment's write and its commit)
+    segment_crash: float = 0.0
     #: the longest broker pause, in leases
     pause_leases: float = 3.0
     #: the largest clock jump either way, in seconds
@@ -103,6 +106,12 @@ class SimConfig:
     after_rate: float = 0.0
     #: times the queues are paused (and resumed) during the faults
     pauses: int = 0
+    #: deep backlogs: a stream spills once this many ready jobs wait behind its head
+    #: (None: the broker's default, which these small runs never reach)
+    spill_above_jobs: int | None = None
+    segment_jobs: int = 4
+    head_jobs: int = 2
+    load_jobs: int = 2
 
 
 # --------------------------------------------------------------------------- families
@@ -312,6 +321,48 @@ def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Tiny segment thresholds: every few pushes spill, every few claims load."""
+    return _mix(
+        c,
+        spill_above_jobs=rng.randint(1, 3),
+        segment_jobs=rng.randint(1, 5),
+        head_jobs=rng.randint(1, 3),
+        load_jobs=rng.randint(1, 4),
+        jobs_per_producer=rng.randint(12, 30),
+        push_batch_max=rng.randint(1, 6),
+        payload_sweep_s=rng.choice((None, c.lease_s, 2 * c.lease_s)),
+    )
+
+
+def segments(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Spill and load constantly, under the background of every fault."""
+    return _spilling(c, rng)
+
+
+def segment_crash(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Brokers die between a segment's write and its commit, and in commits."""
+    s = _spilling(c, rng)
+    return _mix(
+        s,
+        brokers=2,
+        nemesis=_nemesis(s, segment_crash=0.1, broker_crash_in_commit=0.03, broker_crash=0.02),
+    )
+
+
+def segment_storm(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Spilling brokers racing for the document, losing answers, taking over."""
+    s = _spilling(c, rng)
+    return _mix(
+        s,
+        brokers=3,
+        all_start_active=True,
+        answer_lost=0.05,
+        rates=_rates(s, spurious_conflict=0.1, echo=0.05, lost_after=0.1),
+        nemesis=_nemesis(s, broker_stop=0.02, broker_crash=0.03, segment_crash=0.03),
+    )
+
+
 FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "background": background,
     "cas-storm": cas_storm,
@@ -330,6 +381,9 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "wild-clocks": wild_clocks,
     "long-haul": long_haul,
     "scheduling": scheduling,
+    "segments": segments,
+    "segment-crash": segment_crash,
+    "segment-storm": segment_storm,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from osqueue.state import Document
+from osqueue.state import Document, StoredJob
 from sim.history import Rule, Violation
 
 
@@ -45,15 +45,31 @@ class Chain:
     held: set[tuple[str, int]] = field(default_factory=set)
     #: (job, token) of every job some version holds done under that token
     done_under: set[tuple[str, int]] = field(default_factory=set)
+    #: version -> the jobs its segments hold (not loaded, not cancelled), by id
+    spilled: dict[int, dict[str, StoredJob]] = field(default_factory=dict)
+
+    def spilled_in(self, doc: Document) -> dict[str, StoredJob]:
+        """The jobs ``doc``'s segments hold live (spilled out of the document)."""
+        return self.spilled.get(doc.version, {})
+
+    def holds(self, doc: Document, job_id: str) -> bool:
+        """``job_id`` is in ``doc``: in its document, or spilled in a segment."""
+        return job_id in doc.jobs or job_id in self.spilled.get(doc.version, ())
 
 
-def build_chain(docs: list[Document]) -> Chain:
+def build_chain(
+    docs: list[Document], objects: Mapping[str, list[StoredJob]] | None = None
+) -> Chain:
+    """The chain of ``docs``; ``objects``: the segment objects written, decoded (a job
+    in a segment counts as in the version, so a spill is no departure)."""
     chain = Chain(docs)
     left: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     if docs and docs[0].version == 1:
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
+        if doc.segments and objects is not None:
+            chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
         for job_id, job in doc.jobs.items():
             chain.first_seen.setdefault(job_id, doc.version)
             claim = job.claim
@@ -62,11 +78,26 @@ def build_chain(docs: list[Document]) -> Chain:
                 if job.status == "done":
                     chain.done_under.add((job_id, claim.token))
         if previous is not None:
-            for job_id, job in previous.jobs.items():
-                if job.status != "done" and job_id not in doc.jobs:
-                    left[job_id].append((doc.version, previous.next_token, doc.next_token))
+            was = [*previous.jobs.values(), *chain.spilled_in(previous).values()]
+            for job in was:
+                if job.status != "done" and not chain.holds(doc, job.id):
+                    left[job.id].append((doc.version, previous.next_token, doc.next_token))
             if doc.version == previous.version + 1:
                 chain.steps.append((previous, doc))
         previous = doc
     chain.left_undone = dict(left)
     return chain
+
+
+def live_spilled(doc: Document, objects: Mapping[str, list[StoredJob]]) -> dict[str, StoredJob]:
+    """The jobs ``doc``'s segments still hold (not loaded, not cancelled), by id."""
+    out: dict[str, StoredJob] = {}
+    for ref in doc.segments:
+        jobs = objects.get(ref.key)
+        if jobs is None:
+            continue
+        cancelled = set(ref.cancelled)
+        for job in jobs[ref.loaded :]:
+            if job.id not in cancelled:
+                out.setdefault(job.id, job)
+    return out

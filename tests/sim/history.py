@@ -8,8 +8,8 @@ The history has two halves:
   carries the order in which the broker's answer was produced (``seq``), not
   when the client got it;
 * the storage's side: every document version that landed, in the order it
-  landed (:class:`sim.store.Landed`), and the archive and payload objects at
-  the end (:class:`Outcome`).
+  landed (:class:`sim.store.Landed`), the archive and payload objects at the
+  end, and every segment object written and deleted (:class:`Outcome`).
 
 :func:`sim.checker.check` judges both halves by the rules of :class:`Rule`;
 each :class:`Violation` names the rule it broke.  Each rule has a test that
@@ -101,6 +101,10 @@ class Rule(Enum):
     LIMIT_RATE = "limit-rate"
     PARENTS_FIRST = "parents-first"
     PARENT_FAILURE = "parent-failure"
+    # I13: deep backlogs (segment objects)
+    SEGMENT_WRITTEN = "segment-written"
+    SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
+    ONE_PLACE = "one-place"
 
     @property
     def invariant(self) -> str:
@@ -199,7 +203,8 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
     Rule.PRIORITY_ORDER: (
         "I9",
         "a claim never takes a job while a due job of the same queue with a lower "
-        "(priority, seq) stays queued in that version (one of a group at its cap aside)",
+        "(priority, seq) stays queued in that version (in the document or in a segment; "
+        "one of a group at its cap aside)",
     ),
     Rule.TICK_ONCE: (
         "I10",
@@ -230,6 +235,23 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "I12",
         "a child of a parent that ended dead or cancelled leaves with it (cancel) or "
         "stays (run); nothing else takes a child out",
+    ),
+    Rule.SEGMENT_WRITTEN: (
+        "I13",
+        "every segment a version references reached the store, whole and never "
+        "changed, before that version landed, and holds exactly what the reference "
+        "says (stream, seqs, count, size, ids, what is loaded, cancelled and keyed)",
+    ),
+    Rule.SEGMENT_DELETED_UNREFERENCED: (
+        "I13",
+        "a segment object is deleted only when neither the last version that landed "
+        "before the delete nor any later one references it (orphans only ever "
+        "unreferenced)",
+    ),
+    Rule.ONE_PLACE: (
+        "I13",
+        "in every version a job is in one place: the document, or the part of one "
+        "segment not loaded yet (never both, never two segments)",
     ),
 }
 
@@ -334,6 +356,13 @@ class Outcome:
     lease_s: float | None = None
     #: the brokers' schedule_grace_s
     schedule_grace_s: float = 60.0
+    #: every segment object that reached the store: key -> (versions landed before
+    #: it, its bytes), as :attr:`sim.store.SharedStore.segment_puts`
+    segment_puts: Mapping[str, tuple[int, bytes]] = field(default_factory=dict)
+    #: keys of segment objects put again with other bytes
+    segment_rewrites: list[str] = field(default_factory=list)
+    #: (versions landed before it, key) of every delete of a segment object
+    segment_deletes: list[tuple[int, str]] = field(default_factory=list)
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)

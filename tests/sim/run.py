@@ -309,6 +309,7 @@ class Sim:
             (n.worker_crash, self._crash_worker),
             (n.worker_pause, self._pause_worker),
             (n.clock_jump, self._jump_clock),
+            (n.segment_crash, lambda: self._arm("segments")),
         ]
         actions = [(rate, act) for rate, act in actions if rate > 0]
         total = sum(rate for rate, _ in actions)
@@ -413,8 +414,8 @@ class Sim:
         if self._settled_at[0] == len(landed):
             return self._settled_at[1]
         doc = decode(landed[-1].data)
-        settled = True
-        for job_id in self.history.ids(Kind.PUSH_ACK):
+        settled = not any(ref.remaining for ref in doc.segments)  # spilled jobs wait
+        for job_id in self.history.ids(Kind.PUSH_ACK) if settled else ():
             job = doc.jobs.get(job_id)
             if job is not None and job.status != "dead":
                 settled = False
@@ -458,6 +459,9 @@ class Sim:
             results,
             lease_s=self.cfg.lease_s,
             schedule_grace_s=self.cfg.schedule_grace_s,
+            segment_puts=dict(store.segment_puts),
+            segment_rewrites=list(store.segment_rewrites),
+            segment_deletes=list(store.segment_deletes),
         )
 
     def report(self) -> Report:

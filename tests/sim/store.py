@@ -25,7 +25,10 @@ backends really show, each drawn from the run's one RNG:
 * ``read_error``: a read fails.
 
 It also carries the node's crash triggers (crash before, during or after the
-n-th write of a kind) and pauses with the node's :class:`~sim.node.Gate`.
+n-th write of a kind, a segment object's put included) and pauses with the
+node's :class:`~sim.node.Gate`.  The server records every segment object that
+reaches it and every delete of one, with how many versions had landed by
+then, for the checker's segment rules.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from sim.node import Gate
 T = TypeVar("T")
 
 DOCUMENT_KEY = "queue.json"
+SEGMENT_PREFIX = "segments/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,8 @@ class Phase(Enum):
 class CrashTrigger:
     """Crash the node at ``phase`` of its ``nth`` write (1-based) of a key kind.
 
-    ``prefix`` matches :func:`key_kind`: ``document`` or ``archive``.
+    ``prefix`` matches :func:`key_kind`: ``document``, ``archive`` or ``segments``
+    (a segment object's put).
     """
 
     prefix: str
@@ -153,6 +158,14 @@ class SharedStore:
     #: what a real server answered to document writes: ``refused`` (412/409/404, a
     #: write that did not land), ``landed unanswered`` (an error, yet it landed)
     answers: Counter[str] = field(default_factory=Counter)
+    #: every segment object that reached the server: key -> (how many versions had
+    #: landed when it did, its bytes); a second put of the key keeps the first
+    segment_puts: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    #: keys put again with other bytes (a segment object is never changed)
+    segment_rewrites: list[str] = field(default_factory=list)
+    #: every delete of a segment object that reached the server: (how many versions
+    #: had landed when it did, key)
+    segment_deletes: list[tuple[int, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.inner: Storage
@@ -190,9 +203,15 @@ class SharedStore:
 
     async def put(self, key: str, data: bytes) -> None:
         await self._at_server(lambda: self.inner.put(key, data))
+        if key.startswith(SEGMENT_PREFIX):
+            first = self.segment_puts.setdefault(key, (len(self.landed), data))
+            if first[1] != data:
+                self.segment_rewrites.append(key)
 
     async def delete(self, key: str) -> None:
         await self._at_server(lambda: self.inner.delete(key))
+        if key.startswith(SEGMENT_PREFIX):
+            self.segment_deletes.append((len(self.landed), key))
 
     async def list(self, prefix: str) -> list[str]:
         return await self._at_server(lambda: self.inner.list(prefix))
@@ -370,6 +389,13 @@ class NodeStorage:
 
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
+        kind = key_kind(key)
+        if kind == "segments":  # a broker can crash around a segment write
+            self._writes[kind] += 1
+            trigger = self._trigger(kind)
+            if trigger is not None:
+                self._count(f"crash_{kind}_{trigger.phase.value}")
+                await self._crash_put(trigger.phase, key, data)
         if self._draw(self.rates.error_before):
             self._count("error_before")
             raise StorageError(f"injected: 503 on put {key!r}")
@@ -465,6 +491,25 @@ class NodeStorage:
                 await self.shared.write(key, data, if_match, self.node)
         self.crash()
         await asyncio.Future()  # the crash cancels this task
+
+    async def _crash_put(self, phase: Phase, key: str, data: bytes) -> None:
+        if phase is Phase.DURING:
+            self._land_later(self.rng.uniform(0.0, 0.05), key, data)
+        elif phase is Phase.AFTER:
+            with contextlib.suppress(StorageError):
+                await self.shared.put(key, data)
+        self.crash()
+        await asyncio.Future()  # the crash cancels this task
+
+    def _land_later(self, delay_s: float, key: str, data: bytes) -> None:
+        async def deliver() -> None:
+            await asyncio.sleep(delay_s)
+            with contextlib.suppress(StorageError):
+                await self.shared.put(key, data)
+
+        task = asyncio.ensure_future(deliver())
+        self.shared._inflight.add(task)
+        task.add_done_callback(self.shared._inflight.discard)
 
     def crash(self) -> None:
         self.dead = True

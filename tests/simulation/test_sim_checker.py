@@ -33,18 +33,25 @@ from osqueue.state import (
     Document,
     MarkArchived,
     Op,
+    Policy,
     Push,
     PutSchedule,
     ResultData,
+    SegmentRef,
     SetQueue,
     decode,
+    decode_segment,
     encode,
+    load_op,
+    plan_spills,
     to_datetime,
     transition,
 )
 from osqueue.state.model import Claim, Counters, StoredJob
 
 T0 = 1_800_000_000.0
+#: segment thresholds of the stories that spill: j1 stays, the next three spill
+SPILLING = Policy(segment_jobs=3, head_jobs=1, load_jobs=2, spill_above_jobs=3)
 _replace = msgspec.structs.replace
 
 
@@ -61,6 +68,9 @@ class Story:
         self.t = T0
         self.archive: list[ArchiveRecord] = []
         self.payloads: set[str] = set()
+        #: segment objects written: key -> (versions landed before it, bytes)
+        self.segments: dict[str, tuple[int, bytes]] = {}
+        self.deletes: list[tuple[int, str]] = []
 
     def _land(self, doc: Document) -> None:
         self.landed.append(Landed(len(self.landed), encode(doc), f"e{len(self.landed)}", "b1"))
@@ -108,6 +118,33 @@ class Story:
             doc.stats = stats
         self._land(doc)
 
+    def spill(self) -> SegmentRef:
+        """Write the segment the planner asks for (stored first), then commit its Spill."""
+        (plan,) = plan_spills(self.doc, SPILLING)
+        op, data = plan.build(f"u{len(self.segments)}")
+        self.segments[op.ref.key] = (len(self.landed), data)
+        self.apply(op)
+        return op.ref
+
+    def load(self, key: str, n: int) -> None:
+        """Commit a Load of the next ``n`` jobs of segment ``key``; a fully loaded
+        object is deleted after that commit."""
+        ref = self.doc.segments.find(key)
+        assert ref is not None
+        jobs = decode_segment(self.segments[key][1])[1]
+        self.apply(load_op(ref, jobs, n))
+        if self.doc.segments.find(key) is None:
+            self.deletes.append((len(self.landed), key))
+
+    def lose_segment(self, key: str) -> None:
+        """A version without segment ``key``'s reference, nothing else changed."""
+        ref = self.doc.segments.find(key)
+        assert ref is not None
+        doc = self.doc.copy()
+        doc.segments.remove(ref)
+        doc.version += 1
+        self._land(doc)
+
     def job(self, job_id: str) -> StoredJob:
         return self.doc.jobs[job_id]
 
@@ -150,7 +187,14 @@ class Story:
         self.apply(MarkArchived(tuple(sorted({j.done_version for j in done if j.done_version}))))
 
     def outcome(self) -> Outcome:
-        return Outcome(self.doc, list(self.archive), frozenset(self.payloads), lease_s=self.lease_s)
+        return Outcome(
+            self.doc,
+            list(self.archive),
+            frozenset(self.payloads),
+            segment_puts=dict(self.segments),
+            segment_deletes=list(self.deletes),
+            lease_s=self.lease_s,
+        )
 
     def rules(self, disabled: set[Rule] | None = None) -> set[Rule]:
         found = check(self.history, self.landed, self.outcome(), disabled=disabled or set())
@@ -185,8 +229,36 @@ def reclaimed() -> Story:
     return s
 
 
+def spilled() -> Story:
+    """Push j1..j6; j2..j4 spill to a segment (written first); w claims j1, the
+    segment loads back in two steps (then it is deleted), w claims and completes
+    everything in order.  Nothing is wrong."""
+    s = Story()
+    s.apply(*[Push(id=f"j{i}", payload=b"x") for i in range(1, 7)])
+    s.pushed(*[f"j{i}" for i in range(1, 7)])
+    ref = s.spill()
+    assert "j2" not in s.doc.jobs
+    for step, load in enumerate((2, 1, 0, 0, 0)):
+        s.apply(ClaimOp("w", ("default",), 1))
+        (claimed,) = [j for j in s.doc.jobs.values() if j.status == "claimed"]
+        token = step + 1
+        assert claimed.id == f"j{token}", claimed.id
+        s.said(Kind.CLAIMED, "w", claimed.id, token)
+        s.apply(Complete(claimed.id, token))
+        s.said(Kind.COMPLETE_OK, "w", claimed.id, token)
+        if load:
+            s.load(ref.key, load)
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j6", 6)
+    s.apply(Complete("j6", 6))
+    s.said(Kind.COMPLETE_OK, "w", "j6", 6)
+    s.archive_done()
+    return s
+
+
 def test_the_clean_histories_pass() -> None:
     assert clean().rules() == set()
+    assert spilled().rules() == set()
     s = reclaimed()
     s.apply(Complete("j1", 2))
     s.said(Kind.COMPLETE_OK, "w2", "j1", 2)
@@ -569,6 +641,40 @@ def test_a_child_cancelled_with_its_parent_passes() -> None:
     assert s.rules() == set()
 
 
+# --------------------------------------------------------------------------- I13
+
+
+def _spilled_half() -> Story:
+    """Push j1..j6 and spill j2..j4: the segment is referenced, nothing loaded yet."""
+    s = Story()
+    s.apply(*[Push(id=f"j{i}", payload=b"x") for i in range(1, 7)])
+    s.pushed(*[f"j{i}" for i in range(1, 7)], acked=False)
+    s.spill()
+    return s
+
+
+def segment_written() -> Story:
+    s = _spilled_half()
+    (key,) = s.segments
+    s.segments[key] = (len(s.landed), s.segments[key][1])  # it reached the store too late
+    return s
+
+
+def segment_deleted_unreferenced() -> Story:
+    s = _spilled_half()
+    (key,) = s.segments
+    s.deletes.append((len(s.landed), key))  # deleted while the last version names it
+    return s
+
+
+def one_place() -> Story:
+    s = _spilled_half()
+    (key,) = s.segments
+    jobs = decode_segment(s.segments[key][1])[1]
+    s.forge(jobs[0])  # back in the document without a load: in both places
+    return s
+
+
 BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.NO_LOSS: no_loss,
     Rule.PAYLOAD_KEPT: payload_kept,
@@ -602,6 +708,9 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.LIMIT_RATE: limit_rate,
     Rule.PARENTS_FIRST: parents_first,
     Rule.PARENT_FAILURE: parent_failure,
+    Rule.SEGMENT_WRITTEN: segment_written,
+    Rule.SEGMENT_DELETED_UNREFERENCED: segment_deleted_unreferenced,
+    Rule.ONE_PLACE: one_place,
 }
 
 
@@ -773,3 +882,34 @@ def test_a_claim_beyond_max_attempts_is_caught() -> None:
 def test_an_unknown_rule_cannot_be_disabled() -> None:
     with pytest.raises(TypeError, match="Rule"):
         check(History(), [], Outcome(None, []), disabled={"no-loss"})  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- deep backlogs
+
+
+def test_a_job_a_load_drops_is_lost_and_a_claim_past_a_spilled_job_is_out_of_order() -> None:
+    s = _spilled_half()
+    (key,) = s.segments
+    s.lose_segment(key)  # a version whose segment is gone, its jobs with it
+    s.history.events = [e for e in s.history.events if e.kind is not Kind.PUSH_ACK]
+    s.pushed("j2", acked=True)
+    assert s.rules() == {Rule.NO_LOSS, Rule.COUNTERS}
+
+    s = _spilled_half()  # j1 is the head; j2..j4 wait in the segment, j5, j6 after it
+    s.apply(ClaimOp("w", ("default",), 1))
+    j1 = s.job("j1")
+    assert j1.claim is not None
+    s.back_to(len(s.landed) - 1)
+    s.forge(_replace(s.job("j5"), status="claimed", claim=j1.claim, attempts=1))
+    assert s.rules() == {Rule.PRIORITY_ORDER}  # j5 claimed while j1..j4 waited
+
+
+def test_the_segment_rules_read_what_the_reference_says() -> None:
+    s = _spilled_half()
+    (key,) = s.segments
+    at, data = s.segments[key]
+    s.segments[key] = (at, data.replace(b'"j3"', b'"j9"'))  # another job than the ref says
+    assert Rule.SEGMENT_WRITTEN in s.rules()
+    s = _spilled_half()
+    del s.segments[key]  # never written at all
+    assert Rule.SEGMENT_WRITTEN in s.rules()

@@ -661,6 +661,9 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
         f["answer_lost"] > 0
         and f["broker_crash"] + sum(v for k, v in f.items() if k.startswith("crash_document")) > 0
     ),
+    "segments": lambda f: True,
+    "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
+    "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
 }
 
 
@@ -689,6 +692,9 @@ def test_family_seeds(family: str) -> None:
             "claims of children",
         ):
             assert checked[case] > 0, f"no {case}: {dict(checked)}"
+    if family.startswith("segment"):  # they spilled, loaded and deleted segments
+        assert sum(r.checked["segment references"] for r in reports) > 0
+        assert sum(r.checked["segment deletes"] for r in reports) > 0
 
 
 def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:

@@ -34,6 +34,8 @@ EXERCISED = (
     "payload objects",
     "schedule ticks",
     "claims under limits",
+    "segment references",
+    "segment deletes",
 )
 #: a chunk this big (the default's chunks are 40 seeds) has a case of each
 EXERCISED_MIN_SEEDS = 40

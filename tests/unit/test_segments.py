@@ -29,6 +29,8 @@ from osqueue.state import (
     candidates,
     claimable,
     decode_segment,
+    encode,
+    encode_segment,
     jobs_ahead,
     live_jobs,
     load_op,
@@ -37,6 +39,7 @@ from osqueue.state import (
     stats_of,
     transition,
 )
+from osqueue.state.segment_codec import SegmentLines
 
 T0 = 1_800_000_000.0
 P = Policy(segment_jobs=3, head_jobs=2, load_jobs=2, spill_above_jobs=3)
@@ -219,6 +222,32 @@ def test_a_load_checks_its_reference_and_its_chunk() -> None:
     assert d.doc.segments.find(first.key) == first
 
 
+def test_a_load_with_the_objects_lines_keeps_them_as_the_jobs_encodings() -> None:
+    plain, lined = Deep([push(i) for i in range(8)]), Deep([push(i) for i in range(8)])
+    (ref,) = plain.spill()
+    (same,) = lined.spill()
+    data = encode_segment(lined.objects[same.key])
+    obj = SegmentLines.parse(data, same.key)
+    op = load_op(same, lined.objects[same.key], 2)
+    assert lined.run(msgspec.structs.replace(op, lines=tuple(obj.lines[:2]))).results == [
+        Counted(2)
+    ]
+    plain.load(ref, n=2)
+    renamed = encode(lined.doc).replace(same.key.encode(), ref.key.encode())
+    assert renamed == encode(plain.doc)  # byte for byte what encoding the jobs gives
+    assert lined.doc.size_bytes() == len(encode(lined.doc))
+    last = (lined.objects[same.key][2],)
+    bad = {
+        "lines": Load(same.key, 2, last, None, lines=tuple(obj.lines[:2])),
+        "lines[0]": Load(same.key, 2, last, None, lines=(b"junk",)),
+    }
+    for field, wrong in bad.items():
+        (res,) = lined.run(wrong).results
+        assert isinstance(res, InvalidInput), (field, res)
+        assert res.field == field
+    assert lined.run(Load(same.key, 2, last, None, lines=(obj.lines[2],))).results == [Counted(1)]
+
+
 def test_a_retried_push_of_a_spilled_job_is_recognised_and_its_key_stays_held() -> None:
     d = Deep([push(i, key=f"k{i}") for i in range(6)])
     (ref,) = d.spill()
@@ -348,21 +377,44 @@ def test_plan_spills_takes_whole_segments_of_ready_tail_jobs_only() -> None:
     assert plan_spills(doc, Policy(segment_jobs=2, head_jobs=1, spill_above_jobs=5)) == []
 
 
-def test_plan_spills_remembers_a_queue_with_nothing_to_spill() -> None:
+def test_plan_spills_remembers_how_far_a_queue_is_from_spilling() -> None:
     policy = Policy(segment_jobs=16, head_jobs=30, spill_above_jobs=16)
     doc = apply(Document.empty(), [push(i) for i in range(40)], T0, policy)[0]
-    assert plan_spills(doc, policy) == []  # a tail of 10 only
-    assert doc.spill_scanned["default"] == (40, 40, 0)
-    doc = apply(doc, [push(40)], T0, policy)[0]
+    assert plan_spills(doc, policy) == []  # a tail of 10 only: 6 more jobs to go
+    assert doc.spill_scanned["default"] == (41, 40, 6, ())
+    doc = apply(doc, [push(i) for i in range(40, 45)], T0, policy)[0]
     assert plan_spills(doc, policy) == []
-    assert doc.spill_scanned["default"] == (40, 40, 0)  # not grown by 1/8 segment: no scan
-    doc = apply(doc, [push(41)], T0, policy)[0]
-    assert plan_spills(doc, policy) == []
-    assert doc.spill_scanned["default"] == (42, 42, 0)
-    doc = apply(doc, [push(i) for i in range(42, 46)], T0, policy)[0]
+    assert doc.spill_scanned["default"] == (41, 40, 6, ())  # 5 pushed since: no scan
+    doc = apply(doc, [push(45)], T0, policy)[0]
+    assert plan_spills(doc, policy, exclude={"default"}) == []  # a spill of it in flight
     (plan,) = plan_spills(doc, policy)
     assert [j.seq for j in plan.jobs] == list(range(31, 47))
-    assert "default" not in doc.spill_scanned
+    # as it will be after the spill: nothing more to spill, its last seq 46
+    assert doc.spill_scanned["default"] == (47, 30, 16, ((0, 46),))
+    op, _ = plan.build("u1")
+    doc = apply(doc, [op, push(46)], T0, policy)[0]
+    assert plan_spills(doc, policy) == []
+    assert doc.spill_scanned["default"] == (47, 30, 16, ((0, 46),))  # no scan since
+
+
+def test_plan_spills_takes_the_whole_tail_up_to_segment_jobs() -> None:
+    policy = Policy(segment_jobs=50, head_jobs=2, spill_above_jobs=5)
+    d = Deep([push(i) for i in range(30)], policy)
+    (first,) = d.spill()
+    assert (first.first_seq, first.last_seq) == (3, 30)  # all but the head, at once
+    d.run(*[push(i) for i in range(30, 34)])
+    assert plan_spills(d.doc, policy) == []  # a tail of 4 behind the segment
+    assert d.doc.spill_scanned["default"][2:] == (5, ((0, 30),))  # 4 pushed: no scan
+    d.run(push(34))
+    (second,) = d.spill()
+    assert (second.first_seq, second.last_seq, second.count) == (31, 35, 5)
+    assert d.claim(40) == [f"j{i}" for i in range(2)]  # stops at the first segment
+    d.run(*[push(i) for i in range(35, 155)])  # a burst
+    (plan,) = plan_spills(d.doc, policy)  # the oldest segment_jobs of it
+    assert (plan.jobs[0].seq, len(plan.jobs)) == (36, 50)
+    plans = plan_spills(d.doc, policy, segments=4)  # the whole tail, in segments
+    assert [(p.jobs[0].seq, len(p.jobs)) for p in plans] == [(36, 50), (86, 50), (136, 20)]
+    assert len(plan_spills(d.doc, policy, segments=2)) == 2
 
 
 def test_plan_loads_is_due_below_the_head_and_reads_ahead_below_twice_that() -> None:

@@ -36,6 +36,7 @@ from osqueue.state import (
 )
 from osqueue.state.document import HEAD_SLACK_BYTES
 from osqueue.state.model import Claim, StoredJob, to_datetime
+from osqueue.state.segment_codec import SegmentLines
 from osqueue.state.transitions import CLAIM_RESERVE_BYTES
 from osqueue.storage.keys import check_key
 
@@ -126,6 +127,44 @@ def test_a_corrupt_segment_object_names_its_line_and_field(edit: Any, path: str)
         decode_segment(data, "segments/q/x.jsonl")
     assert err.value.path == path
     assert "segments/q/x.jsonl" in str(err.value)
+
+
+def test_segment_lines_decode_a_chunk_at_a_time_and_find_a_job() -> None:
+    jobs = _jobs(6)
+    data = encode_segment(jobs)
+    obj = SegmentLines.parse(data, "segments/q/x.jsonl")
+    assert (len(obj), obj.size_bytes, obj.header.count) == (6, len(data), 6)
+    assert obj.jobs(2, 4) == jobs[2:4]
+    assert obj.jobs(5, 9) == jobs[5:]  # a chunk past the end stops at it
+    assert [obj.find(j.id) for j in jobs] == list(range(6))
+    assert obj.find("j") is None  # a prefix of an id is not the id
+    assert obj.lines == [msgspec.json.encode(j) for j in jobs]
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (lambda d: d[:-1], "line 7: $"),
+        (lambda d: b"{nope" + d[d.index(b"\n") :], "line 1: $"),
+        (lambda d: _corrupt_line(d, 1, lambda v: v.update(format=2)), "line 1: $.format"),
+        (lambda d: _corrupt_line(d, 1, lambda v: v.update(count=5)), "line 1: $.count"),
+    ],
+)
+def test_segment_lines_name_a_broken_header(edit: Any, path: str) -> None:
+    with pytest.raises(CorruptDocument) as err:
+        SegmentLines.parse(edit(encode_segment(_jobs(6))), "segments/q/x.jsonl")
+    assert err.value.path == path
+
+
+def test_segment_lines_name_a_line_that_does_not_decode_when_its_chunk_is_read() -> None:
+    data = encode_segment(_jobs(6))
+    broken = b"\n".join([*_lines(data)[:4], b'{"id":"j3","seq":"x"}', *_lines(data)[5:]])
+    obj = SegmentLines.parse(broken, "segments/q/x.jsonl")
+    assert len(obj.jobs(0, 3)) == 3  # the chunks before it decode
+    with pytest.raises(CorruptDocument) as err:
+        obj.jobs(2, 5)
+    assert err.value.path is not None
+    assert err.value.path.startswith("line 5: ")
 
 
 def test_check_object_names_what_differs_from_the_reference() -> None:

@@ -25,7 +25,7 @@ def test_stats_survive_the_wire_field_for_field() -> None:
     stats = Stats(
         version=42,
         queues={
-            "a": QueueStats(depth=3, claimed=1, dead=2, delayed=1, oldest_age_s=1.5),
+            "a": QueueStats(depth=3, claimed=1, dead=2, delayed=1, oldest_age_s=1.5, spilled=2),
             "b": QueueStats(depth=0, claimed=0, dead=0, delayed=0, oldest_age_s=None),
         },
         pushed=10,
@@ -45,6 +45,11 @@ def test_stats_survive_the_wire_field_for_field() -> None:
     assert all(
         getattr(stats, f.name) != f.default
         for f in dataclasses.fields(Stats)
+        if f.default is not dataclasses.MISSING
+    )
+    assert all(
+        getattr(stats.queues["a"], f.name) != f.default
+        for f in dataclasses.fields(QueueStats)
         if f.default is not dataclasses.MISSING
     )
     assert stats_from_pb(stats_to_pb(stats)) == stats

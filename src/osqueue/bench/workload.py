@@ -17,6 +17,8 @@ from osqueue.bench.config import BenchResult
 
 #: Jobs per ``push_many`` call when preloading.
 PRELOAD_CHUNK = 5_000
+#: preload chunks in flight at once
+PRELOAD_WINDOW = 8
 #: How long a claim that found nothing waits for a job on its retry.
 RETRY_CLAIM_WAIT_S = 1.0
 
@@ -48,11 +50,14 @@ async def preload(client: QueueClient, count: int, payload: bytes, queue: str) -
     """Queue ``count`` jobs with large concurrent ``push_many`` calls (the broker folds them)."""
     if count <= 0:
         return
-    chunks = [
-        [NewJob(payload, queue=queue) for _ in range(min(PRELOAD_CHUNK, count - start))]
-        for start in range(0, count, PRELOAD_CHUNK)
-    ]
-    await asyncio.gather(*(client.push_many(chunk) for chunk in chunks))
+    starts = range(0, count, PRELOAD_CHUNK)
+    # A few chunks at once: enough to fill each commit, never past max_pending_ops.
+    for window in range(0, len(starts), PRELOAD_WINDOW):
+        chunks = [
+            [NewJob(payload, queue=queue) for _ in range(min(PRELOAD_CHUNK, count - start))]
+            for start in starts[window : window + PRELOAD_WINDOW]
+        ]
+        await asyncio.gather(*(client.push_many(chunk) for chunk in chunks))
 
 
 async def _complete_timed(client: QueueClient, job: Job, latencies_s: list[float]) -> None:

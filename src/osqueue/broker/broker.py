@@ -27,7 +27,10 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 * :mod:`~osqueue.broker.payload_sweep`: deletes payload objects no job
   references (:mod:`~osqueue.broker.payloads` holds the objects themselves),
   and :mod:`~osqueue.broker.result_sweep` the result objects no record of a
-  finished job references (:mod:`~osqueue.broker.results`);
+  finished job references (:mod:`~osqueue.broker.results`), and
+  :mod:`~osqueue.broker.segments_sweep` the segment objects no document names;
+* :mod:`~osqueue.broker.segments`: deep backlogs' segment objects written,
+  read ahead, loaded and deleted between commits;
 * :mod:`~osqueue.broker.activity`: the counters and their periodic log line;
 * :mod:`~osqueue.broker.metrics`: the Prometheus collector over all of these
   (served at ``/metrics`` with ``BrokerConfig.metrics_listen``);
@@ -56,6 +59,7 @@ from osqueue.broker.payloads import Payloads
 from osqueue.broker.result_sweep import ResultSweeper
 from osqueue.broker.results import ResultObjects
 from osqueue.broker.retry import StorageRetry
+from osqueue.broker.segments import SegmentManager
 from osqueue.broker.tasks import SideTasks
 from osqueue.broker.waiters import Waiters
 from osqueue.clock import Clock, SystemClock
@@ -116,6 +120,17 @@ class Broker:
             counters=self.counters,
             written=self._intake.mark_archived,
         )
+        #: deep backlogs: the segment objects (spills, loads, the cache, the orphan sweep)
+        self.segments = SegmentManager(
+            storage,
+            config,
+            self.clock,
+            retry=retry,
+            tasks=self._tasks,
+            intake=self._intake,
+            lease=self._lease,
+            life=self._life,
+        )
         self._commit = CommitLoop(
             storage,
             config,
@@ -129,6 +144,7 @@ class Broker:
             archiver=self._archiver,
             payloads=self.payloads,
             tasks=self._tasks,
+            segments=self.segments,
         )
         self._commit_task: asyncio.Task[None] | None = None
         self._metrics: MetricsEndpoint | None = None
@@ -232,6 +248,7 @@ class Broker:
             raise
         self._commit.discard_payloads(takeover)
         life.state = State.SERVING
+        self.segments.committed(takeover)
         self._commit_task = asyncio.create_task(
             self._commit.run(), name=f"osqueue-broker-{self.id}"
         )
@@ -244,6 +261,7 @@ class Broker:
                 counters=self.counters,
                 life=life,
                 lease=self._lease,
+                segments=self.segments,
             )
             tasks.spawn(sweeper.run(), "osqueue-payload-sweep")
         if config.result_sweep_interval_s is not None:

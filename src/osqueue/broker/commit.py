@@ -22,6 +22,7 @@ from osqueue.broker.lease import Lease, Reapply, StepDown
 from osqueue.broker.lifecycle import Lifecycle, State
 from osqueue.broker.payloads import Payloads
 from osqueue.broker.retry import StorageRetry
+from osqueue.broker.segments import SegmentManager
 from osqueue.broker.tasks import SideTasks
 from osqueue.broker.waiters import Waiters
 from osqueue.broker.wakeups import commit_due, idle_timeout_s
@@ -49,9 +50,10 @@ class CommitLoop:
     renewal or a delayed job a parked claim waits for), take a batch, write it
     (:meth:`write_batch`), answer its ops, and pass on what the commit leaves to
     do: archive objects to write, payload objects to delete, parked claims to
-    wake.  When a write shows the broker must end (another broker owns the
-    document, or it is gone), it ends it: every waiting op is answered.  A
-    graceful stop ends with one last write that clears the address.
+    wake, segments to spill, load or delete.  When a write shows the broker must
+    end (another broker owns the document, or it is gone), it ends it: every
+    waiting op is answered.  A graceful stop ends with one last write that
+    clears the address.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class CommitLoop:
         archiver: Archiver,
         payloads: Payloads,
         tasks: SideTasks,
+        segments: SegmentManager,
     ) -> None:
         self._storage = storage
         self._clock = clock
@@ -84,6 +87,7 @@ class CommitLoop:
         self._archiver = archiver
         self._payloads = payloads
         self._tasks = tasks
+        self._segments = segments
         #: one renewal/wake-up timer, kept while it would fire no later than needed
         self._timer: Timer | None = None
         self._timer_at = 0.0
@@ -127,8 +131,10 @@ class CommitLoop:
     # ------------------------------------------------------------------ waiting
 
     def _due_for_commit(self) -> bool:
-        """An idle commit is due: lease renewal, a schedule tick, or a sweep a parked
-        claim waits on (:mod:`osqueue.broker.wakeups`)."""
+        """An idle commit is due: lease renewal, a segment load or spill, a schedule
+        tick, or a sweep a parked claim waits on (:mod:`osqueue.broker.wakeups`)."""
+        if self._intake.urgent:
+            return True
         if self._clock.monotonic() - self._lease.written_at >= self._renew_s:
             return True
         doc = self._lease.doc
@@ -163,7 +169,7 @@ class CommitLoop:
         waiters, lease = self._waiters, self._lease
         if waiters.parked:
             waiters.wake(lease.doc)
-        if self._intake.pending or self._life.closing:
+        if self._intake.pending or self._intake.urgent or self._life.closing:
             return
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
@@ -280,6 +286,7 @@ class CommitLoop:
             self._waiters.wake(t.doc)
         if t.finished and self._waiters.results:
             self._waiters.wake_finished(t.finished)
+        self._segments.committed(t)
 
     def discard_payloads(self, t: Transition) -> None:
         """Delete the payload objects of the jobs that left the document in ``t``."""

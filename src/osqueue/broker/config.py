@@ -50,15 +50,18 @@ class BrokerConfig:
     #: A serving broker logs its activity (commits, ops, errors) at INFO this often.
     stats_log_interval_s: float | None = 60.0
     broker_id: str | None = None
-    #: Deep backlogs: jobs per segment object.
-    segment_jobs: int = 20_000
+    #: Deep backlogs: most jobs per segment object (a long tail spills as several).
+    segment_jobs: int = 50_000
     #: Ready jobs a queue (per priority) keeps in the document ahead of its segments.
-    head_jobs: int = 2_000
+    head_jobs: int = 500
     #: Jobs one load puts back into the document.
-    load_jobs: int = 2_000
+    load_jobs: int = 500
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
-    spill_above_jobs: int | None = 20_000
+    spill_above_jobs: int | None = 1_000
+    #: Segment objects the broker keeps read (the next ones to load, and those a
+    #: cancel looked into), in bytes as stored; the least recently used go first.
+    segment_cache_bytes: int = 128 * 1024 * 1024
     #: Results (docs/results.md): how long a finished job's result (and how it
     #: finished) is kept, unless its push says (``result_ttl_s``); 0 (the
     #: default): results are kept only for the pushes that ask.
@@ -125,6 +128,7 @@ class BrokerConfig:
             "max_finished_jobs",
             "max_finished_bytes",
             "max_schedules",
+            "segment_cache_bytes",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING
 
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
-from osqueue.state import MarkArchived, Op, Result
+from osqueue.state import Load, MarkArchived, Op, Result, Spill
 
 if TYPE_CHECKING:
     from osqueue.broker.activity import BrokerCounters
     from osqueue.broker.lifecycle import Lifecycle
+
+#: The broker's own ops that make an idle commit loop write (archive marks wait
+#: for the next commit).
+_URGENT = (Spill, Load)
 
 #: Ops waiting for a commit and their callers' futures, index for index.
 Futures = list["asyncio.Future[Result]"]
@@ -31,7 +35,8 @@ class Intake:
     Owns the pending ops and their callers' futures (index for index), the
     backpressure limit (``max_pending_ops``: beyond it an op is refused with
     ``ResourceExhausted``), the ops the broker adds itself (archive marks that
-    ride along with the next commit), and the future the idle commit loop parks
+    ride along with the next commit; segment spills and loads, which also wake
+    an idle commit loop: :meth:`add_internal`), and the future the idle commit loop parks
     on (:meth:`idle`): the first op to arrive wakes it.  The commit loop takes
     the oldest ``max_batch_ops`` at a time (:meth:`take_batch`).
     """
@@ -115,12 +120,26 @@ class Intake:
         done jobs."""
         self.internal.append(MarkArchived((version,)))
 
+    def add_internal(self, op: Op) -> None:
+        """An op of the broker's own that wants a commit soon (a segment spill or
+        load): it rides with the next commit, and an idle commit loop wakes for it."""
+        self.internal.append(op)
+        self.wake()
+
+    @property
+    def urgent(self) -> bool:
+        """Ops of the broker's own wait that want a commit even if no caller's op does."""
+        return any(type(op) in _URGENT for op in self.internal)
+
     def merge_marks(self) -> None:
         """Fold the archive marks waiting into one op (for the last commit)."""
         merged = tuple(
             v for op in self.internal if isinstance(op, MarkArchived) for v in op.versions
         )
-        self.internal = [MarkArchived(merged)] if merged else []
+        others: list[Op] = [op for op in self.internal if not isinstance(op, MarkArchived)]
+        if merged:
+            others.append(MarkArchived(merged))
+        self.internal = others
 
     def wake(self) -> None:
         """Wake the commit loop if it idles."""

@@ -439,7 +439,25 @@ class LocalClient(SchedulingCalls):
     # -- administration -----------------------------------------------------------
 
     async def cancel(self, job_id: str) -> None:
-        _raise_if_error(await self.broker.add_op(Cancel(job_id)))
+        result = await self.broker.add_op(Cancel(job_id))
+        if isinstance(result, JobNotFound) and self.broker.document.segments:
+            result = await self._cancel_spilled(job_id, result)
+        _raise_if_error(result)
+
+    async def _cancel_spilled(self, job_id: str, missing: Result) -> Result:
+        """Cancel ``job_id`` where it sits in a segment (found by reading its
+        candidates); a load may bring it back meanwhile, so look again a few times."""
+        result = missing
+        for _ in range(3):
+            op = await self.broker.segments.locate(job_id)
+            if op is None:
+                if job_id not in self.broker.document.jobs:
+                    return result  # nowhere: JobNotFound
+                op = Cancel(job_id)  # loaded since
+            result = await self.broker.add_op(op)
+            if not isinstance(result, JobNotFound):
+                return result
+        return result
 
     async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
         result = _raise_if_error(

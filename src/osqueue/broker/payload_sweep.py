@@ -1,4 +1,5 @@
-"""The payload sweep: every interval, delete the payload objects no job references."""
+"""The payload sweep: every interval, delete the payload objects no job references
+(and, by the same rule, the segment objects no reference names)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from osqueue.broker.activity import BrokerCounters
 from osqueue.broker.lease import Lease
 from osqueue.broker.lifecycle import Lifecycle
 from osqueue.broker.payloads import Payloads
+from osqueue.broker.segments import SegmentManager
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
 
@@ -26,7 +28,9 @@ class PayloadSweeper:
     other broker can be committing).  Every upload has a key of its own, so a
     push retried elsewhere never writes an object a sweep deletes.  Owns the
     suspects one sweep hands to the next; a failed sweep is logged and tried
-    again an interval later.
+    again an interval later.  With ``segments``, each sweep also runs the
+    segments' orphan sweep (:meth:`SegmentManager.sweep
+    <osqueue.broker.segments.SegmentManager.sweep>`), with suspects of its own.
     """
 
     def __init__(
@@ -38,6 +42,7 @@ class PayloadSweeper:
         counters: BrokerCounters,
         life: Lifecycle,
         lease: Lease,
+        segments: SegmentManager | None = None,
     ) -> None:
         self._payloads = payloads
         self._clock = clock
@@ -45,6 +50,7 @@ class PayloadSweeper:
         self._counters = counters
         self._life = life
         self._lease = lease
+        self._segments = segments
 
     def _may_delete(self) -> bool:
         return self._life.serving and self._lease.fresh()
@@ -52,6 +58,7 @@ class PayloadSweeper:
     async def run(self) -> None:
         interval_s = self._interval_s
         suspects: set[str] = set()
+        segment_suspects: set[str] = set()
         while True:
             await self._clock.sleep(interval_s)
             if not self._life.serving:
@@ -69,3 +76,14 @@ class PayloadSweeper:
                     exc,
                     extra={"action": "sweep"},
                 )
+            if self._segments is not None:
+                try:
+                    segment_suspects = await self._segments.sweep(segment_suspects)
+                except StorageError as exc:
+                    self._counters.storage_error("payload_sweep")
+                    log.warning(
+                        "segment orphan sweep failed; trying again in %gs: %s",
+                        interval_s,
+                        exc,
+                        extra={"action": "sweep"},
+                    )

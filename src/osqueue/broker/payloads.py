@@ -177,11 +177,14 @@ class Payloads:
     # ------------------------------------------------------------------ sweep
 
     def orphan(self, key: str, doc: Document | None) -> bool:
-        """No job of ``doc`` and no push in flight uses this object."""
+        """No job of ``doc`` (in the document or spilled to a segment) and no push
+        in flight uses this object."""
         if key in self.uploading or doc is None:
             return False
         job = doc.jobs.get(job_of_key(key))
-        return job is None or job.payload_ref != key
+        if job is not None and job.payload_ref == key:
+            return False
+        return key not in doc.segments.payloads
 
     async def sweep(
         self,

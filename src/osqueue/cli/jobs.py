@@ -1,4 +1,5 @@
-"""``osqueue jobs URL``: list the jobs in the queue document (a snapshot from storage)."""
+"""``osqueue jobs URL``: list the jobs in the queue document and its segments (a
+snapshot from storage)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,21 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from osqueue.broker.segments_read import (
+    Listed,
+    SortKey,
+    cursor_text,
+    list_jobs,
+    parse_cursor,
+    sort_key,
+    spilled_count,
+)
 from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.cli.options import AsJson, Url
-from osqueue.cli.snapshot import read_document
-from osqueue.state import StoredJob
+from osqueue.cli.snapshot import read_blob
+from osqueue.state import Document, StoredJob, decode
+from osqueue.storage import from_url
 
 
 class JobState(enum.StrEnum):
@@ -25,6 +36,10 @@ class JobState(enum.StrEnum):
     claimed = "claimed"
     dead = "dead"
     done = "done"
+
+
+#: jobs read per page when --limit 0 asks for all of them
+_PAGE = 10_000
 
 
 def jobs(
@@ -43,43 +58,92 @@ def jobs(
             "--limit", "-n", envvar="OSQUEUE_LIMIT", min=0, help="At most this many (0: all)."
         ),
     ] = 100,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after",
+            envvar="OSQUEUE_AFTER",
+            help="Start after this QUEUE:PRIORITY:SEQ (the cursor a listing ends with).",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """List live and dead jobs, in claim order (priority, then FIFO).
 
     Reads the queue document from storage (a consistent snapshot; no broker
-    needed).  Completed jobs leave the document once archived.  --json prints
-    one JSON object per job per line.
+    needed), and the segment objects of a deep backlog as far as the listing
+    reaches.  Completed jobs leave the document once archived.  --json prints
+    one JSON object per job per line; a listing cut by --limit ends with the
+    cursor to pass as --after for the next page.
     """
-    doc = asyncio.run(read_document(url))
+    start = parse_cursor(after) if after else None
+    status = state.value if state is not None else None
+    shown, left = asyncio.run(_listing(url, queue, status, limit, start))
     now = time.time()
-    selected = sorted(
-        (
-            j
-            for j in doc.jobs.values()
-            if (queue is None or j.queue == queue) and (state is None or j.status == state.value)
-        ),
-        key=lambda j: (j.queue, j.priority, j.seq),
-    )
-    shown = selected[:limit] if limit else selected
     if as_json:
-        for job in shown:
-            typer.echo(json.dumps(job_dict(job)))
+        for listed in shown:
+            typer.echo(json.dumps(job_dict(listed.job, spilled=listed.segment is not None)))
         return
     console = stdout()
     console.print(_table(shown, now))
-    if len(shown) < len(selected):
-        console.print(f"[dim]{len(selected) - len(shown)} more; raise --limit or use --json[/]")
+    if left and shown:
+        cursor = cursor_text(sort_key(shown[-1].job))
+        more = "more" if start is not None else f"{left} more"
+        console.print(f"[dim]{more}; next page: --after '{cursor}' (or raise --limit)[/]")
 
 
-def job_dict(job: StoredJob) -> dict[str, Any]:
-    """One job as JSON: the document's fields, times as epoch seconds, no payload bytes."""
+async def _listing(
+    url: str, queue: str | None, status: str | None, limit: int, after: SortKey | None
+) -> tuple[list[Listed], int]:
+    """The page (every job when ``limit`` is 0), and how many matching jobs follow
+    it (from the first page: a count; after a cursor: 1 if any do)."""
+    storage = from_url(url)
+    try:
+
+        async def read() -> Document:
+            return decode((await read_blob(storage, url)).data)
+
+        doc = await read()
+        first = after is None
+        shown: list[Listed] = []
+        while True:
+            want = limit - len(shown) + 1 if limit else _PAGE
+            doc, page = await list_jobs(
+                storage, read, doc, after=after, limit=want, queue=queue, status=status
+            )
+            shown.extend(page)
+            if len(page) < want or (limit and len(shown) > limit):
+                break
+            after = sort_key(page[-1].job)
+    finally:
+        await storage.close()
+    if not limit or len(shown) <= limit:
+        return shown, 0
+    left = _matching(doc, queue, status) - limit if first else 1
+    return shown[:limit], max(1, left)
+
+
+def _matching(doc: Document, queue: str | None, status: str | None) -> int:
+    index = doc.index
+    names = [queue] if queue is not None else sorted(set(index.queues()) | doc.segments.queues())
+    statuses = [status] if status is not None else [s.value for s in JobState]
+    total = sum(index.count(q, s) for q in names for s in statuses)
+    if status in (None, "queued"):
+        total += spilled_count(doc, queue)
+    return total
+
+
+def job_dict(job: StoredJob, *, spilled: bool = False) -> dict[str, Any]:
+    """One job as JSON: the document's fields, times as epoch seconds, no payload
+    bytes; ``spilled``: it sits in a segment object (a deep backlog)."""
     claim = job.claim
     return {
         "id": job.id,
         "queue": job.queue,
         "status": job.status,
         "priority": job.priority,
+        "seq": job.seq,
+        "spilled": spilled,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "key": job.key,
@@ -100,15 +164,18 @@ def job_dict(job: StoredJob) -> dict[str, Any]:
 _STYLE = {"waiting": "yellow", "queued": "", "claimed": "cyan", "dead": "red", "done": "green"}
 
 
-def _table(selected: list[StoredJob], now: float) -> Table:
+def _table(selected: list[Listed], now: float) -> Table:
     table = Table(show_edge=False, pad_edge=False)
     for column in ("id", "queue", "status", "prio", "tries", "age", "worker", "last error"):
         table.add_column(column, no_wrap=column != "last error", overflow="fold")
-    for job in selected:
+    for listed in selected:
+        job = listed.job
         age = now - job.created_at.timestamp()
         status: str = job.status
         if job.status == "queued" and job.run_at is not None and job.run_at.timestamp() > now:
             status = f"queued (in {job.run_at.timestamp() - now:.0f}s)"
+        elif listed.segment is not None:
+            status = "queued (spilled)"
         elif job.status == "waiting":
             status = f"waiting ({len(job.after)} parent{'' if len(job.after) == 1 else 's'})"
         table.add_row(

@@ -37,6 +37,10 @@ def status(
 ) -> None:
     """Depth per queue, claimed, dead, oldest waiting age, version, broker address and lease.
 
+    Jobs of a deep backlog that sit in segment objects count in the depth and
+    show as "spilled" (counted from the document's references; no segment is
+    read).
+
     Reads the queue document directly from storage, so it works with no broker
     running.  --json prints one JSON object (one per refresh with --watch).
     """
@@ -87,6 +91,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
             "depth": q.depth,
             "ready": q.depth - q.delayed,
             "delayed": q.delayed,
+            "spilled": q.spilled,
             "claimed": q.claimed,
             "dead": q.dead,
             "oldest_age_s": None if q.oldest_age_s is None else round(q.oldest_age_s, 3),
@@ -103,6 +108,8 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "tombstones": stats.tombstones,
         "broker": broker,
         "depth": stats.depth,
+        "spilled": sum(q.spilled for q in stats.queues.values()),
+        "segments": sum(1 for _ in doc.segments),
         "claimed": stats.claimed,
         "dead": stats.dead,
         "oldest_age_s": max(ages) if ages else None,
@@ -119,9 +126,12 @@ def render(snapshot: dict[str, Any]) -> Group:
     broker = snapshot["broker"]
     head = Text()
     head.append(f"{snapshot['url']}", style="bold")
+    segments = snapshot.get("segments", 0)
     head.append(
         f"  version {snapshot['version']}  {snapshot['document_bytes']:,} bytes"
-        f"  {snapshot['tombstones']:,} dedupe tombstones\n"
+        f"  {snapshot['tombstones']:,} dedupe tombstones"
+        + (f"  {snapshot['spilled']:,} jobs in {segments:,} segments" if segments else "")
+        + "\n"
     )
     if broker is None:
         head.append("broker: none (no broker has owned this queue yet)", style="yellow")
@@ -142,7 +152,8 @@ def render(snapshot: dict[str, Any]) -> Group:
         f"failed {snapshot['failed']:,}  reclaimed {snapshot['reclaimed']:,}"
     )
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("queue", "depth", "ready", "delayed", "claimed", "dead", "oldest waiting"):
+    columns = ("queue", "depth", "ready", "delayed", "spilled", "claimed", "dead", "oldest waiting")
+    for column in columns:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in snapshot["queues"].items():
         table.add_row(
@@ -150,6 +161,7 @@ def render(snapshot: dict[str, Any]) -> Group:
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['delayed']:,}",
+            Text(f"{q['spilled']:,}", style="dim" if not q["spilled"] else ""),
             f"{q['claimed']:,}",
             Text(f"{q['dead']:,}", style="red" if q["dead"] else ""),
             age_text(q["oldest_age_s"]),
@@ -159,6 +171,7 @@ def render(snapshot: dict[str, Any]) -> Group:
         f"{snapshot['depth']:,}",
         "",
         "",
+        f"{snapshot['spilled']:,}",
         f"{snapshot['claimed']:,}",
         f"{snapshot['dead']:,}",
         age_text(snapshot["oldest_age_s"]),

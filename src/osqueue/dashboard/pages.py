@@ -24,8 +24,8 @@ from osqueue.dashboard.actions import PAUSE_AVAILABLE
 from osqueue.dashboard.archive_view import check_day, check_hour
 from osqueue.dashboard.queries import (
     STATUSES,
-    DocumentJobs,
     JobFilter,
+    SegmentedJobs,
     decode_cursor,
     encode_cursor,
     payload_of,
@@ -155,7 +155,7 @@ async def jobs(request: web.Request) -> web.Response:
     after_text = request.query.get("after")
     after = decode_cursor(after_text) if after_text else None
     limit = _int_arg(request, "limit", PAGE_SIZE)
-    page = await DocumentJobs(snap.doc).page(where, after, limit)
+    page = await SegmentedJobs(snap.doc, board.source.storage).page(where, after, limit)
     return _html(
         request,
         "jobs.html",
@@ -174,7 +174,7 @@ async def job(request: web.Request) -> web.Response:
     board = _readable(request)
     snap = await board.source.current()
     job_id = request.match_info["id"]
-    found = await DocumentJobs(snap.doc).get(job_id)
+    found = await SegmentedJobs(snap.doc, board.source.storage).get(job_id)
     if found is None:
         return _html(request, "job_missing.html", job_id=job_id)
     payload = await payload_of(found, board.source.storage)
@@ -213,7 +213,7 @@ async def dead(request: web.Request) -> web.Response:
     where = _job_filter(request, status="dead")
     after_text = request.query.get("after")
     after = decode_cursor(after_text) if after_text else None
-    page = await DocumentJobs(snap.doc).page(where, after, PAGE_SIZE)
+    page = await SegmentedJobs(snap.doc, board.source.storage).page(where, after, PAGE_SIZE)
     return _html(
         request,
         "dead.html",

@@ -9,11 +9,13 @@ before the page, and a job pushed meanwhile never shifts the pages.
 answers from the document in memory: one pass over the candidate jobs per page,
 keeping only the ``limit`` smallest keys after the cursor (index sets narrow
 the candidates for claimed and done jobs, and ids and keys are looked up
-directly).  When the deep-backlog segments land, a segment-aware source keeps
-the same interface: per queue and priority the claim order is the document's
+directly).  :class:`SegmentedJobs` adds the jobs of a deep backlog that sit in
+segment objects: per queue and priority the claim order is the document's
 jobs below the first segment, the segments in seq order, then the rest, and a
-segment's reference carries its first and last seq and its count, so a page
-after a cursor reads at most the one segment object the page falls in.
+segment's reference carries its seq range and its count, so a page after a
+cursor reads only the segment objects the page falls in
+(:mod:`osqueue.broker.segments_read`), and totals count spilled jobs from the
+references.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from osqueue.broker.segments_read import (
+    SnapshotMoved,
+    find_spilled,
+    jobs_after,
+    spilled_count,
+)
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.state import Document, StoredJob
 from osqueue.storage.port import Storage
@@ -86,7 +94,7 @@ class JobPage:
 
 
 class JobSource(Protocol):
-    """Pages of jobs in claim order (the document's now; segments' later)."""
+    """Pages of jobs in claim order (of the document, and of its segments)."""
 
     async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage: ...
 
@@ -132,6 +140,58 @@ class DocumentJobs:
         if where.status == "done":
             return [doc.jobs[i] for i in index.done if i in doc.jobs]
         return doc.jobs.values()
+
+
+class SegmentedJobs:
+    """Jobs in one decoded document and in the segment objects it references
+    (read from ``storage`` as a page reaches them).  A segment loaded and
+    deleted since the snapshot (``SnapshotMoved``) makes the page answer from
+    the document alone, and ``moved`` say so: the next snapshot has them."""
+
+    def __init__(self, doc: Document, storage: Storage) -> None:
+        self.doc = doc
+        self.storage = storage
+        self._docs = DocumentJobs(doc)
+        #: a segment was gone: this snapshot is older than what is stored
+        self.moved = False
+
+    async def get(self, job_id: str) -> StoredJob | None:
+        found = await self._docs.get(job_id)
+        if found is None and self.doc.segments:
+            found = await find_spilled(self.storage, self.doc, job_id)
+        return found
+
+    async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage:
+        doc = self.doc
+        if not doc.segments or where.status not in (None, "queued"):
+            return await self._docs.page(where, after, limit)
+        if where.text:
+            found = await self._docs.page(where, after, limit)
+            if found.jobs:
+                return found
+            job = await find_spilled(self.storage, doc, where.text)
+            jobs = [job] if job is not None and where.matches(job) else []
+            return JobPage(jobs=jobs, next_after=None, total=len(jobs))
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidInput(f"must be between 1 and {MAX_LIMIT}", field="limit")
+        total = sum(1 for j in doc.jobs.values() if where.matches(j))
+        total += spilled_count(doc, where.queue)
+        try:
+            listed = await jobs_after(
+                self.storage,
+                doc,
+                after=after,
+                limit=limit + 1,
+                queue=where.queue,
+                status=where.status,
+            )
+        except SnapshotMoved:
+            self.moved = True
+            return await self._docs.page(where, after, limit)
+        jobs = [item.job for item in listed]
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
+        return JobPage(jobs=jobs, next_after=sort_key(jobs[-1]) if more else None, total=total)
 
 
 def _counting(jobs: Iterable[StoredJob], counts: list[int]) -> Iterable[StoredJob]:

@@ -2,7 +2,9 @@
 
 Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load()``):
 
-* ``table=jobs``: every job in the queue document, as of one version;
+* ``table=jobs``: every job in the queue document, as of one version, and the
+  jobs of a deep backlog that sit in segment objects (one Spark task per
+  segment reads it);
 * ``table=dead``: the dead letters;
 * ``table=archive``: every completed job, read from the archive objects in
   parallel (one Spark task per ``objects_per_partition`` objects of one hour).
@@ -43,6 +45,7 @@ from pyspark.sql.datasource import (
 from osqueue.api import NewJob
 from osqueue.broker.archive import BadLine, corrupt_lines
 from osqueue.errors import InvalidInput, NotFound
+from osqueue.state.model import SegmentRef, StoredJob
 
 from . import blocking
 from .archive import ArchiveOffset, archive_keys, latest_offset, plan_archive
@@ -112,8 +115,19 @@ class JobsPartition(InputPartition):
     refs: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass
+class SegmentPartition(InputPartition):
+    """The live jobs of one segment object, read by the task."""
+
+    ref: SegmentRef
+
+
 class JobsReader(DataSourceReader):
-    """One consistent snapshot: the document is read once, when the query is planned."""
+    """One snapshot: the document is read once, when the query is planned; each
+    segment it references is read by a task of its own.  A segment whose jobs
+    were all loaded back and deleted before its task ran is no longer there:
+    the task reads the document again and returns those jobs as they are
+    then (the ones still in the document)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -139,9 +153,19 @@ class JobsReader(DataSourceReader):
             chunk = wanted[start : start + JOB_ROWS_PER_PARTITION]
             refs = {i: j.payload_ref for i, j in enumerate(chunk) if j.payload_ref is not None}
             parts.append(JobsPartition([job_row(j) for j in chunk], refs))
+        if self.options.table == "jobs":
+            parts.extend(
+                SegmentPartition(ref)
+                for ref in doc.segments
+                if ref.remaining > 0
+                and (self.options.queue is None or ref.queue == self.options.queue)
+            )
         return parts or [JobsPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, SegmentPartition):
+            yield from self._read_segment(partition.ref)
+            return
         assert isinstance(partition, JobsPartition)
         rows = partition.rows
         if partition.refs:
@@ -156,6 +180,46 @@ class JobsReader(DataSourceReader):
                 rows[i] = (*rows[i][:-1], payload)
         if rows:
             yield to_arrow(rows)
+
+    def _read_segment(self, ref: SegmentRef) -> Iterator[Any]:
+        async def fetch(store: Any) -> list[tuple[StoredJob, bytes | None]]:
+            from osqueue.broker.segments_read import SnapshotMoved, read_spilled
+
+            try:
+                jobs = await read_spilled(store, ref)
+            except SnapshotMoved:
+                jobs = await _moved_on(store, ref)
+            return [(job, await _payload(store, job)) for job in jobs]
+
+        found = blocking.with_storage(self.options.url, fetch)
+        if found:
+            yield to_arrow((*job_row(job)[:-1], payload) for job, payload in found)
+
+
+async def _moved_on(store: Any, ref: SegmentRef) -> list[StoredJob]:
+    """The jobs of ``ref``'s range as the document holds them now (its object is
+    gone: they were loaded back since the query was planned)."""
+    from osqueue.state import DOCUMENT_KEY, decode
+
+    doc = decode((await store.read(DOCUMENT_KEY)).data)
+    return sorted(
+        (
+            job
+            for job in doc.jobs.values()
+            if (job.queue, job.priority) == ref.stream and ref.next_seq <= job.seq <= ref.last_seq
+        ),
+        key=lambda job: job.seq,
+    )
+
+
+async def _payload(store: Any, job: StoredJob) -> bytes | None:
+    if job.payload_ref is None:
+        return job.payload
+    try:
+        data: bytes = await store.get(job.payload_ref)
+    except NotFound:
+        return None
+    return data
 
 
 # --------------------------------------------------------------------------- archive

@@ -150,10 +150,10 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
-        #: the spill planner's memo (queue -> its queued count, ready heap size and
-        #: ``segments.changes`` when a scan found nothing to spill); not part of
-        #: the document's value
-        self.spill_scanned: dict[str, tuple[int, int, int]] = {}
+        #: the spill planner's memo (queue -> ``next_seq`` and its queued count at its
+        #: last scan, how many more jobs its largest tail needs, and the last seq of
+        #: its streams' last references); not part of the document's value
+        self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
 
     @classmethod
     def empty(cls) -> Document:

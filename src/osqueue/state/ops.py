@@ -39,13 +39,13 @@ class Policy:
     dedupe_window_s: float = 120.0
     # Deep backlogs (osqueue.state.planning): the transitions follow Spill and
     # Load ops; these say when the broker makes them.
-    #: jobs per segment object (one Spill moves this many out of the document)
-    segment_jobs: int = 20_000
+    #: most jobs per segment object (a spill writes a long tail as several)
+    segment_jobs: int = 50_000
     #: ready jobs a stream keeps in the document ahead of its segments: a spill
     #: leaves them, and a load is due once fewer are left
-    head_jobs: int = 2_000
+    head_jobs: int = 500
     #: jobs one Load puts back
-    load_jobs: int = 2_000
+    load_jobs: int = 500
     # Scheduling (osqueue.state.schedules, .limits, .deps)
     #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
     schedule_grace_s: float = 60.0
@@ -53,7 +53,7 @@ class Policy:
     max_schedules: int = 100_000
     #: a stream spills once this many of its ready jobs sit in the document
     #: behind its head and segments (None: never)
-    spill_above_jobs: int | None = 20_000
+    spill_above_jobs: int | None = 1_000
     # Results and the record of finished jobs (osqueue.state.finished_jobs,
     # osqueue.state.results.record: who gets an entry, and for how long).
     #: how long a finished job's record (and result) is kept, unless its push said;
@@ -191,6 +191,9 @@ class Load(msgspec.Struct, frozen=True):
     from_loaded: int
     jobs: tuple[StoredJob, ...]
     next_job: StoredJob | None = None
+    #: the jobs' lines in the object, if the broker has them: the document's
+    #: encoding of each job, kept as it is instead of encoding the job again
+    lines: tuple[bytes, ...] = ()
 
 
 class SetQueue(msgspec.Struct, frozen=True, gc=False):

@@ -17,8 +17,11 @@ Thresholds (:class:`~osqueue.state.ops.Policy`):
 
 * ``spill_above_jobs``: a stream spills once this many of its ready jobs sit in
   the document behind its segments (with none: behind its first ``head_jobs``).
-  The spill takes the oldest ``segment_jobs`` of them, so the head that claims
-  read is never spilled.
+  The spill takes that tail, oldest first, in segments of up to
+  ``segment_jobs`` jobs (the broker takes the whole tail, in as many segments
+  as it needs, so a fast load makes few large segments while a steady trickle
+  makes small ones, and a burst never outgrows the spills), and never the
+  head that claims read.
 * ``head_jobs``: a load is due once fewer ready jobs than this come before the
   stream's barrier in claim order (and at once when a claim starved); the
   object is read ahead once fewer than twice this are left.
@@ -26,10 +29,16 @@ Thresholds (:class:`~osqueue.state.ops.Policy`):
   ``head_jobs`` to ``head_jobs + load_jobs`` of a deep stream's jobs.
 
 :func:`plan_spills` counts cheaply first (a queue's queued jobs) and scans a
-queue's ready jobs only when that count could hold a tail to spill; a scan
-that finds none is remembered (``Document.spill_scanned``) until the queue
-grows by an eighth of a segment or a reference changes, so a queue of
-delayed jobs is not scanned on every commit.
+queue's ready jobs only when that count could hold a tail to spill.  A scan
+is remembered (``Document.spill_scanned``) with how many more jobs the
+largest tail needs (after the spills it planned, if any): a tail grows by at
+most one per job pushed (``next_seq``), or, in a queue without references,
+put back (the queued count; with references, loads add to the count, and a
+job put back lies before the barrier, or waits for the next scan), so the
+queue is not scanned again before that has grown that much, or a stream's
+last reference is not where the scan left it (a delayed job coming due is
+counted at the next scan).  A steady trickle costs one scan per spill, and a
+queue of delayed jobs is not scanned on every commit.
 """
 
 from __future__ import annotations
@@ -68,41 +77,79 @@ class LoadPlan:
     due: bool
 
 
-def plan_spills(doc: Document, policy: Policy) -> list[SpillPlan]:
+def plan_spills(
+    doc: Document, policy: Policy, exclude: Collection[str] = (), segments: int = 1
+) -> list[SpillPlan]:
     """The streams whose tail passed ``spill_above_jobs``, each with its oldest
-    ``segment_jobs`` tail jobs (at most one plan per stream)."""
+    tail jobs in up to ``segments`` segments of ``segment_jobs`` at most (the
+    plans of a stream are in seq order: their ``Spill`` ops apply in that
+    order).  ``exclude``: queues not to plan now (a spill of theirs is in
+    flight)."""
     above = policy.spill_above_jobs
     if above is None:
         return []
     index = doc.index
-    step = max(1, min(above, policy.segment_jobs) // 8)
     plans: list[SpillPlan] = []
-    for queue, heap in index.ready.items():
+    for queue in index.ready:
         queued = index.count(queue, "queued")
-        if queued < above:
+        if queued < above or queue in exclude:
             continue
+        lasts = _lasts(doc, queue)
         memo = doc.spill_scanned.get(queue)
         if (
             memo is not None
-            and queued < memo[0] + step
-            and len(heap) < memo[1] + step
-            and memo[2] == doc.segments.changes
+            and doc.next_seq - memo[0] < memo[2]
+            and (lasts or queued - memo[1] < memo[2])
+            and memo[3] == lasts
         ):
-            continue
-        found = _plan_queue(doc, queue, policy, above)
-        if found:
+            continue  # no tail can have grown to spill_above_jobs since the last scan
+        found, need = _plan_queue(doc, queue, policy, above, segments)
+        if need <= 0:  # a tail is left that could spill now: plan again next time
             doc.spill_scanned.pop(queue, None)
             plans.extend(found)
+        elif found:
+            # As the document will be once the spills apply (if one fails, its
+            # stream's last reference is not what this says, and the queue is
+            # scanned again).
+            ends = dict(lasts)
+            ends.update((plan.priority, plan.jobs[-1].seq) for plan in found)
+            spilled = sum(len(plan.jobs) for plan in found)
+            memo = (doc.next_seq, queued - spilled, need, tuple(sorted(ends.items())))
+            doc.spill_scanned[queue] = memo
+            plans.extend(found)
         else:
-            doc.spill_scanned[queue] = (queued, len(heap), doc.segments.changes)
+            doc.spill_scanned[queue] = (doc.next_seq, queued, need, lasts)
     return plans
 
 
-def _plan_queue(doc: Document, queue: str, policy: Policy, above: int) -> list[SpillPlan]:
+def _lasts(doc: Document, queue: str) -> tuple[tuple[int, int], ...]:
+    """(priority, last seq of its last reference) of ``queue``'s streams with
+    references: what their tails start after."""
+    return tuple(
+        sorted(
+            (p, refs[-1].last_seq) for (q, p), refs in doc.segments.streams.items() if q == queue
+        )
+    )
+
+
+def _plan_queue(
+    doc: Document, queue: str, policy: Policy, above: int, segments: int
+) -> tuple[list[SpillPlan], int]:
+    """The queue's spill plans, and how many more ready jobs its largest tail
+    needs, after them, before it spills (a tail grows by at most one per job
+    pushed or put back in the queue, so no scan is needed before then; 0 or
+    less: a tail could spill now)."""
     jobs = doc.jobs
+    # A stream with references spills only jobs after its last one: the entries
+    # before it (the head, most of the heap) are passed over by their seq.
+    cuts = dict(_lasts(doc, queue))
     streams: dict[int, list[StoredJob]] = {}
     seen: set[str] = set()
-    for priority, seq, job_id in doc.index.ready[queue]:
+    for entry in doc.index.ready[queue]:
+        priority, seq, job_id = entry
+        cut = cuts.get(priority)
+        if cut is not None and seq <= cut:
+            continue
         job = jobs.get(job_id)
         if (
             job is None
@@ -113,23 +160,28 @@ def _plan_queue(doc: Document, queue: str, policy: Policy, above: int) -> list[S
         ):
             continue
         seen.add(job_id)
-        streams.setdefault(priority, []).append(job)
+        ready = streams.get(priority)
+        if ready is None:
+            ready = streams[priority] = []
+        ready.append(job)
     plans: list[SpillPlan] = []
+    need = above
     for priority, ready in sorted(streams.items()):
-        if len(ready) < above:
+        last = doc.segments.last((queue, priority))
+        size = len(ready) if last is not None else len(ready) - policy.head_jobs
+        if size < above:
+            need = min(need, above - max(0, size))
             continue
         ready.sort(key=_seq)
-        last = doc.segments.last((queue, priority))
-        if last is None:
-            tail = ready[policy.head_jobs :]
-        else:
-            tail = [job for job in ready if job.seq > last.last_seq]
-        if len(tail) < above:
-            continue
-        chosen = tuple(tail[: policy.segment_jobs])
-        lines = tuple(doc.encoded_job(job.id) for job in chosen)
-        plans.append(SpillPlan(queue, priority, chosen, lines))
-    return plans
+        tail = ready[policy.head_jobs :] if last is None else ready
+        per = policy.segment_jobs
+        taken = min(len(tail), per * segments)
+        for start in range(0, taken, per):
+            chosen = tuple(tail[start : min(start + per, taken)])
+            lines = tuple(doc.encoded_job(job.id) for job in chosen)
+            plans.append(SpillPlan(queue, priority, chosen, lines))
+        need = min(need, above - (len(tail) - taken))
+    return plans, need
 
 
 def _seq(job: StoredJob) -> int:

@@ -211,3 +211,67 @@ def check_object(ref: SegmentRef, header: SegmentHeader) -> None:
     ):
         if want != have:
             raise _bad(ref.key, 1, f"$.{name}", f"{have!r}, but its reference says {want!r}", 0)
+
+
+# --------------------------------------------------------------------------- reading in chunks
+
+
+class SegmentLines:
+    """A segment object split into its job lines, decoded a chunk at a time.
+
+    The broker keeps what it has read this way: a load takes ``load_jobs`` jobs
+    of a segment of any size, so decoding the whole object at once would stall
+    the commits for no use, and the lines take less memory than the decoded
+    jobs.  The header is checked when the object is parsed; a chunk's jobs
+    are checked by the ``Load`` that carries them (stream, seq order, status).
+    """
+
+    __slots__ = ("header", "key", "lines", "size_bytes")
+
+    def __init__(self, key: str, header: SegmentHeader, lines: list[bytes], size_bytes: int):
+        self.key = key
+        self.header = header
+        #: one encoded job per line, in seq order (the object's line ``i + 2``)
+        self.lines = lines
+        self.size_bytes = size_bytes
+
+    @classmethod
+    def parse(cls, data: bytes, key: str) -> SegmentLines:
+        """Split ``data`` (a whole segment object) and check its header."""
+        if not data.endswith(b"\n"):
+            raise _bad(key, data.count(b"\n") + 1, "$", "truncated (no final newline)", len(data))
+        lines = data.split(b"\n")
+        lines.pop()  # after the final newline
+        try:
+            header = _header_decoder.decode(lines[0])
+        except msgspec.MsgspecError as exc:
+            raise _bad(key, 1, "$", str(exc), 0) from exc
+        if header.format != SEGMENT_FORMAT:
+            raise _bad(key, 1, "$.format", f"{header.format} is not {SEGMENT_FORMAT}", 0)
+        del lines[0]
+        if len(lines) != header.count or not lines:
+            raise _bad(key, 1, "$.count", f"{header.count}, but it holds {len(lines)} jobs", 0)
+        return cls(key, header, lines, len(data))
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def jobs(self, start: int, end: int) -> list[StoredJob]:
+        """The jobs at positions ``start..end-1`` (CorruptDocument names a line that
+        does not decode)."""
+        out: list[StoredJob] = []
+        decode = _job_decoder.decode
+        for i in range(start, min(end, len(self.lines))):
+            try:
+                out.append(decode(self.lines[i]))
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+                raise _bad(self.key, i + 2, _field_of(str(exc)), str(exc), None) from exc
+        return out
+
+    def find(self, job_id: str) -> int | None:
+        """The position of ``job_id``'s line, if the object holds it."""
+        needle = b'{"id":' + _encoder.encode(job_id) + b","
+        for i, line in enumerate(self.lines):
+            if line.startswith(needle):
+                return i
+        return None

@@ -16,9 +16,11 @@ changes, and a segment object no reference names is left to the orphan sweep.
   created within ``dedupe_window_s`` leaves a tombstone (so a retried push of
   it is recognised, as for any job that left), and their idempotency keys
   stay held through the reference.
-* ``Load(key, from_loaded, jobs, next_job)``: the reference must be its
+* ``Load(key, from_loaded, jobs, next_job, lines)``: the reference must be its
   stream's first and have loaded exactly ``from_loaded`` jobs; ``jobs`` must
-  start at its ``next_seq``.  Cancelled ones are skipped (reported as
+  start at its ``next_seq``.  ``lines`` (optional) are the jobs' lines in the
+  object, which are the document's own encodings of them: kept as they are,
+  so a load encodes nothing.  Cancelled ones are skipped (reported as
   removed, so their payload objects go); an id already in the document (a
   push of the same id after its dedupe window) keeps the document's job.
   The last chunk drops the reference.
@@ -137,11 +139,15 @@ def load(doc: Document, op: Load, now: float) -> tuple[Counted, list[StoredJob],
     cancelled = set(ref.cancelled)
     skipped: list[StoredJob] = []
     inserted = 0
-    for job in jobs:
+    lines = _check_lines(op.lines, len(jobs)) if op.lines else None
+    for i, job in enumerate(jobs):
         if job.id in cancelled:
             skipped.append(job)
         elif job.id not in doc.jobs:
-            doc.put_job(job, now)
+            if lines is not None:
+                doc.put_encoded(job, lines[i], now)
+            else:
+                doc.put_job(job, now)
             inserted += 1
     if final:
         segments.remove(ref)
@@ -161,6 +167,15 @@ def load(doc: Document, op: Load, now: float) -> tuple[Counted, list[StoredJob],
         )
     )
     return Counted(inserted), skipped, None
+
+
+def _check_lines(lines: Sequence[bytes], count: int) -> Sequence[bytes]:
+    if not isinstance(lines, tuple | list) or len(lines) != count:
+        raise InvalidInput(f"must be the {count} jobs' lines, or none", field="lines")
+    for i, line in enumerate(lines):
+        if type(line) is not bytes or not line.startswith(b'{"id":'):
+            raise InvalidInput("must be a job's line of the object", field=f"lines[{i}]")
+    return lines
 
 
 def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob | None) -> bool:

@@ -171,6 +171,7 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.delayed = q.delayed
         entry.waiting = q.waiting
         entry.paused = q.paused
+        entry.spilled = q.spilled
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -192,6 +193,7 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             oldest_age_s=q.oldest_age_s if q.HasField("oldest_age_s") else None,
             waiting=q.waiting,
             paused=q.paused,
+            spilled=q.spilled,
         )
         for name, q in sorted(msg.queues.items())
     }

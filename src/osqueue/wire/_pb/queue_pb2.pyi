@@ -719,6 +719,7 @@ class QueueStats(_message.Message):
     OLDEST_AGE_S_FIELD_NUMBER: _builtins.int
     WAITING_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
+    SPILLED_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
     claimed: _builtins.int
     dead: _builtins.int
@@ -727,6 +728,8 @@ class QueueStats(_message.Message):
     waiting: _builtins.int
     """Jobs waiting for their parents (not in depth)."""
     paused: _builtins.bool
+    spilled: _builtins.int
+    """Queued jobs that sit in segment objects (deep backlogs), out of depth."""
     def __init__(
         self,
         *,
@@ -737,10 +740,11 @@ class QueueStats(_message.Message):
         oldest_age_s: _builtins.float | None = ...,
         waiting: _builtins.int = ...,
         paused: _builtins.bool = ...,
+        spilled: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015

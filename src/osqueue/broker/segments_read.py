@@ -1,0 +1,175 @@
+"""Reading spilled jobs for people and tools: listing in claim order, paging,
+finding one job (``osqueue jobs``, the dashboard, the Spark reader).
+
+A document snapshot says which segment objects hold which jobs; the objects
+are read only as a page reaches them.  Claim order within a queue is
+(priority, seq), so a page is "the next ``limit`` jobs after this
+(queue, priority, seq)" over the document's jobs and its segments' live jobs
+alike: a page reads at most the segments it falls in, and paging never counts
+the jobs before it.
+
+A snapshot can go stale while it is read: a segment loaded and deleted since
+is ``NotFound`` (:class:`SnapshotMoved`); the caller reads the document again
+and asks for the same page, which the cursor keeps well defined.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from osqueue.errors import InvalidInput, NotFound
+from osqueue.state import Document, SegmentRef, StoredJob, check_object, decode_segment, live_jobs
+from osqueue.state.segment_codec import SegmentLines
+from osqueue.storage.port import Storage
+
+#: (queue, priority, seq): claim order within a queue, and a page's cursor
+SortKey = tuple[str, int, int]
+
+
+class SnapshotMoved(NotFound):
+    """A segment the document snapshot names is gone (its jobs were loaded since):
+    read the document again."""
+
+
+def sort_key(job: StoredJob) -> SortKey:
+    return (job.queue, job.priority, job.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A job as listed, and the segment it sits in (None: in the document)."""
+
+    job: StoredJob
+    segment: str | None = None
+
+
+async def read_spilled(storage: Storage, ref: SegmentRef) -> list[StoredJob]:
+    """The live jobs (not loaded, not cancelled) of ``ref``'s object, in seq order."""
+    try:
+        data = await storage.get(ref.key)
+    except NotFound:
+        raise SnapshotMoved(f"segment {ref.key} is gone: the queue moved on") from None
+    header, jobs = decode_segment(data, ref.key)
+    check_object(ref, header)
+    return live_jobs(ref, jobs)
+
+
+def spilled_count(doc: Document, queue: str | None = None) -> int:
+    """Live jobs in segments (of ``queue``, or of every queue)."""
+    return sum(ref.remaining for ref in doc.segments if queue is None or ref.queue == queue)
+
+
+def _spilled_matches(status: str | None) -> bool:
+    return status is None or status == "queued"
+
+
+async def jobs_after(
+    storage: Storage,
+    doc: Document,
+    *,
+    after: SortKey | None,
+    limit: int,
+    queue: str | None = None,
+    status: str | None = None,
+    candidates: Iterable[StoredJob] | None = None,
+) -> list[Listed]:
+    """The first ``limit`` jobs after ``after`` in claim order, of ``doc`` and its
+    segments, that match ``queue`` and ``status`` (``candidates``: the document
+    jobs to consider, when the caller has narrowed them).  Reads only the
+    segments the page reaches; ``SnapshotMoved`` if one is gone."""
+    pool = doc.jobs.values() if candidates is None else candidates
+    docs = heapq.nsmallest(
+        limit,
+        (
+            j
+            for j in pool
+            if (queue is None or j.queue == queue)
+            and (status is None or j.status == status)
+            and (after is None or sort_key(j) > after)
+        ),
+        key=sort_key,
+    )
+    page = [Listed(job) for job in docs]
+    if not _spilled_matches(status) or not doc.segments:
+        return page
+    refs = sorted(
+        (r for r in doc.segments if (queue is None or r.queue == queue) and r.remaining > 0),
+        key=lambda r: (r.queue, r.priority, r.next_seq),
+    )
+    for ref in refs:
+        if after is not None and (ref.queue, ref.priority, ref.last_seq) <= after:
+            continue
+        if len(page) >= limit and (ref.queue, ref.priority, ref.next_seq) > sort_key(
+            page[limit - 1].job
+        ):
+            break  # this segment and every later one start past a full page
+        spilled = [
+            Listed(job, ref.key)
+            for job in await read_spilled(storage, ref)
+            if after is None or sort_key(job) > after
+        ]
+        page = heapq.nsmallest(limit, [*page, *spilled], key=lambda listed: sort_key(listed.job))
+    return page
+
+
+async def list_jobs(
+    storage: Storage,
+    read_document: Callable[[], Awaitable[Document]],
+    doc: Document,
+    *,
+    after: SortKey | None,
+    limit: int,
+    queue: str | None = None,
+    status: str | None = None,
+) -> tuple[Document, list[Listed]]:
+    """:func:`jobs_after`, reading the document again (a few times) when the
+    snapshot moved on; returns the document the page was read from."""
+    for _ in range(4):
+        try:
+            page = await jobs_after(
+                storage, doc, after=after, limit=limit, queue=queue, status=status
+            )
+            return doc, page
+        except SnapshotMoved:
+            doc = await read_document()
+    page = await jobs_after(storage, doc, after=after, limit=limit, queue=queue, status=status)
+    return doc, page
+
+
+async def find_spilled(storage: Storage, doc: Document, job_id: str) -> StoredJob | None:
+    """The live spilled job ``job_id`` (or the one holding idempotency key
+    ``job_id``), reading the segments whose id bounds admit it."""
+    held = doc.segments.keys.get(job_id)
+    wanted = held if held is not None else job_id
+    for ref in doc.segments:
+        if not ref.min_id <= wanted <= ref.max_id:
+            continue
+        try:
+            data = await storage.get(ref.key)
+        except NotFound:
+            continue
+        obj = SegmentLines.parse(data, ref.key)
+        i = obj.find(wanted)
+        if i is not None and i >= ref.loaded and wanted not in ref.cancelled:
+            (job,) = obj.jobs(i, i + 1)
+            return job
+    return None
+
+
+def cursor_text(key: SortKey) -> str:
+    """A cursor as people type it: ``QUEUE:PRIORITY:SEQ``."""
+    return f"{key[0]}:{key[1]}:{key[2]}"
+
+
+def parse_cursor(text: str, field: str = "after") -> SortKey:
+    """``QUEUE:PRIORITY:SEQ`` (a queue name may hold ``:``) as a cursor."""
+    queue, _, rest = text.rpartition(":")
+    queue, _, priority = queue.rpartition(":")
+    try:
+        if not queue:
+            raise ValueError(text)
+        return (queue, int(priority), int(rest))
+    except ValueError:
+        raise InvalidInput(f"{text!r} is not QUEUE:PRIORITY:SEQ", field=field) from None

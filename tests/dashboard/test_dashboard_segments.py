@@ -1,0 +1,138 @@
+"""The dashboard's job source on a deep backlog: pages reach into segment objects,
+in claim order, reading only what they fall in; totals count spilled jobs."""
+
+from __future__ import annotations
+
+from osqueue.dashboard.queries import (
+    DocumentJobs,
+    JobFilter,
+    SegmentedJobs,
+    decode_cursor,
+    encode_cursor,
+    sort_key,
+)
+from osqueue.state import (
+    ClaimOp,
+    Document,
+    Policy,
+    Push,
+    StoredJob,
+    decode_segment,
+    plan_spills,
+    transition,
+)
+from osqueue.storage import MemoryStorage
+from osqueue.storage.port import Blob, Capabilities, Storage
+
+T0 = 1_800_000_000.0
+POLICY = Policy(segment_jobs=5, head_jobs=2, load_jobs=3, spill_above_jobs=4)
+
+
+class CountingGets:
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.gets = 0
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    async def read(self, key: str) -> Blob:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        return await self.inner.write(key, data, if_match=if_match)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        self.gets += 1
+        return await self.inner.get(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def deep() -> tuple[Document, CountingGets, list[StoredJob]]:
+    """Two queues, two priorities on ``a``, most jobs spilled, one claimed; and every
+    job in claim order."""
+    store = CountingGets(MemoryStorage())
+    ops = [
+        Push(f"a{i:02d}", b"p", queue="a", priority=i % 2, key=f"key-{i}" if i == 13 else None)
+        for i in range(30)
+    ]
+    ops += [Push(f"b{i:02d}", b"p", queue="b") for i in range(12)]
+    doc = Document.empty()
+    objects: list[StoredJob] = []
+    for op in ops:
+        doc = transition(doc, [op], T0, POLICY).doc
+        for n, plan in enumerate(plan_spills(doc, POLICY)):
+            spill, data = plan.build(f"u{op.id}{n}")
+            await store.put(spill.ref.key, data)
+            objects.extend(decode_segment(data)[1])
+            doc = transition(doc, [spill], T0, POLICY).doc
+    doc = transition(doc, [ClaimOp("w", ("a",), 1)], T0, POLICY).doc
+    spilled_ids = {j.id for j in objects}
+    every = [*doc.jobs.values(), *(j for j in objects if j.id not in doc.jobs)]
+    assert len(every) == 42
+    assert len(spilled_ids) > 25
+    store.gets = 0
+    return doc, store, sorted(every, key=sort_key)
+
+
+async def walk(source: SegmentedJobs, where: JobFilter, limit: int) -> list[str]:
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await source.page(where, after, limit)
+        seen += [j.id for j in page.jobs]
+        assert len(page.jobs) <= limit
+        if page.next_after is None:
+            return seen
+        after = decode_cursor(encode_cursor(page.next_after))
+
+
+async def test_pages_reach_into_segments_in_claim_order() -> None:
+    doc, store, every = await deep()
+    source = SegmentedJobs(doc, store)
+    for limit in (1, 4, 7, 100):
+        assert await walk(source, JobFilter(), limit) == [j.id for j in every]
+    a = await source.page(JobFilter(queue="a"), None, 3)
+    assert a.total == 30
+    assert [j.id for j in a.jobs] == [j.id for j in every if j.queue == "a"][:3]
+    queued_b = await walk(source, JobFilter(queue="b", status="queued"), 5)
+    assert queued_b == [f"b{i:02d}" for i in range(12)]
+    claimed = await source.page(JobFilter(status="claimed"), None, 10)
+    assert [j.id for j in claimed.jobs] == ["a00"]
+
+
+async def test_a_first_page_reads_only_the_segments_it_falls_in() -> None:
+    doc, store, _ = await deep()
+    await SegmentedJobs(doc, store).page(JobFilter(queue="a"), None, 2)
+    assert store.gets <= 1
+    assert sum(1 for _ in doc.segments) > 4
+
+
+async def test_get_and_search_find_spilled_jobs_by_id_and_key() -> None:
+    doc, store, _ = await deep()
+    source = SegmentedJobs(doc, store)
+    assert "a13" not in doc.jobs
+    found = await source.get("a13")
+    assert found is not None
+    assert found.key == "key-13"
+    by_key = await source.page(JobFilter(text="key-13"), None, 5)
+    assert [j.id for j in by_key.jobs] == ["a13"]
+    assert await source.get("nope") is None
+    assert (await source.page(JobFilter(text="nope"), None, 5)).total == 0
+    assert await DocumentJobs(doc).get("a13") is None  # the document alone has not

@@ -1,0 +1,121 @@
+"""``osqueue status`` and ``osqueue jobs`` on a deep backlog: jobs in segment
+objects are counted from the references and listed by reading the objects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from osqueue.api import NewJob
+from osqueue.broker import Broker, BrokerConfig
+from osqueue.cli.app import app
+from osqueue.state import DOCUMENT_KEY, Document, decode
+
+DEEP = BrokerConfig(
+    address="127.0.0.1:1",
+    segment_jobs=5,
+    head_jobs=3,
+    load_jobs=4,
+    spill_above_jobs=4,
+    payload_sweep_interval_s=None,
+    stats_log_interval_s=None,
+)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def read_doc(path: Path) -> Document:
+    return decode((path / DOCUMENT_KEY).read_bytes())
+
+
+@pytest.fixture
+def deep(tmp_path: Path) -> tuple[str, list[str]]:
+    """A stopped queue: 30 jobs on ``a`` (two priorities, most of them spilled),
+    3 on ``b``, one of a's claimed; returns its URL and a's ids in claim order."""
+    path = tmp_path / "queue"
+    path.mkdir()
+    url = f"file://{path}"
+
+    async def build() -> list[str]:
+        async with Broker(url, DEEP) as broker:
+            q = broker.client()
+            low: list[str] = []
+            high: list[str] = []
+            for i in range(15):
+                low.append(await q.push(b"l%d" % i, queue="a", priority=1))
+                high.append(await q.push(b"h%d" % i, queue="a", priority=0))
+            await q.push_many([NewJob(b"b", queue="b") for _ in range(3)])
+            await broker.segments.settled()
+            (claimed,) = await q.claim("w-cli", ["a"])
+            await broker.segments.settled()
+            assert claimed.id == high[0]
+            return high + low
+
+    return url, asyncio.run(build())
+
+
+def test_status_counts_the_spilled_jobs(deep: tuple[str, list[str]]) -> None:
+    url, _ = deep
+    doc = read_doc(Path(url.removeprefix("file://")))
+    spilled = sum(ref.remaining for ref in doc.segments)
+    assert spilled > 15
+    result = invoke("status", url, "--json")
+    assert result.exit_code == 0, result.stderr
+    snapshot = json.loads(result.stdout)
+    assert snapshot["queues"]["a"]["spilled"] == spilled
+    assert snapshot["queues"]["a"]["depth"] == 29  # 30 pushed, one claimed
+    assert snapshot["spilled"] == spilled
+    assert snapshot["segments"] == sum(1 for _ in doc.segments)
+    table = invoke("status", url)
+    assert table.exit_code == 0
+    assert "spilled" in table.stdout
+    assert f"{spilled} jobs in {snapshot['segments']} segments" in table.stdout
+
+
+def test_jobs_lists_spilled_jobs_in_claim_order_and_pages(deep: tuple[str, list[str]]) -> None:
+    url, order = deep
+    result = invoke("jobs", url, "--queue", "a", "--limit", "0", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["id"] for r in rows] == order
+    assert rows[0]["status"] == "claimed"
+    spilled = [r for r in rows if r["spilled"]]
+    assert len(spilled) > 15
+    assert all(r["status"] == "queued" for r in spilled)
+
+    seen: list[str] = []
+    after: list[str] = []
+    shown = ""
+    while True:
+        page = invoke("jobs", url, "--queue", "a", "--limit", "7", *after)
+        assert page.exit_code == 0, page.stderr
+        shown += page.stdout
+        ids = [line.split()[0] for line in page.stdout.splitlines() if line.split()[:1]]
+        seen.extend(i for i in ids if i in order)
+        cursor = [line for line in page.stdout.splitlines() if "--after" in line]
+        if not cursor:
+            break
+        after = ["--after", cursor[0].split("'")[1]]
+    assert seen == order
+    assert shown.count("queued (spilled)") == len(spilled)
+    first = invoke("jobs", url, "--queue", "a", "--limit", "7")
+    assert "23 more; next page: --after 'a:0:" in first.stdout
+
+    everything = invoke("jobs", url, "--limit", "0", "--json", "--status", "queued")
+    queued = [json.loads(line)["id"] for line in everything.stdout.splitlines()]
+    assert len(queued) == 29 + 3
+    claimed = invoke("jobs", url, "--status", "claimed", "--json")
+    assert [json.loads(line)["id"] for line in claimed.stdout.splitlines()] == [order[0]]
+
+
+def test_jobs_refuses_a_cursor_that_is_not_one(deep: tuple[str, list[str]]) -> None:
+    url, _ = deep
+    result = invoke("jobs", url, "--after", "nonsense")
+    assert result.exit_code != 0
+    assert "QUEUE:PRIORITY:SEQ" in result.stderr

@@ -1,0 +1,80 @@
+"""``spark.read.format("osqueue")`` of a deep backlog returns the jobs in the document
+and those in segment objects (a task per segment), large payloads included; a
+segment loaded and deleted after the query was planned is read from the
+document instead."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+from spark_helpers import served_broker
+
+from osqueue.spark.datasource import JobsReader, SegmentPartition
+from osqueue.spark.options import ReadOptions
+
+pytestmark = pytest.mark.spark
+
+DEEP = {
+    "segment_jobs": 40,
+    "head_jobs": 5,
+    "load_jobs": 10,
+    "spill_above_jobs": 20,
+    "inline_payload_max_bytes": 64,
+    "payload_sweep_interval_s": None,
+    "stats_log_interval_s": None,
+}
+
+
+def test_a_read_returns_every_job_of_the_document_and_its_segments(
+    spark: SparkSession, file_queue: str
+) -> None:
+    rows = [(f"payload-{i}" + ("x" * 100 if i % 50 == 7 else ""), i % 2) for i in range(400)]
+    frame = spark.createDataFrame(rows, "payload STRING, priority INT").repartition(3)
+    with served_broker(file_queue, **DEEP) as served:
+        frame.write.format("osqueue").option("url", file_queue).option("queue", "work").mode(
+            "append"
+        ).save()
+        served.run(served.broker.segments.settled())
+        spilled = served.run(served.client.stats()).queues["work"].spilled
+        assert spilled > 300
+        plan = JobsReader(ReadOptions.parse({"url": file_queue})).partitions()
+        assert sum(isinstance(p, SegmentPartition) for p in plan) >= 300 // 40
+
+        jobs = spark.read.format("osqueue").option("url", file_queue).load().collect()
+        assert sorted((r.payload.decode(), r.priority) for r in jobs) == sorted(rows)
+        assert {r.status for r in jobs} == {"queued"}
+
+        claimed = []
+        while len(claimed) < 30:  # a claim stops at a segment not loaded yet
+            claimed += served.run(
+                served.client.claim("w", ["work"], max_jobs=30 - len(claimed), wait_s=30.0)
+            )
+        served.run(served.broker.segments.settled())
+        after = spark.read.format("osqueue").option("url", file_queue).load()
+        assert after.count() == 400
+        assert after.filter("status = 'claimed'").count() == 30
+
+
+def test_a_segment_gone_since_the_plan_is_read_from_the_document(
+    spark: SparkSession, file_queue: str
+) -> None:
+    with served_broker(file_queue, **DEEP) as served:
+        for i in range(120):
+            served.run(served.client.push(b"p%d" % i))
+        served.run(served.broker.segments.settled())
+        reader = JobsReader(ReadOptions.parse({"url": file_queue}))
+        plan = reader.partitions()
+        first = next(p for p in plan if isinstance(p, SegmentPartition))
+        got = served.run(served.client.claim("w", max_jobs=100, wait_s=30.0))
+        while len(got) < 100:  # the claims load the first segment back, and drop it
+            got += served.run(served.client.claim("w", max_jobs=100 - len(got), wait_s=30.0))
+        served.run(served.broker.segments.settled())
+        assert served.broker.document.segments.find(first.ref.key) is None
+        rows = [row for batch in reader.read(first) for row in batch.to_pylist()]
+        expected = sorted(
+            (j.id, j.status)
+            for j in served.jobs()
+            if first.ref.next_seq <= j.seq <= first.ref.last_seq
+        )
+        assert sorted((r["id"], r["status"]) for r in rows) == expected
+        assert {r["status"] for r in rows} == {"claimed"}

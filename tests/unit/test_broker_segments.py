@@ -1,0 +1,282 @@
+"""The broker's segment I/O in detail (memory storage): failed spills, objects in
+flight and the sweep, unreadable segments, the cache's budget, payloads of
+spilled jobs, long-poll claims at a barrier, the sweep on its interval, and a
+graceful stop with segment work in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+import osqueue
+from osqueue.broker import Broker, BrokerConfig
+from osqueue.clock import ManualClock
+from osqueue.errors import StorageError
+from osqueue.state import (
+    DOCUMENT_KEY,
+    SEGMENT_PREFIX,
+    ClaimOp,
+    Complete,
+    Document,
+    Push,
+    claimable,
+    encode,
+    plan_spills,
+    transition,
+)
+from osqueue.storage import MemoryStorage
+from osqueue.storage.port import Blob, Capabilities, Storage
+
+T0 = 1_800_000_000.0
+SMALL = {
+    "segment_jobs": 4,
+    "head_jobs": 2,
+    "load_jobs": 3,
+    "spill_above_jobs": 3,
+    "retry_base_s": 0.001,
+    "payload_sweep_interval_s": None,
+    "stats_log_interval_s": None,
+    "lease_s": 3600.0,
+}
+
+
+def config(**kw: object) -> BrokerConfig:
+    return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
+
+
+class Gated:
+    """A storage wrapper whose segment writes land, then wait for :attr:`gate`
+    before their caller hears back (and can fail before landing)."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.gate.set()
+        #: a segment write arrived (and waits for the gate)
+        self.arrived = asyncio.Event()
+        self.put_errors = 0
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    async def read(self, key: str) -> Blob:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        return await self.inner.write(key, data, if_match=if_match)
+
+    async def put(self, key: str, data: bytes) -> None:
+        if key.startswith(SEGMENT_PREFIX) and self.put_errors:
+            self.put_errors -= 1
+            raise StorageError("injected: 503 on a segment write")
+        await self.inner.put(key, data)
+        if key.startswith(SEGMENT_PREFIX):
+            self.arrived.set()
+            await self.gate.wait()
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def pushed(broker: Broker, n: int, start: int = 0) -> list[str]:
+    q = broker.client()
+    return [await q.push(b"p%d" % i, id=f"j{i:03d}") for i in range(start, start + n)]
+
+
+async def test_a_spill_whose_jobs_changed_fails_alone_and_its_object_is_deleted() -> None:
+    store = Gated(MemoryStorage())
+    async with Broker(store, config()) as broker:
+        q = broker.client()
+        store.gate.clear()
+        await pushed(broker, 5)  # j002..j004 are planned; their object waits
+        await store.arrived.wait()
+        (written,) = broker.segments.writing
+        await q.cancel("j003")  # a job of the snapshot changes
+        store.gate.set()
+        await broker.segments.settled()
+        assert broker.segments.counters.failed_spills == 1
+        assert written not in await store.list(SEGMENT_PREFIX)  # deleted at once
+        assert written not in broker.segments.writing
+        await pushed(broker, 2, start=5)  # planned again from what is there now
+        await broker.segments.settled()
+        (ref,) = broker.document.segments
+        assert (ref.first_seq, ref.count) == (3, 3)  # j002, j004, j005
+        assert "j003" not in broker.document.jobs
+        assert await store.list(SEGMENT_PREFIX) == [ref.key]
+
+
+async def test_an_object_being_written_is_never_swept() -> None:
+    store = Gated(MemoryStorage())
+    async with Broker(store, config()) as broker:
+        store.gate.clear()
+        await pushed(broker, 5)
+        await store.arrived.wait()  # the object landed; its Spill is not submitted yet
+        (written,) = await store.list(SEGMENT_PREFIX)
+        assert broker.segments.writing == {written}
+        suspects = await broker.segments.sweep(set())
+        suspects = await broker.segments.sweep(suspects | {written})
+        assert suspects == set()
+        await broker.client().push(b"a commit")
+        store.gate.set()
+        await broker.segments.settled()
+        (ref,) = broker.document.segments
+        assert ref.key == written
+        assert await broker.segments.sweep({written}) == set()
+        assert await store.list(SEGMENT_PREFIX) == [written]
+
+
+async def test_a_segment_write_that_keeps_failing_is_planned_again() -> None:
+    store = Gated(MemoryStorage())
+    async with Broker(store, config()) as broker:
+        store.put_errors = 3  # every try of the first spill
+        await pushed(broker, 5)
+        await broker.segments.settled()
+        assert not broker.document.segments
+        assert await store.list(SEGMENT_PREFIX) == []
+        await pushed(broker, 1, start=5)
+        await broker.segments.settled()
+        (ref,) = broker.document.segments
+        assert (ref.count, await store.list(SEGMENT_PREFIX)) == (4, [ref.key])
+
+
+async def test_an_unreadable_segment_pauses_its_stream_and_the_others_serve_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStorage()
+    async with Broker(store, config()) as broker:
+        q = broker.client()
+        await pushed(broker, 8)
+        await broker.segments.settled()
+        (ref, *_) = broker.document.segments
+        await store.delete(ref.key)  # lost from outside
+        broker.segments.cache.evict(ref.key)  # (it was read ahead)
+        other = await q.push(b"other", queue="other")
+        with caplog.at_level(logging.ERROR, logger="osqueue.broker.segments"):
+            head = await q.claim("w", max_jobs=10)
+            assert [j.id for j in head] == ["j000", "j001"]  # stops at the barrier
+            await broker.segments.settled()
+            assert [j.id for j in await q.claim("w", ["other"])] == [other]
+            assert await q.claim("w") == []  # the stream waits
+        assert broker.segments.counters.failed_loads >= 1
+        assert ref.key in caplog.text
+        assert broker.serving
+
+
+async def test_the_cache_keeps_objects_within_its_budget() -> None:
+    store = MemoryStorage()
+    async with Broker(store, config(segment_cache_bytes=1)) as broker:
+        q = broker.client()
+        for name in ("a", "b", "c"):
+            for i in range(8):
+                await q.push(b"x", queue=name, id=f"{name}{i}")
+        await broker.segments.settled()
+        refs = list(broker.document.segments)
+        assert len({ref.queue for ref in refs}) == 3
+        for ref in refs:
+            await broker.segments.cache.fetch(ref)
+            assert len(broker.segments.cache) == 1  # one object over the budget: alone
+        assert broker.segments.cache.bytes == refs[-1].size_bytes
+
+
+async def test_payload_objects_of_spilled_jobs_survive_the_payload_sweep() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    cfg = config(inline_payload_max_bytes=16, payload_sweep_interval_s=5.0, lease_s=10.0)
+    async with Broker(store, cfg, clock=clock) as broker:
+        q = broker.client()
+        ids = [await q.push(b"%d" % i * 40) for i in range(8)]
+        await broker.segments.settled()
+        spilled = [i for i in ids if i not in broker.document.jobs]
+        assert spilled
+        for _ in range(16):  # three sweeps, the lease renewed meanwhile
+            for _ in range(20):
+                await asyncio.sleep(0)
+            clock.advance(1.0)
+        await broker.segments.settled()
+        assert len(await store.list("payloads/")) == 8
+        assert broker.counters.payloads_swept == 0
+        got = []
+        while len(got) < 8:
+            got.extend(await q.claim("w", max_jobs=8, wait_s=60.0))
+        assert [j.payload for j in got] == [b"%d" % i * 40 for i in range(8)]
+
+
+async def test_the_orphan_sweep_runs_with_the_payload_sweep_on_its_interval() -> None:
+    clock = ManualClock()
+    store = MemoryStorage()
+    orphan = "segments/default/p0/00000000000000000003=orphan.jsonl"
+    cfg = config(payload_sweep_interval_s=5.0, lease_s=10.0)
+    async with Broker(store, cfg, clock=clock) as broker:
+        await pushed(broker, 8)
+        await broker.segments.settled()
+        referenced = {ref.key for ref in broker.document.segments}
+        await store.put(orphan, b"never referenced")
+        for _ in range(11):  # sweeps at 5 s and 10 s; renewals commit in between
+            for _ in range(20):
+                await asyncio.sleep(0)
+            clock.advance(1.0)
+        await broker.client().push(b"a commit")
+        await broker.segments.settled()
+        assert set(await store.list(SEGMENT_PREFIX)) == referenced
+        assert broker.segments.counters.swept == 1
+
+
+async def test_a_long_poll_claim_at_a_barrier_with_nothing_read_waits_for_one_load() -> None:
+    """A takeover of a queue whose head is empty: the first claim stops at the
+    barrier, and its long poll is answered by the commit that loads."""
+    store = MemoryStorage()
+    policy = config().policy()
+    ops = [Push(f"j{i:03d}", b"p", dedupe=False) for i in range(8)]  # a tail of 2: no spill
+    doc = transition(Document.empty(), ops, T0, policy).doc
+    for plan in plan_spills(doc, policy):
+        op, data = plan.build("u1")
+        await store.put(op.ref.key, data)
+        doc = transition(doc, [op], T0, policy).doc
+    doc = transition(doc, [ClaimOp("gone", ("default",), 2)], T0, policy).doc
+    doc = transition(doc, [Complete("j000", 1), Complete("j001", 2)], T0, policy).doc
+    assert doc.segments
+    assert not claimable(doc, ["default"], T0)
+    await store.write(DOCUMENT_KEY, encode(doc), if_match=None)
+    clock = ManualClock(T0)  # nothing advances it: only a commit can answer the claim
+    async with Broker(store, config(), clock=clock) as broker:
+        broker.segments.cache.evict(next(iter(broker.document.segments)).key)
+        commits = broker.commits
+        (job,) = await broker.client().claim("w", max_jobs=1, wait_s=3600.0)
+        assert job.id == "j002"
+        assert broker.commits - commits <= 3  # the claim, the load, the claim again
+
+
+async def test_a_graceful_stop_with_segment_work_in_flight_leaves_a_consistent_queue() -> None:
+    store = Gated(MemoryStorage())
+    broker = Broker(store, config())
+    await broker.start()
+    await pushed(broker, 8)
+    await broker.segments.settled()
+    store.gate.clear()
+    await pushed(broker, 4, start=8)  # a spill waits on its write
+    await store.arrived.wait()
+    await broker.stop()
+    assert broker.segments.writing == set()
+    async with Broker(store.inner, config()) as second:
+        q = second.client()
+        got = []
+        while (await q.stats()).depth:
+            got.extend(j.id for j in await q.claim("w", max_jobs=5, wait_s=30.0))
+        assert got == [f"j{i:03d}" for i in range(12)]
+        assert isinstance(second.document, osqueue.state.Document)
