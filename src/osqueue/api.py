@@ -284,7 +284,8 @@ class QueueClient(Protocol):
 
         Answered by the commit that finishes the job.  Raises
         :class:`~osqueue.errors.JobNotFound` for an id the queue does not know
-        (never pushed, or finished longer than its ``result_ttl_s`` ago); a
+        (never pushed, finished longer than its ``result_ttl_s`` ago, or finished
+        keeping no result: ``result_ttl_s`` 0, the default); a
         wait that runs out first answers the job's live status."""
         ...
 

@@ -49,7 +49,7 @@ def seed(path: Path) -> dict[str, str]:
         async with Broker(url_of(path), BrokerConfig(address="127.0.0.1:1")) as broker:
             q = broker.client()
             ids = {
-                name: await q.push(name.encode(), max_attempts=1)
+                name: await q.push(name.encode(), max_attempts=1, result_ttl_s=600.0)
                 for name in ("json", "text", "bytes", "none", "dead")
             }
             jobs = {j.payload.decode(): j for j in await q.claim("w", max_jobs=5)}

@@ -42,7 +42,7 @@ async def test_a_result_completed_remotely_reads_back_the_same(
 async def test_the_long_poll_answers_when_the_job_completes(
     remote: RemoteClient, broker_server: BrokerServer
 ) -> None:
-    job_id = await remote.push(b"p")
+    job_id = await remote.push(b"p", result_ttl_s=600.0)
     entered = watch_parking(broker_server)
     waiting = asyncio.ensure_future(remote.result(job_id, wait_s=30.0))
     (job,) = await remote.claim("w")
@@ -73,15 +73,15 @@ def watch_parking(server: BrokerServer) -> asyncio.Event:
 
 
 async def test_a_wait_that_runs_out_answers_the_live_status(remote: RemoteClient) -> None:
-    job_id = await remote.push(b"p")
+    job_id = await remote.push(b"p", result_ttl_s=600.0)
     assert await remote.result(job_id, wait_s=0.2) == JobResult("queued")
 
 
 async def test_dead_and_cancelled_over_the_wire(remote: RemoteClient) -> None:
-    dead = await remote.push(b"p", max_attempts=1)
+    dead = await remote.push(b"p", max_attempts=1, result_ttl_s=600.0)
     (job,) = await remote.claim("w")
     await remote.fail(job, error="no luck")
-    cancelled = await remote.push(b"q")
+    cancelled = await remote.push(b"q", result_ttl_s=600.0)
     await remote.cancel(cancelled)
     assert await remote.result(dead) == JobResult(
         "dead", None, "no luck", 1, (await remote.result(dead)).finished_at
@@ -137,7 +137,7 @@ async def test_the_service_checks_what_the_client_would(broker_server: BrokerSer
 
 
 async def test_results_ride_with_complete_and_claim(remote: RemoteClient, queue_url: str) -> None:
-    ids = await remote.push_many([NewJob(b"%d" % i) for i in range(3)])
+    ids = await remote.push_many([NewJob(b"%d" % i, result_ttl_s=600.0) for i in range(3)])
     held = await remote.claim("w", max_jobs=2)
     before = (await read_document(queue_url)).version
     errors, claimed = await remote.complete_and_claim(
@@ -153,7 +153,7 @@ async def test_results_ride_with_complete_and_claim(remote: RemoteClient, queue_
 
 
 async def test_a_worker_over_grpc_keeps_its_handlers_results(remote: RemoteClient) -> None:
-    ids = await remote.push_many([NewJob(b"%d" % i) for i in range(6)])
+    ids = await remote.push_many([NewJob(b"%d" % i, result_ttl_s=600.0) for i in range(6)])
     worker = osqueue.Worker(remote, lambda job: {"n": int(job.payload)}, concurrency=3)
     worker_task = asyncio.create_task(worker.run())
     try:
@@ -169,12 +169,12 @@ async def test_a_result_survives_a_failover(queue_url: str) -> None:
     await first.start()
     client = await connect(queue_url, config=fast_config())
     try:
-        job_id = await client.push(b"p")
+        job_id = await client.push(b"p", result_ttl_s=600.0)
         waiting = asyncio.ensure_future(client.result(job_id, wait_s=30.0))
         (job,) = await client.claim("w")
         await client.complete(job, result="before the failover")
         assert (await waiting).value == "before the failover"
-        other = await client.push(b"q")
+        other = await client.push(b"q", result_ttl_s=600.0)
         entered = watch_parking(first)
         parked = asyncio.ensure_future(client.result(other, wait_s=30.0))
         await entered.wait()

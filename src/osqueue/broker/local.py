@@ -425,7 +425,9 @@ class LocalClient(SchedulingCalls):
         found = await self.broker.finished(job_id, wait)
         if found is None:
             raise JobNotFound(
-                f"no job {job_id}: never pushed, or it finished longer than its result_ttl_s ago"
+                f"no job {job_id}: never pushed, finished longer than its result_ttl_s ago, "
+                "or kept no result (results are kept for pushes with result_ttl_s, or by a "
+                "broker run with --result-ttl-s)"
             )
         return found
 

@@ -158,10 +158,10 @@ def broker(
             envvar="OSQUEUE_RESULT_TTL_S",
             min=0.0,
             help="Keep a finished job's result (and how it finished) this long, unless its"
-            " push says (0: keep none).",
+            " push says (0, the default: keep one only for pushes that ask).",
             rich_help_panel=_BROKER,
         ),
-    ] = 3600.0,
+    ] = 0.0,
     metrics_listen: Annotated[
         str | None,
         typer.Option(
