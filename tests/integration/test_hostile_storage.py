@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 import osqueue
 from osqueue.broker.broker import State
+from osqueue.broker.claimed import ClaimedJobs
 from osqueue.broker.payloads import BadPayload, Payloads
 from osqueue.cli.app import app
 from osqueue.client.remote import RemoteClient, connect
@@ -200,7 +201,7 @@ async def test_a_job_cancelled_before_its_object_was_read_is_left_out_and_not_fa
         claimed = await broker.submit(ClaimOp("w", max_jobs=2))  # committed, not read yet
         await q.cancel(gone)  # the job leaves; its object is deleted after the commit
         await store.delete(key)  # (that delete runs in the background: done here at once)
-        jobs = await q._claimed_jobs(claimed)
+        jobs = await ClaimedJobs(broker).jobs(claimed)
         assert [j.id for j in jobs] == [kept]
         assert broker.counters.ops == 4  # two pushes, the claim, the cancel: no Fail was sent
         assert (await q.stats()).dead == 0

@@ -133,3 +133,42 @@ def test_the_check_sees_an_upward_import(tmp_path: Path, source: str, found: str
     else:
         assert len(problems) == 1, problems
         assert found in problems[0]
+
+
+#: The sizes the architecture issue set: past them a module or a class holds
+#: more than one concern, and a reader loses its thread.
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 350
+
+
+def oversized(path: Path) -> list[str]:
+    """The module at ``path`` and its classes that pass the limits, one line each."""
+    text = path.read_text(encoding="utf-8")
+    found: list[str] = []
+    lines = len(text.splitlines())
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines (> {MAX_MODULE_LINES})")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+            size = node.end_lineno - node.lineno + 1
+            if size > MAX_CLASS_LINES:
+                found.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: class {node.name} "
+                    f"is {size} lines (> {MAX_CLASS_LINES})"
+                )
+    return found
+
+
+def test_no_module_or_class_is_past_its_size() -> None:
+    problems = [line for path in _sources() for line in oversized(path)]
+    assert problems == [], "too large:\n" + "\n".join(problems)
+
+
+def test_the_size_check_sees_a_large_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "osqueue")
+    (tmp_path / "osqueue").mkdir()
+    big = tmp_path / "osqueue" / "big.py"
+    big.write_text("class Big:\n" + "    x = 1\n" * MAX_CLASS_LINES, encoding="utf-8")
+    assert oversized(big) == [f"osqueue/big.py:1: class Big is {MAX_CLASS_LINES + 1} lines (> 350)"]
+    big.write_text("class Small:\n    x = 1\n", encoding="utf-8")
+    assert oversized(big) == []

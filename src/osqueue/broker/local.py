@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Unpack
 import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
+from osqueue.broker.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.local_scheduling import SchedulingCalls
-from osqueue.broker.payloads import BadPayload
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -36,7 +36,6 @@ from osqueue.errors import (
 from osqueue.ids import new_id
 from osqueue.state import (
     Cancel,
-    Claimed,
     ClaimOp,
     Complete,
     Counted,
@@ -63,13 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _raise_if_error(result: Result) -> Result:
-    if isinstance(result, OsqueueError):
-        # One error instance can answer many ops: drop the traceback of earlier raises.
-        raise result.with_traceback(None)
-    return result
-
-
 class LocalClient(SchedulingCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
@@ -79,6 +71,8 @@ class LocalClient(SchedulingCalls):
         config = broker.config
         #: payloads up to this size go inline (and within max_payload_bytes)
         self._inline_max = min(config.inline_payload_max_bytes, config.max_payload_bytes)
+        #: a claim's answer made into the jobs handlers get (payload objects read)
+        self._claimed = ClaimedJobs(broker)
 
     @property
     def heartbeat_timeout_s(self) -> float:
@@ -244,7 +238,7 @@ class LocalClient(SchedulingCalls):
             result = await self.broker.claim(op, wait_s)
         else:
             result = await self.broker.add_op(op)
-        return await self._claimed_jobs(result)
+        return await self._claimed.jobs(result)
 
     async def complete_and_claim(
         self,
@@ -265,115 +259,26 @@ class LocalClient(SchedulingCalls):
         ops = await self.broker.results.completions(jobs, results)
         answers = await self._submit_completions([*ops, ClaimOp(worker, queues, max_jobs)])
         errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]
-        return errors, await self._claimed_jobs(answers[-1])
-
-    async def _claimed_jobs(self, result: Result) -> list[Job]:
-        if type(result) is not Claimed:  # an error, or an answer of the wrong kind
-            _raise_if_error(result)
-            raise InvalidInput(f"unexpected result {type(result).__name__} for a claim", field="op")
-        out: list[Job] = []
-        for stored in result.jobs:
-            if stored.payload_ref is not None:  # an object under payloads/: read them all
-                return await self._with_objects(result.jobs)
-            out.append(self._job(stored, stored.payload or b""))
-        return out
-
-    async def _with_objects(self, claimed: Sequence[StoredJob]) -> list[Job]:
-        """The claimed jobs with their payloads read and checked.  A job whose object
-        is missing or does not hold what its push recorded never reaches a handler:
-        it is failed (:meth:`_fail_unreadable`) and left out, as is a job that left
-        the document since the claim (cancelled: its object is deleted too).  The
-        other jobs of the claim are returned."""
-        reads = await asyncio.gather(*(self._read_payload(j) for j in claimed))
-        out: list[Job] = []
-        bad: list[tuple[StoredJob, BadPayload]] = []
-        for job, got in zip(claimed, reads, strict=True):
-            if isinstance(got, BadPayload):
-                bad.append((job, got))
-            else:
-                out.append(self._job(job, got))
-        if bad:
-            await self._fail_unreadable(bad)
-        return out
-
-    async def _read_payload(self, job: StoredJob) -> bytes | BadPayload:
-        try:
-            return await self.broker.payloads.read(job)
-        except BadPayload as exc:
-            return exc
-
-    async def _fail_unreadable(self, bad: Sequence[tuple[StoredJob, BadPayload]]) -> None:
-        """Fail each claimed job whose payload object is bad, through the normal
-        ``Fail`` path (so retries and the dead-letter apply), with an error naming
-        the object.  A missing object of a job no longer held under this claim is
-        not bad: the job left (it was cancelled) and its object went with it."""
-        doc = self.broker.document
-        ops: list[Fail] = []
-        for job, exc in bad:
-            assert job.claim is not None
-            extra = {"action": "payload-check", "job": job.id, "key": exc.key}
-            current = doc.jobs.get(job.id)
-            claim = current.claim if current is not None else None
-            if exc.missing and (claim is None or claim.token != job.claim.token):
-                log.warning("a claimed job left before its payload was read", extra=extra)
-                continue
-            log.error(
-                "claimed job %s is failed: %s",
-                job.id,
-                exc,
-                extra={**extra, "expected": exc.expected, "found": exc.found},
-            )
-            ops.append(Fail(job.id, job.claim.token, str(exc)))
-        if not ops:
-            return
-        try:
-            results = await self.broker.submit_many(ops)
-        except OsqueueError as exc:  # the broker stopped: the claims time out instead
-            log.warning("could not fail jobs with bad payload objects: %s", exc)
-            return
-        for op, result in zip(ops, results, strict=True):
-            if isinstance(result, OsqueueError):
-                log.warning(
-                    "could not fail job %s with a bad payload object: %s",
-                    op.job_id,
-                    result,
-                    extra={"action": "payload-check", "job": op.job_id},
-                )
-
-    @staticmethod
-    def _job(job: StoredJob, payload: bytes) -> Job:
-        assert job.claim is not None
-        return Job(
-            id=job.id,
-            queue=job.queue,
-            payload=payload,
-            attempts=job.attempts,
-            max_attempts=job.max_attempts,
-            token=job.claim.token,
-            priority=job.priority,
-            key=job.key,
-            created_at=job.created_at.timestamp(),
-            group=job.group,
-        )
+        return errors, await self._claimed.jobs(answers[-1])
 
     # -- the holder's calls -------------------------------------------------------
 
     async def heartbeat(self, job: Job) -> None:
-        _raise_if_error(await self.broker.add_op(Heartbeat(job.id, job.token)))
+        raise_if_error(await self.broker.add_op(Heartbeat(job.id, job.token)))
 
     async def complete(self, job: Job, *, result: object = None) -> None:
         if result is None:  # the common case: one op, no upload
-            _raise_if_error(await self.broker.add_op(Complete(job.id, job.token)))
+            raise_if_error(await self.broker.add_op(Complete(job.id, job.token)))
             return
         (op,) = await self.broker.results.completions([job], [result])
         (answer,) = await self._submit_completions([op])
-        _raise_if_error(answer)
+        raise_if_error(answer)
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
-        _raise_if_error(await self.broker.add_op(Fail(job.id, job.token, error, retry_after_s)))
+        raise_if_error(await self.broker.add_op(Fail(job.id, job.token, error, retry_after_s)))
 
     async def release(self, job: Job) -> None:
-        _raise_if_error(await self.broker.add_op(Release(job.id, job.token)))
+        raise_if_error(await self.broker.add_op(Release(job.id, job.token)))
 
     async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
         results = await self.broker.submit_many([Heartbeat(j.id, j.token) for j in jobs])
@@ -444,7 +349,7 @@ class LocalClient(SchedulingCalls):
         result = await self.broker.add_op(Cancel(job_id))
         if isinstance(result, JobNotFound) and self.broker.document.segments:
             result = await self._cancel_spilled(job_id, result)
-        _raise_if_error(result)
+        raise_if_error(result)
 
     async def _cancel_spilled(self, job_id: str, missing: Result) -> Result:
         """Cancel ``job_id`` where it sits in a segment (found by reading its
@@ -462,14 +367,14 @@ class LocalClient(SchedulingCalls):
         return result
 
     async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = _raise_if_error(
+        result = raise_if_error(
             await self.broker.add_op(RetryDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Counted)
         return result.n
 
     async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = _raise_if_error(
+        result = raise_if_error(
             await self.broker.add_op(PurgeDead(None if ids is None else tuple(ids)))
         )
         assert isinstance(result, Removed)

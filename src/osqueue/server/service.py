@@ -42,6 +42,7 @@ from osqueue.errors import (
     Overloaded,
     Unauthenticated,
 )
+from osqueue.server.dead_letters import DeadLetterRpcs
 from osqueue.server.limits import Admission, Limits, RequestChecker
 from osqueue.server.scheduling import SchedulingRpcs
 from osqueue.state import validate
@@ -105,13 +106,6 @@ class EncodedResults(Protocol):
     ) -> tuple[JobResult, EncodedResult | None]: ...
 
 
-@runtime_checkable
-class DeadAdmin(Protocol):
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int: ...
-
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int: ...
-
-
 def _gathering(
     call: Callable[[Prepared], Awaitable[object]],
 ) -> Callable[[list[Prepared]], Awaitable[Outcomes]]:
@@ -123,7 +117,7 @@ def _gathering(
     return run
 
 
-class QueueService(SchedulingRpcs):
+class QueueService(SchedulingRpcs, DeadLetterRpcs):
     """Serves ``osqueue.v1.Queue`` by calling ``client`` (the scheduling RPCs are in
     :mod:`osqueue.server.scheduling`)."""
 
@@ -466,24 +460,6 @@ class QueueService(SchedulingRpcs):
             result = await client.result(job_id, wait_s=wait_s)
             value = EncodedResult.of(result.value)
         return job_result_to_pb(result, value)
-
-    async def _dead_admin(self, context: Context) -> DeadAdmin:
-        if isinstance(self.client, DeadAdmin):
-            return self.client
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "this broker's client has no dead-letter administration"
-        )
-        raise AssertionError("context.abort returned")  # pragma: no cover
-
-    async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        ids = self.check.dead(request)
-        admin = await self._dead_admin(context)
-        return pb.CountResponse(count=await admin.retry_dead(ids))
-
-    async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        ids = self.check.dead(request)
-        admin = await self._dead_admin(context)
-        return pb.CountResponse(count=await admin.purge_dead(ids))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -23,23 +23,23 @@ one of the parts it wires together:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from types import TracebackType
-from typing import Any, TypeVar, Unpack, cast
+from typing import TypeVar, Unpack, cast
 
 from osqueue.api import Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.client.discovery import BrokerLocation
 from osqueue.client.remote.batches import Batches
 from osqueue.client.remote.config import RemoteConfig
 from osqueue.client.remote.connection import Conn, Connection
+from osqueue.client.remote.dead_letters import DeadLetterRpcs
 from osqueue.client.remote.failover import Attempt, Failover, StreamCall
 from osqueue.client.remote.failures import errors_of, holder_result
 from osqueue.client.remote.requests import (
     claim_request,
     completion_ref,
     completion_refs,
-    dead_request,
     fail_item,
     holder_ref,
     push_message,
@@ -51,14 +51,13 @@ from osqueue.errors import OsqueueError, ShuttingDown
 from osqueue.state import validate
 from osqueue.storage.port import Storage
 from osqueue.wire._pb import queue_pb2 as pb
-from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 from osqueue.wire.auth import bearer_metadata
 from osqueue.wire.convert import job_from_pb, job_result_from_pb, stats_from_pb
 
 R = TypeVar("R")
 
 
-class RemoteClient(SchedulingRpcs):
+class RemoteClient(SchedulingRpcs, DeadLetterRpcs):
     """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker
     (and :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings).
 
@@ -386,27 +385,5 @@ class RemoteClient(SchedulingRpcs):
                 metadata=self._metadata,
             )
             return stats_from_pb(response)
-
-        return await self._unary(attempt)
-
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
-        return await self._dead_rpc(lambda stub: stub.RetryDead, ids)
-
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Delete dead jobs (all of them when ``ids`` is None)."""
-        return await self._dead_rpc(lambda stub: stub.PurgeDead, ids)
-
-    async def _dead_rpc(
-        self, pick: Callable[[pb_grpc.QueueAsyncStub], Any], ids: Sequence[str] | None
-    ) -> int:
-        """One dead-letter RPC (``pick`` chooses the stub method), retried like every call."""
-        request = dead_request(ids)
-
-        async def attempt(conn: Conn, deadline: float) -> int:
-            response = await pick(conn.stub)(
-                request, timeout=self.failover.attempt_timeout(deadline), metadata=self._metadata
-            )
-            return int(response.count)
 
         return await self._unary(attempt)
