@@ -15,7 +15,7 @@ import typer
 
 from osqueue import runtime
 from osqueue.cli import exits
-from osqueue.cli.options import Token, TokenFile, Url
+from osqueue.cli.options import MetricsListen, Token, TokenFile, Url
 
 _BROKER = "Broker"
 _TLS = "TLS"
@@ -162,15 +162,7 @@ def broker(
             rich_help_panel=_BROKER,
         ),
     ] = 0.0,
-    metrics_listen: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics-listen",
-            envvar="OSQUEUE_METRICS_LISTEN",
-            help="host:port to serve Prometheus metrics on at /metrics, no token needed"
-            " (port 0: any free port; needs osqueue[metrics]).",
-        ),
-    ] = None,
+    metrics_listen: MetricsListen = None,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig

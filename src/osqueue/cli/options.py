@@ -81,6 +81,15 @@ Embedded = Annotated[
         rich_help_panel=_CONN,
     ),
 ]
+MetricsListen = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-listen",
+        envvar="OSQUEUE_METRICS_LISTEN",
+        help="host:port to serve Prometheus metrics on at /metrics, no token needed"
+        " (port 0: any free port; needs osqueue[metrics]).",
+    ),
+]
 Queue = Annotated[str, typer.Option("--queue", "-q", envvar="OSQUEUE_QUEUE", help="Queue name.")]
 AsJson = Annotated[
     bool, typer.Option("--json", envvar="OSQUEUE_JSON", help="Print JSON instead of a table.")

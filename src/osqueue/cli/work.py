@@ -28,6 +28,7 @@ from osqueue.cli.options import (
     AllowPlaintextToken,
     ClientOptions,
     Embedded,
+    MetricsListen,
     TlsCa,
     TlsFingerprint,
     Token,
@@ -140,15 +141,7 @@ def work(
             rich_help_panel=_SPARK,
         ),
     ] = None,
-    metrics_listen: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics-listen",
-            envvar="OSQUEUE_METRICS_LISTEN",
-            help="host:port to serve Prometheus metrics on at /metrics, no token needed"
-            " (port 0: any free port; needs osqueue[metrics]).",
-        ),
-    ] = None,
+    metrics_listen: MetricsListen = None,
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
