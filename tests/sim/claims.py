@@ -244,16 +244,22 @@ def _out_of_order(
 
 
 def _capped_groups(before: Document, after: Document, queue: str) -> set[str | None]:
-    """The groups of ``queue`` at their cap in ``after`` (their jobs wait their turn)."""
+    """The groups of ``queue`` that may have been at their cap when the claim ran:
+    at it in ``after``, or in ``before`` (a commit applies its ops before its sweep,
+    so a claim the heartbeat sweep takes back in the same commit still counted
+    when the claim was made)."""
     settings = before.queue_settings.get(queue)
     cap = settings.max_claimed_per_group if settings is not None else None
     if cap is None:
         return set()
-    counts: dict[str, int] = defaultdict(int)
-    for j in after.jobs.values():
-        if j.queue == queue and j.status == "claimed" and j.group is not None:
-            counts[j.group] += 1
-    return {g for g, n in counts.items() if n >= cap}
+    capped: set[str | None] = set()
+    for doc in (before, after):
+        counts: dict[str, int] = defaultdict(int)
+        for j in doc.jobs.values():
+            if j.queue == queue and j.status == "claimed" and j.group is not None:
+                counts[j.group] += 1
+        capped |= {g for g, n in counts.items() if n >= cap}
+    return capped
 
 
 def _still_queued(chain: Chain, after: Document, job: StoredJob) -> bool:
