@@ -25,7 +25,16 @@ def test_stats_survive_the_wire_field_for_field() -> None:
     stats = Stats(
         version=42,
         queues={
-            "a": QueueStats(depth=3, claimed=1, dead=2, delayed=1, oldest_age_s=1.5, spilled=2),
+            "a": QueueStats(
+                depth=3,
+                claimed=1,
+                dead=2,
+                delayed=1,
+                oldest_age_s=1.5,
+                waiting=4,
+                paused=True,
+                spilled=2,
+            ),
             "b": QueueStats(depth=0, claimed=0, dead=0, delayed=0, oldest_age_s=None),
         },
         pushed=10,

@@ -278,7 +278,10 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     broker_clock = ManualClock()
     config = BrokerConfig(
-        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, lease_s=1000.0, backoff_cap_s=BACKOFF_CAP_S
+        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+        lease_s=1000.0,
+        backoff_cap_s=BACKOFF_CAP_S,
+        result_ttl_s=600.0,  # the handlers' results are read back
     )
     async with Broker(f"memory://test-worker-{new_id()}", config, clock=broker_clock) as broker:
         yield Env(broker, FusedRecorder(broker.client()), WatchedClock(), broker_clock)
@@ -901,7 +904,7 @@ async def test_a_value_that_cannot_be_a_result_is_dropped_and_the_job_completes(
 async def test_a_result_the_broker_refuses_for_its_size_is_dropped_alone(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    config = BrokerConfig(max_result_bytes=100, result_inline_max_bytes=10)
+    config = BrokerConfig(max_result_bytes=100, result_inline_max_bytes=10, result_ttl_s=600.0)
     async with Broker(f"memory://test-worker-{new_id()}", config) as broker:
         ids = await broker.client().push_many([NewJob(b"big"), NewJob(b"small")])
         client = FusedRecorder(broker.client())
