@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
@@ -18,8 +18,54 @@ if TYPE_CHECKING:
 #: for the next commit).
 _URGENT = (Spill, Load)
 
-#: Ops waiting for a commit and their callers' futures, index for index.
-Futures = list["asyncio.Future[Result]"]
+
+class Answer(Protocol):
+    """Where an op's result goes: an ``asyncio.Future``, or a slot of a batch."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Result, /) -> None: ...
+
+
+#: Ops waiting for a commit and where their results go, index for index.
+Futures = list[Answer]
+
+
+class _Batch:
+    """The results of one :meth:`Intake.submit_many`: one future for the whole
+    batch, resolved when its last op is answered (one future per op costs a
+    large push a few microseconds a job in the event loop)."""
+
+    __slots__ = ("future", "left", "results")
+
+    def __init__(self, future: asyncio.Future[list[Result]], size: int) -> None:
+        self.future = future
+        self.left = size
+        self.results: list[Result | None] = [None] * size
+
+
+class _Slot:
+    """One op's place in a :class:`_Batch` (an :class:`Answer`)."""
+
+    __slots__ = ("_answered", "batch", "index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+        self._answered = False
+
+    def done(self) -> bool:
+        return self._answered or self.batch.future.done()
+
+    def set_result(self, result: Result, /) -> None:
+        if self._answered:
+            return
+        self._answered = True
+        batch = self.batch
+        batch.results[self.index] = result
+        batch.left -= 1
+        if batch.left == 0 and not batch.future.done():
+            batch.future.set_result(batch.results)  # type: ignore[arg-type]  # all set now
 
 
 def answer_all(futures: Futures, exc: OsqueueError) -> None:
@@ -90,8 +136,20 @@ class Intake:
                 f"{len(self.pending)} ops are waiting for the broker and this batch has "
                 f"{len(ops)}; back off and retry"
             )
-        futures = [self.add_op(op) for op in ops]
-        return list(await asyncio.gather(*futures))
+        if not ops:
+            return []
+        life = self._life
+        if not life.serving:
+            raise life.refusal()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        batch = _Batch(loop.create_future(), len(ops))
+        self.pending.extend(ops)
+        self.futures.extend(_Slot(batch, i) for i in range(len(ops)))
+        if self._waker is not None:
+            self.wake()
+        return await batch.future
 
     def _refused(self, ops: Sequence[Op]) -> None:
         records = self._counters.records

@@ -82,40 +82,46 @@ class LocalClient(SchedulingCalls):
     # -- push ---------------------------------------------------------------------
 
     async def _push_op(self, job: NewJob) -> Push:
+        op = self._push_inline(job)
+        return op if op.payload is not None else await self._uploaded(op, job)
+
+    def _push_inline(self, job: NewJob) -> Push:
+        """``job``'s ``Push``, its payload inline if it fits (no I/O: a batch of them
+        needs no await per job); one too large for that has ``payload`` None and
+        goes through :meth:`_uploaded`."""
         if not isinstance(job.payload, bytes | bytearray | memoryview):
             raise InvalidInput(f"must be bytes, not {type(job.payload).__name__}", field="payload")
         payload = bytes(job.payload)
-        job_id = job.id or new_id()
-        dedupe = bool(job.id)  # a caller-chosen id may be sent again: keep a tombstone
         config = self.broker.config
         if len(payload) > config.max_payload_bytes:
             raise InvalidInput(
                 f"{len(payload)} bytes is above the limit of {config.max_payload_bytes}",
                 field="payload",
             )
-        common = {
-            "id": job_id,
-            "queue": job.queue,
-            "priority": job.priority,
-            "delay_s": job.delay_s,
-            "key": job.key,
-            "max_attempts": job.max_attempts,
-            "dedupe": dedupe,
-            "group": job.group,
-            "after": tuple(job.after),
-            "on_parent_failure": job.on_parent_failure,
-            "result_ttl_s": job.result_ttl_s,
-        }
-        if len(payload) <= config.inline_payload_max_bytes:
-            return Push(payload=payload, **common)  # type: ignore[arg-type]
-        # until the push is answered (_submit_pushes), the sweep leaves the object alone
-        stored = await self.broker.payloads.upload(job_id, payload)
         return Push(
-            payload=None,
+            id=job.id or new_id(),
+            queue=job.queue,
+            payload=payload if len(payload) <= config.inline_payload_max_bytes else None,
+            priority=job.priority,
+            delay_s=job.delay_s,
+            key=job.key,
+            max_attempts=job.max_attempts,
+            dedupe=bool(job.id),  # a caller-chosen id may be sent again: keep a tombstone
+            group=job.group,
+            after=tuple(job.after),
+            on_parent_failure=job.on_parent_failure,
+            result_ttl_s=job.result_ttl_s,
+        )
+
+    async def _uploaded(self, op: Push, job: NewJob) -> Push:
+        """``op`` with ``job``'s payload stored as its own object (uploaded here)."""
+        # until the push is answered (_submit_pushes), the sweep leaves the object alone
+        stored = await self.broker.payloads.upload(op.id, bytes(job.payload))
+        return msgspec.structs.replace(
+            op,
             payload_ref=stored.ref,
             payload_size=stored.size_bytes,
             payload_sha256=stored.sha256,
-            **common,  # type: ignore[arg-type]
         )
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
@@ -124,7 +130,8 @@ class LocalClient(SchedulingCalls):
         try:
             for job in jobs:
                 try:
-                    ops.append(await self._push_op(job))
+                    op = self._push_inline(job)
+                    ops.append(op if op.payload is not None else await self._uploaded(op, job))
                 except OsqueueError as exc:
                     ops.append(exc)
         except BaseException:  # cancelled mid-upload: nothing was submitted
