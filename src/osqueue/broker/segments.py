@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
+from osqueue.broker.segments_demand import ClaimDemand
 from osqueue.broker.segments_sweep import SegmentCounters, SegmentDeletes
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
@@ -113,7 +114,8 @@ class SegmentManager:
         life: Lifecycle,
     ) -> None:
         self._storage = storage
-        self._policy = policy = config.policy()
+        self._demand = ClaimDemand(config.policy())
+        self._policy = policy = self._demand.policy
         self._head = policy.head_jobs
         self._clock = clock
         self._retry = retry
@@ -167,8 +169,12 @@ class SegmentManager:
         life = self._life
         if not life.serving or life.closing:
             return
+        claimed = _claimed(t.results)
+        if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
+            self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
+            doc.spill_scanned.clear()
         if doc.segments:
-            self._plan_loads(doc, t.starved, _claimed(t.results))
+            self._plan_loads(doc, t.starved, claimed)
         elif self._ahead:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:

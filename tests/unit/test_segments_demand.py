@@ -1,0 +1,50 @@
+"""The deep-queue sizes follow the claims per commit (broker/segments_demand.py)."""
+
+from __future__ import annotations
+
+from osqueue.broker.segments_demand import ClaimDemand
+from osqueue.state import Policy
+
+CONFIGURED = Policy(head_jobs=500, load_jobs=500, spill_above_jobs=1_000)
+
+
+def sizes(d: ClaimDemand) -> tuple[int, int, int | None]:
+    p = d.policy
+    return p.head_jobs, p.load_jobs, p.spill_above_jobs
+
+
+def test_claims_the_head_covers_keep_the_configured_sizes() -> None:
+    d = ClaimDemand(CONFIGURED)
+    assert not any(d.after_commit(n) for n in (0, 1, 100, 250 // 2, 3))
+    assert d.policy is CONFIGURED
+    assert d.after_commit(200)  # 200 rounds up to 256: twice that passes 500
+    assert sizes(d) == (512, 512, 1_000)
+
+
+def test_a_commit_that_claims_more_raises_the_sizes_to_twice_its_claims() -> None:
+    d = ClaimDemand(CONFIGURED)
+    assert d.after_commit(1_000)
+    assert sizes(d) == (2_048, 2_048, 2_048)  # 1,000 rounded up to 1,024, doubled
+    assert not d.after_commit(900)  # within the same power of two: nothing changes
+    assert d.after_commit(5_000)
+    assert sizes(d) == (16_384, 16_384, 16_384)
+    # the other settings are the configured ones
+    assert d.policy.segment_jobs == CONFIGURED.segment_jobs
+
+
+def test_the_demand_decays_back_to_the_configured_sizes() -> None:
+    d = ClaimDemand(CONFIGURED)
+    d.after_commit(5_000)
+    commits = 0
+    while d.policy.head_jobs != CONFIGURED.head_jobs:
+        d.after_commit(10)
+        commits += 1
+        assert commits < 100
+    assert sizes(d) == (500, 500, 1_000)
+    assert commits > 10  # a lull of a few commits does not shrink the head at once
+
+
+def test_spilling_off_stays_off() -> None:
+    d = ClaimDemand(Policy(head_jobs=10, load_jobs=10, spill_above_jobs=None))
+    d.after_commit(100)
+    assert sizes(d) == (256, 256, None)
