@@ -4,7 +4,11 @@ An idle broker writes only to renew its lease, except when the document
 itself says something is due:
 
 * a schedule tick (:func:`osqueue.state.next_tick_at`): a commit is due then,
-  claims parked or not, since the commit that finds the tick due pushes its job;
+  claims parked or not, since the commit that finds the tick due pushes its job.
+  Ticks are fired on whole multiples of :data:`TICK_BATCH_S` (a tick is at most
+  that late): 10,000 schedules of a minute fall due 167 times a second, and one
+  commit a second fires them all instead of one commit each (every commit writes
+  the whole document, schedules included);
 * while claims are parked: a delayed job coming due or a claim expiring
   (:func:`osqueue.state.next_wakeup`, a commit is due), and a rate-limited
   queue getting a token back (:func:`osqueue.state.next_capacity_at`: the
@@ -13,12 +17,24 @@ itself says something is due:
 
 from __future__ import annotations
 
+import math
+
 from osqueue.state import Document, Policy, next_capacity_at, next_tick_at, next_wakeup
+
+#: idle commits for schedule ticks come on whole multiples of this many seconds
+TICK_BATCH_S = 1.0
+
+
+def _tick_commit_at(doc: Document) -> float | None:
+    """When an idle commit is due for the next tick (the tick's time, rounded up
+    to the next multiple of :data:`TICK_BATCH_S`)."""
+    tick = next_tick_at(doc)
+    return None if tick is None else math.ceil(tick / TICK_BATCH_S) * TICK_BATCH_S
 
 
 def commit_due(doc: Document, policy: Policy, now: float, parked: bool) -> bool:
     """Is a commit with no ops due at ``now`` (beyond the lease renewal)?"""
-    tick = next_tick_at(doc)
+    tick = _tick_commit_at(doc)
     if tick is not None and tick <= now:
         return True
     if parked:
@@ -31,7 +47,7 @@ def idle_timeout_s(doc: Document, policy: Policy, now: float, parked: bool) -> f
     """How long the idle loop may sleep before something in ``doc`` is due (None:
     nothing is; the lease renewal still is)."""
     times: list[float] = []
-    tick = next_tick_at(doc)
+    tick = _tick_commit_at(doc)
     if tick is not None:
         times.append(tick)
     if parked:
