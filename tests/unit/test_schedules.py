@@ -302,3 +302,20 @@ def test_each_tick_yields_at_most_one_job_and_every_commit_catches_up(
         tick = datetime.strptime(job_id.split(":", 1)[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
         assert tick.timestamp() <= at
         assert job_id == tick_job_id("beat", tick.timestamp())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(1, 5000)), max_size=40))
+def test_the_schedules_size_is_the_length_of_their_section(
+    steps: list[tuple[bool, int, int]],
+) -> None:
+    """Kept as schedules are put and removed, without joining the section each time."""
+    doc = scheduled(Document.empty(), T0)
+    for put, n, every in steps:
+        if put:
+            doc = scheduled(doc, T0, name=f"s{n}", every_s=float(every))
+        else:
+            doc.schedules.remove(f"s{n}")
+        assert doc.schedules.size_bytes() == len(doc.schedules.section())
+    copied = doc.schedules.copy()
+    assert copied.size_bytes() == len(copied.section())

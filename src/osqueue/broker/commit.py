@@ -35,7 +35,7 @@ from osqueue.errors import (
     OsqueueError,
     StorageError,
 )
-from osqueue.state import DOCUMENT_KEY, Document, Op, Transition, encode, transition
+from osqueue.state import DOCUMENT_KEY, Document, Load, Op, Transition, encode, transition
 from osqueue.storage.port import Blob, Storage
 
 log = logging.getLogger(__name__)
@@ -192,9 +192,12 @@ class CommitLoop:
         ``futures`` once it is durable, or with why it did not commit."""
         intake, lease = self._intake, self._lease
         internal = intake.internal
+        lead = 0  # the broker's loads go first: this batch's claims may take their jobs
         if internal:
             intake.internal = []
-            ops = batch + internal
+            loads = [op for op in internal if type(op) is Load]
+            lead = len(loads)
+            ops = [*loads, *batch, *(op for op in internal if type(op) is not Load)]
         else:
             ops = batch
         maybe = False
@@ -222,14 +225,15 @@ class CommitLoop:
             else:
                 done_at = self._clock.monotonic()
                 seconds = done_at - started
-                self._committed(t, etag, futures, len(data))
-                self._record(batch, t, seconds)  # once its ops are answered
+                self._committed(t, etag, futures, len(data), lead)
+                self._record(batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
                 seconds = self._clock.monotonic() - started
-                self._record(batch, self._settle(verdict, sent, futures, maybe), seconds)
+                outcome = self._settle(verdict, sent, futures, maybe, lead)
+                self._record(batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
 
@@ -239,6 +243,7 @@ class CommitLoop:
         sent: list[tuple[bytes, Transition]],
         futures: Futures,
         maybe: bool,
+        lead: int,
     ) -> Transition | OsqueueError:
         """A failed write that is not re-applied: one of our attempts landed after
         all (which one? returned), or the broker ends and the batch is answered
@@ -246,7 +251,7 @@ class CommitLoop:
         if isinstance(verdict, Blob):
             landed = next((tx for data, tx in sent if data == verdict.data), None)
             if landed is not None:
-                self._committed(landed, verdict.etag, futures, len(verdict.data))
+                self._committed(landed, verdict.etag, futures, len(verdict.data), lead)
                 return landed
             verdict = DocumentGone("our version was replaced from outside; stopping")
         if isinstance(verdict, StepDown):
@@ -257,18 +262,21 @@ class CommitLoop:
         answer_all(futures, error)
         return error
 
-    def _record(self, batch: list[Op], outcome: Transition | OsqueueError, seconds: float) -> None:
+    def _record(
+        self, batch: list[Op], outcome: Transition | OsqueueError, seconds: float, lead: int
+    ) -> None:
         """Record a batch's commit that took ``seconds`` (or the error its ops got,
-        when it did not commit) for the metrics, if they are on."""
+        when it did not commit) for the metrics, if they are on (``lead``: the
+        broker's own ops applied before the batch)."""
         records = self._counters.records
         if records is None:
             return
         if isinstance(outcome, OsqueueError):
             records.answered(batch, type(outcome))
         else:
-            records.commit(batch, outcome.results, seconds)
+            records.commit(batch, outcome.results[lead:], seconds)
 
-    def _committed(self, t: Transition, etag: str, futures: Futures, size: int) -> None:
+    def _committed(self, t: Transition, etag: str, futures: Futures, size: int, lead: int) -> None:
         self._lease.wrote(t.doc, etag)
         c = self._counters
         c.commits += 1
@@ -276,7 +284,7 @@ class CommitLoop:
         c.write_bytes += size
         if len(c.batch_sizes) < 100_000:
             c.batch_sizes.append(len(futures))
-        for fut, result in zip(futures, t.results, strict=False):
+        for fut, result in zip(futures, t.results[lead:] if lead else t.results, strict=False):
             if not fut.done():
                 fut.set_result(result)
         if t.completed:

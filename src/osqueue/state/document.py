@@ -368,7 +368,7 @@ class Document:
         if self.segments:
             size += _QUEUES_OPEN + len(self.segments.section()) + 1
         if self.schedules:
-            size += _SCHEDULES_OPEN + len(self.schedules.section()) + 1
+            size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size

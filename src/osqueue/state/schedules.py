@@ -239,13 +239,15 @@ class Schedules:
     """A document's schedules by name, with a heap of due times and a cache of
     each schedule's encoding (10,000 schedules cost a commit a byte join)."""
 
-    __slots__ = ("_frags", "_heap", "_section", "by_name")
+    __slots__ = ("_frags", "_heap", "_section", "_total", "by_name")
 
     def __init__(self, items: list[Schedule] | None = None) -> None:
         self.by_name: dict[str, Schedule] = {}
         self._frags: dict[str, bytes] = {}
         self._heap: list[tuple[float, str]] = []
         self._section: bytes | None = None
+        #: the encodings' total length, once every schedule has one (None: not yet)
+        self._total: int | None = None
         for s in items or ():
             self.by_name[s.name] = s
             self._heap.append((s.next_at.timestamp(), s.name))
@@ -257,6 +259,7 @@ class Schedules:
         new._frags = dict(self._frags)
         new._heap = list(self._heap)
         new._section = self._section
+        new._total = self._total
         return new
 
     def __bool__(self) -> bool:
@@ -279,18 +282,49 @@ class Schedules:
         return self.by_name.get(name)
 
     def put(self, schedule: Schedule) -> None:
-        """Add or replace (a replaced schedule keeps its place in the document)."""
-        self.by_name[schedule.name] = schedule
-        self._frags.pop(schedule.name, None)
+        """Add or replace (a replaced schedule keeps its place in the document).
+        Its encoding is made here, so the section's size stays known without a
+        join: a commit that fires 10,000 ticks checks the document's size at each
+        of their pushes."""
+        name = schedule.name
+        frag = _encode(schedule)
+        old = self._frags.get(name)
+        if self._total is not None:
+            if old is not None:
+                self._total += len(frag) - len(old)
+            elif name in self.by_name:  # replaced, its old encoding never made
+                self._total = None
+            else:
+                self._total += len(frag)
+        self.by_name[name] = schedule
+        self._frags[name] = frag
         self._section = None
-        heapq.heappush(self._heap, (schedule.next_at.timestamp(), schedule.name))
+        heapq.heappush(self._heap, (schedule.next_at.timestamp(), name))
 
     def remove(self, name: str) -> Schedule | None:
         old = self.by_name.pop(name, None)
         if old is not None:
-            self._frags.pop(name, None)
+            frag = self._frags.pop(name, None)
+            if self._total is not None:
+                self._total = None if frag is None else self._total - len(frag)
             self._section = None
         return old
+
+    def size_bytes(self) -> int:
+        """``len(self.section())``, kept up to date by :meth:`put` and :meth:`remove`."""
+        if self._section is not None:
+            return len(self._section)
+        total = self._total
+        if total is None:
+            frags = self._frags
+            total = 0
+            for name, s in self.by_name.items():
+                frag = frags.get(name)
+                if frag is None:
+                    frag = frags[name] = _encode(s)
+                total += len(frag)
+            self._total = total
+        return total + max(0, len(self.by_name) - 1)  # and the commas between
 
     def next_due(self) -> float | None:
         """The earliest ``next_at`` (stale heap entries are dropped)."""
