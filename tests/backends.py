@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from osqueue.storage import MemoryStorage
+from osqueue.storage.port import Blob, Capabilities, Storage
 
 #: The four backends every broker and storage suite runs on.
 BACKENDS = ("memory", "file", "s3", "azure")
@@ -48,3 +49,40 @@ def backend_url(
     if fixture is None:
         raise ValueError(f"unknown backend {name!r}")
     yield request.getfixturevalue(fixture).url(f"{label}/{unique}")
+
+
+class Wrapped:
+    """A storage that passes every call to ``inner``: test wrappers subclass it and
+    override only the calls they watch or hold back."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    async def read(self, key: str) -> Blob:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        return await self.inner.write(key, data, if_match=if_match)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()

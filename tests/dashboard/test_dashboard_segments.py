@@ -3,6 +3,8 @@ in claim order, reading only what they fall in; totals count spilled jobs."""
 
 from __future__ import annotations
 
+from backends import Wrapped
+
 from osqueue.dashboard.queries import (
     DocumentJobs,
     JobFilter,
@@ -22,46 +24,20 @@ from osqueue.state import (
     transition,
 )
 from osqueue.storage import MemoryStorage
-from osqueue.storage.port import Blob, Capabilities, Storage
+from osqueue.storage.port import Storage
 
 T0 = 1_800_000_000.0
 POLICY = Policy(segment_jobs=5, head_jobs=2, load_jobs=3, spill_above_jobs=4)
 
 
-class CountingGets:
+class CountingGets(Wrapped):
     def __init__(self, inner: Storage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gets = 0
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    async def read(self, key: str) -> Blob:
-        return await self.inner.read(key)
-
-    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
-        return await self.inner.write(key, data, if_match=if_match)
-
-    async def put(self, key: str, data: bytes) -> None:
-        await self.inner.put(key, data)
 
     async def get(self, key: str) -> bytes:
         self.gets += 1
         return await self.inner.get(key)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(self, prefix: str = "") -> list[str]:
-        return await self.inner.list(prefix)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 async def deep() -> tuple[Document, CountingGets, list[StoredJob]]:

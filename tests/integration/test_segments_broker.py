@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, backend_url
+from backends import BACKENDS, Wrapped, backend_url
 
 import osqueue
 from osqueue.broker import Broker, BrokerConfig
@@ -22,7 +22,7 @@ from osqueue.clock import ManualClock
 from osqueue.errors import DuplicateKey, JobNotFound
 from osqueue.state import DOCUMENT_KEY, SEGMENT_PREFIX, Document, decode, decode_segment
 from osqueue.storage import from_url
-from osqueue.storage.port import Blob, Capabilities, Storage
+from osqueue.storage.port import Storage
 
 SMALL = {
     "segment_jobs": 4,
@@ -74,42 +74,16 @@ async def drain(broker: Broker) -> list[str]:
     return got
 
 
-class Counting:
+class Counting(Wrapped):
     """A storage wrapper that records the keys read with ``get``."""
 
     def __init__(self, inner: Storage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gets: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    async def read(self, key: str) -> Blob:
-        return await self.inner.read(key)
-
-    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
-        return await self.inner.write(key, data, if_match=if_match)
-
-    async def put(self, key: str, data: bytes) -> None:
-        await self.inner.put(key, data)
 
     async def get(self, key: str) -> bytes:
         self.gets.append(key)
         return await self.inner.get(key)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(self, prefix: str = "") -> list[str]:
-        return await self.inner.list(prefix)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 async def test_spilled_jobs_load_back_in_claim_order_across_priorities(url: str) -> None:

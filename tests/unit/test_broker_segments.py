@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 import pytest
+from backends import Wrapped
 
 import osqueue
 from osqueue.broker import Broker, BrokerConfig
@@ -27,7 +28,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.storage import MemoryStorage
-from osqueue.storage.port import Blob, Capabilities, Storage
+from osqueue.storage.port import Storage
 
 T0 = 1_800_000_000.0
 SMALL = {
@@ -46,31 +47,17 @@ def config(**kw: object) -> BrokerConfig:
     return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
-class Gated:
+class Gated(Wrapped):
     """A storage wrapper whose segment writes land, then wait for :attr:`gate`
     before their caller hears back (and can fail before landing)."""
 
     def __init__(self, inner: Storage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gate = asyncio.Event()
         self.gate.set()
         #: a segment write arrived (and waits for the gate)
         self.arrived = asyncio.Event()
         self.put_errors = 0
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    async def read(self, key: str) -> Blob:
-        return await self.inner.read(key)
-
-    async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
-        return await self.inner.write(key, data, if_match=if_match)
 
     async def put(self, key: str, data: bytes) -> None:
         if key.startswith(SEGMENT_PREFIX) and self.put_errors:
@@ -80,18 +67,6 @@ class Gated:
         if key.startswith(SEGMENT_PREFIX):
             self.arrived.set()
             await self.gate.wait()
-
-    async def get(self, key: str) -> bytes:
-        return await self.inner.get(key)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(self, prefix: str = "") -> list[str]:
-        return await self.inner.list(prefix)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 async def pushed(broker: Broker, n: int, start: int = 0) -> list[str]:
