@@ -109,6 +109,7 @@ class BrokerNode:
             segment_jobs=c.segment_jobs,
             head_jobs=c.head_jobs,
             load_jobs=c.load_jobs,
+            spill_hold_bytes=c.spill_hold_bytes,
         )
 
     async def supervise(self) -> None:

@@ -112,6 +112,8 @@ class SimConfig:
     segment_jobs: int = 4
     head_jobs: int = 2
     load_jobs: int = 2
+    #: a commit waits for a spill in flight above this many document bytes (None: never)
+    spill_hold_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------- families
@@ -332,6 +334,9 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         jobs_per_producer=rng.randint(12, 30),
         push_batch_max=rng.randint(1, 6),
         payload_sweep_s=rng.choice((None, c.lease_s, 2 * c.lease_s)),
+        # not drawn from rng (the seeds' other draws stay as they were): a third
+        # of the runs never hold, a third hold every commit a spill is in flight
+        spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],
     )
 
 

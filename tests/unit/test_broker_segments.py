@@ -96,6 +96,79 @@ async def test_a_spill_whose_jobs_changed_fails_alone_and_its_object_is_deleted(
         assert await store.list(SEGMENT_PREFIX) == [ref.key]
 
 
+async def _held(broker: Broker) -> None:
+    """Until a commit waits for the spill in flight (turns of the loop, no timer)."""
+    for _ in range(10_000):
+        if broker.segments.counters.held_commits:
+            return
+        await asyncio.sleep(0)
+    pytest.fail("no commit waited for the spill being written")
+
+
+async def test_past_spill_hold_bytes_a_commit_waits_for_the_spill_being_written() -> None:
+    store = Gated(MemoryStorage())
+    async with Broker(store, config(spill_hold_bytes=1)) as broker:
+        store.gate.clear()
+        await pushed(broker, 5)  # j002..j004 are planned; their object waits
+        await store.arrived.wait()
+        version = broker.document.version
+        late = asyncio.ensure_future(broker.client().push(b"late", id="late"))
+        await _held(broker)
+        assert not late.done()
+        assert broker.document.version == version  # nothing was written meanwhile
+        store.gate.set()
+        await late
+        # one commit took the push and dropped the spilled tail
+        assert broker.document.version == version + 1
+        (ref,) = broker.document.segments
+        assert (ref.first_seq, ref.count) == (3, 3)  # j002..j004
+        assert set(broker.document.jobs) == {"j000", "j001", "late"}
+
+
+async def test_a_commit_waits_for_a_spill_no_longer_than_the_lease_renewal() -> None:
+    clock = ManualClock(T0)
+    store = Gated(MemoryStorage())
+    async with Broker(store, config(spill_hold_bytes=1, lease_s=30.0), clock=clock) as broker:
+        store.gate.clear()
+        await pushed(broker, 5)
+        await store.arrived.wait()
+        late = asyncio.ensure_future(broker.client().push(b"late", id="late"))
+        await _held(broker)
+        waited = 0.0
+        while not late.done():  # committed with the object still being written
+            clock.advance(0.5)
+            waited += 0.5
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert waited <= broker.config.renew_interval_s + 0.5
+        await late
+        assert broker.segments.spills.writing
+        assert not broker.document.segments
+        store.gate.set()
+        await broker.segments.settled()
+        assert len(list(broker.document.segments)) == 1
+
+
+async def test_with_spill_hold_bytes_none_commits_never_wait_for_a_spill() -> None:
+    store = Gated(MemoryStorage())
+    async with Broker(store, config(spill_hold_bytes=None)) as broker:
+        store.gate.clear()
+        await pushed(broker, 5)
+        await store.arrived.wait()
+        await broker.client().push(b"late", id="late")
+        assert broker.segments.spills.writing
+        assert broker.segments.counters.held_commits == 0
+        store.gate.set()
+        await broker.segments.settled()
+
+
+def test_spill_hold_bytes_must_be_a_whole_number_or_none() -> None:
+    for bad in (0, -1, 1.5, "8MB"):
+        with pytest.raises(osqueue.InvalidInput) as err:
+            config(spill_hold_bytes=bad)
+        assert err.value.field == "spill_hold_bytes"
+
+
 async def test_an_object_being_written_is_never_swept() -> None:
     store = Gated(MemoryStorage())
     async with Broker(store, config()) as broker:

@@ -248,6 +248,37 @@ def test_document_size_cap_refuses_pushes_and_keeps_queued_jobs() -> None:
     assert len(encode(doc)) <= 4000
 
 
+def _mixed_pushes() -> list[Push]:
+    """Pushes of every shape the size check meets: payloads of many sizes, keys (one
+    a duplicate), a group, parents, an id sent twice."""
+    ops = [Push(id=f"j{i}", payload=b"x" * (i * 7 % 90)) for i in range(40)]
+    ops[5] = Push(id="j5", payload=b"k", key="k5")
+    ops[9] = Push(id="j9", payload=b"k", key="k5")  # refused: the key is held
+    ops[12] = Push(id="j12", payload=b"g", group="g1")
+    ops[17] = Push(id="j17", payload=b"c", after=("j3", "j4"))
+    ops[21] = Push(id="j3", payload=b"again")  # the same id: applied once
+    return ops
+
+
+@pytest.mark.parametrize("cap", range(2500, 18000, 331))
+def test_a_run_of_pushes_is_admitted_exactly_as_pushes_measured_one_by_one(cap: int) -> None:
+    # A run of pushes keeps the document's size from one to the next; an op
+    # between them (a heartbeat of no job: it fails and changes nothing) makes
+    # each push measure the document afresh.  Both must decide alike.
+    policy = Policy(max_document_bytes=cap)
+    ops = _mixed_pushes()
+    run = transition(Document.empty(), ops, T0, policy)
+    spaced: list[object] = []
+    for op in ops:
+        spaced += [op, Heartbeat("nobody", 1)]
+    fresh = transition(Document.empty(), spaced, T0, policy)  # type: ignore[arg-type]
+    assert [type(r) for r in run.results] == [type(r) for r in fresh.results[::2]]
+    assert list(run.doc.jobs) == list(fresh.doc.jobs)
+    refused = sum(isinstance(r, QueueFull) for r in run.results)
+    assert (refused > 0) == (cap < 16_500)  # the caps span refusing most to none
+    assert len(encode(run.doc)) <= cap
+
+
 def test_completed_job_leaves_only_after_its_version_is_archived() -> None:
     doc, _ = apply(Document.empty(), [push(1)], T0)
     doc, c = claim_one(doc)

@@ -80,6 +80,7 @@ class CommitLoop:
         self._clock = clock
         self._policy = config.policy()
         self._renew_s = config.renew_interval_s
+        self._hold_bytes = config.spill_hold_bytes
         self._drain_timeout_s = config.drain_timeout_s
         self._counters = counters
         self._retry = retry
@@ -107,6 +108,7 @@ class CommitLoop:
                     await self._idle_wait()
                     if not intake.pending and not self._due_for_commit():
                         continue
+                await self._hold_for_spill()
                 batch, futures = intake.take_batch()
                 try:
                     await self.write_batch(batch, futures)
@@ -196,6 +198,32 @@ class CommitLoop:
         await self._intake.idle()
         if waiters.parked:
             waiters.wake(lease.doc)
+
+    async def _hold_for_spill(self) -> None:
+        """A flood of pushes while a spill's objects are written: once the document
+        is above ``spill_hold_bytes``, the next commit waits for them, so it drops the
+        spilled tail as it adds the pushes waiting (at most until the lease
+        renewal is due: a slow write never costs the lease)."""
+        spills = self._segments.spills
+        if not spills.writing:
+            return
+        doc, hold_bytes = self._lease.doc, self._hold_bytes
+        if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
+            return
+        mono = self._clock.monotonic()
+        budget = self._renew_s - (mono - self._lease.written_at)
+        if budget <= 0:
+            return
+        self._segments.counters.held_commits += 1
+        waits = {
+            asyncio.ensure_future(spills.written()),
+            asyncio.ensure_future(self._clock.sleep(budget)),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     # ------------------------------------------------------------------ writing
 

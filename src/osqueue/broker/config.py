@@ -59,6 +59,11 @@ class BrokerConfig:
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 1_000
+    #: A flood of pushes: while a spill's objects are being written and the
+    #: document is above this many bytes, the next commit waits for them (at most
+    #: until the lease renewal is due), so the document passes this by one batch
+    #: at most; None: never wait.
+    spill_hold_bytes: int | None = 4 * 1024 * 1024
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
@@ -133,12 +138,12 @@ class BrokerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
-        above = self.spill_above_jobs
-        if above is not None and (type(above) is not int or above < 1):
-            raise InvalidInput(
-                f"must be a whole number >= 1 (or None: off), got {above!r}",
-                field="spill_above_jobs",
-            )
+        for name in ("spill_above_jobs", "spill_hold_bytes"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise InvalidInput(
+                    f"must be a whole number >= 1 (or None: off), got {value!r}", field=name
+                )
         if type(self.result_inline_max_bytes) is not int or self.result_inline_max_bytes < 0:
             raise InvalidInput(
                 f"must be a whole number >= 0, got {self.result_inline_max_bytes!r}",

@@ -7,13 +7,13 @@ hands the :class:`~osqueue.state.Transition` to :meth:`SegmentManager.committed`
 which (synchronously, in microseconds) settles what that commit decided and
 plans what comes next:
 
-* **Spill.**  A stream whose tail passed ``spill_above_jobs`` gets a side task
-  that builds the object from the document's cached job encodings, stores it
-  whole under a key of its own (``put``), and only then adds the ``Spill`` op
-  to the next commit.  The key stays in :attr:`SegmentManager.writing` until
-  that commit, so the orphan sweep leaves it alone; a ``Spill`` that failed
-  (its snapshot went stale) leaves an object no reference names, deleted at
-  once.
+* **Spill** (:mod:`~osqueue.broker.segments_spill`).  A stream whose tail
+  passed ``spill_above_jobs`` gets a side task that builds the object from
+  the document's cached job encodings, stores it whole under a key of its own
+  (``put``), and only then adds the ``Spill`` op to the next commit.  The key
+  stays in :attr:`SegmentManager.writing` until that commit, so the orphan
+  sweep leaves it alone; a ``Spill`` that failed (its snapshot went stale)
+  leaves an object no reference names, deleted at once.
 * **Load.**  A stream's first segment is read ahead once fewer than twice
   ``head_jobs`` ready jobs come before its barrier (the count is kept as an
   estimate lowered by each commit's claims and recounted only near the
@@ -47,10 +47,10 @@ from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
 from osqueue.broker.segments_demand import ClaimDemand
+from osqueue.broker.segments_spill import SpillWriter
 from osqueue.broker.segments_sweep import SegmentCounters, SegmentDeletes
 from osqueue.clock import Clock
-from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
-from osqueue.ids import new_id
+from osqueue.errors import CorruptDocument, NotFound
 from osqueue.state import (
     Cancel,
     Claimed,
@@ -59,12 +59,9 @@ from osqueue.state import (
     Op,
     Result,
     SegmentRef,
-    Spill,
-    SpillPlan,
     Stream,
     Transition,
     jobs_ahead,
-    plan_spills,
 )
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
@@ -77,10 +74,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of a segment write before the spill is given up (planned again later)
-_PUT_ATTEMPTS = 3
-#: most segments one spill of a stream writes (its whole tail, in a burst)
-_SEGMENTS_PER_SPILL = 64
 #: a segment that could not be read or loaded is not tried again for this long
 _FAILED_PAUSE_S = 5.0
 
@@ -125,8 +118,6 @@ class SegmentManager:
         self._life = life
         self.cache = SegmentCache(storage, config.segment_cache_bytes, retry)
         self.counters = SegmentCounters()
-        #: stream -> its Spills once their objects are written (None while they are)
-        self._spills: dict[Stream, list[Spill] | None] = {}
         #: stream -> the Load submitted for it, until a commit took it
         self._loads: dict[Stream, Load] = {}
         #: stream -> (first reference's key, its loaded count, ready jobs ahead estimate)
@@ -151,6 +142,18 @@ class SegmentManager:
         #: set while no spill, load, read or delete is in flight (:meth:`settled`)
         self._quiet = asyncio.Event()
         self._quiet.set()
+        #: the spills in flight (written, then referenced by the next commit)
+        self.spills = SpillWriter(
+            storage,
+            retry=retry,
+            tasks=tasks,
+            intake=intake,
+            life=life,
+            counters=self.counters,
+            writing=self.writing,
+            delete=self._delete,
+            changed=self._check_quiet,
+        )
 
     # ------------------------------------------------------------------ after a commit
 
@@ -158,7 +161,7 @@ class SegmentManager:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
         doc = t.doc
-        if self._loads or self._spills:
+        if self._loads or self.spills.busy:
             self._settle(doc)
         for key in t.dropped_segments:
             self.counters.deleted += 1
@@ -178,13 +181,13 @@ class SegmentManager:
         elif self._ahead:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:
-            self._plan_spills(doc)
+            self.spills.plan(doc, self._policy)
         self._check_quiet()
 
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        return bool(self._spills or self._loads or self._reading or self.deletes.deleting)
+        return bool(self.spills.busy or self._loads or self._reading or self.deletes.deleting)
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -226,90 +229,7 @@ class SegmentManager:
             first = doc.segments.first(stream)
             if memo is not None and first is not None:  # the jobs it put ahead of the barrier
                 self._ahead[stream] = (first.key, first.loaded, memo[2] + len(load.jobs))
-        for stream, spills in list(self._spills.items()):
-            if spills is None or _holds(internal, spills[0]):
-                continue  # written and submitted together: all in one commit
-            del self._spills[stream]
-            for spill in spills:
-                self._settle_spill(doc, spill)
-
-    def _settle_spill(self, doc: Document, spill: Spill) -> None:
-        key = spill.ref.key
-        self.writing.discard(key)
-        if doc.segments.find(key) is None:  # it failed alone: nothing names the object
-            self.counters.failed_spills += 1
-            log.info(
-                "a spill did not apply (its jobs changed); deleting its object",
-                extra={"action": "spill", "key": key},
-            )
-            self.counters.deleted += 1
-            self._delete(key)
-        else:
-            self.counters.spills += 1
-            self.counters.spilled_jobs += spill.ref.count
-
-    # ------------------------------------------------------------------ spills
-
-    def _plan_spills(self, doc: Document) -> None:
-        busy = {queue for queue, _ in self._spills}
-        streams: dict[Stream, list[SpillPlan]] = {}
-        for plan in plan_spills(doc, self._policy, exclude=busy, segments=_SEGMENTS_PER_SPILL):
-            streams.setdefault((plan.queue, plan.priority), []).append(plan)
-        for stream, plans in streams.items():
-            self._spills[stream] = None
-            self._tasks.spawn(self._spill(stream, plans), "osqueue-segment-spill")
-
-    async def _spill(self, stream: Stream, plans: list[SpillPlan]) -> None:
-        """Write the objects of ``plans`` (one stream's tail, in seq order), then
-        submit their Spills, in that order, to the next commit."""
-        try:
-            built = [plan.build(new_id()) for plan in plans]
-        except OsqueueError as exc:  # a bug: a plan names no valid object
-            del self._spills[stream]
-            self._check_quiet()
-            log.error("cannot build a segment: %s", exc, extra={"action": "spill"})
-            return
-        keys = [op.ref.key for op, _ in built]
-        self.writing.update(keys)
-        try:
-            outcomes = await asyncio.gather(
-                *(self._put(op.ref.key, data) for op, data in built), return_exceptions=True
-            )
-            failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
-            if failed is not None:
-                raise failed
-        except BaseException as exc:
-            # Cancelled (the broker stops) or given up: an object that landed after
-            # all is the orphan sweep's; the next commit plans the spill again.
-            self.writing.difference_update(keys)
-            self._spills.pop(stream, None)
-            self._check_quiet()
-            if isinstance(exc, StorageError):
-                log.warning("could not write a segment: %s", exc, extra={"action": "spill"})
-                return
-            raise
-        life = self._life
-        if not life.serving or life.closing:
-            self.writing.difference_update(keys)
-            self._spills.pop(stream, None)
-            self._check_quiet()
-            return
-        ops = [op for op, _ in built]
-        self._spills[stream] = ops
-        for op in ops:
-            self._intake.add_internal(op)
-
-    async def _put(self, key: str, data: bytes) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._storage.put(key, data)
-                return
-            except StorageError as exc:
-                attempt += 1
-                if attempt >= _PUT_ATTEMPTS:
-                    raise
-                await self._retry.wait(attempt - 1, exc)
+        self.spills.settle(doc)
 
     # ------------------------------------------------------------------ loads
 

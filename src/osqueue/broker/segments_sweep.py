@@ -47,6 +47,8 @@ class SegmentCounters:
     swept: int = 0
     failed_spills: int = 0
     failed_loads: int = 0
+    #: commits that waited for a spill's objects (``spill_hold_bytes``)
+    held_commits: int = 0
 
 
 class SegmentDeletes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 import msgspec
@@ -219,6 +219,19 @@ class Document:
             self._dirty.discard(job_id)
         return old
 
+    def drop_ready(self, leaving: Sequence[StoredJob]) -> None:
+        """Remove queued jobs that are in the document as given (a spill's): one pass
+        over them, the index told once."""
+        jobs, frags, dirty = self.jobs, self._frags, self._dirty
+        size = 0
+        for job in leaving:
+            del jobs[job.id]
+            size += len(frags.pop(job.id))
+            if dirty:
+                dirty.discard(job.id)
+        self._jobs_bytes -= size
+        self.index.remove_queued(leaving)
+
     def fragments(self, encode: Callable[[StoredJob], bytes] = encode_job) -> Iterable[bytes]:
         """Every job's encoded bytes in document order (re-encoding only changed jobs)."""
         self._flush(encode)
@@ -382,25 +395,7 @@ class Document:
         return len(self.jobs)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Document):
-            return NotImplemented
-        return (
-            self.format == other.format
-            and self.version == other.version
-            and self.broker == other.broker
-            and self.next_token == other.next_token
-            and self.next_seq == other.next_seq
-            and self.archived_through == other.archived_through
-            and self.stats == other.stats
-            and self.history == other.history
-            and self.recent == other.recent
-            and self.segments == other.segments
-            and self.queue_settings == other.queue_settings
-            and self.schedules == other.schedules
-            and self.dependencies_at == other.dependencies_at
-            and self.finished == other.finished
-            and list(self.jobs.items()) == list(other.jobs.items())
-        )
+        return same_value(self, other) if isinstance(other, Document) else NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -409,6 +404,27 @@ class Document:
             f"Document(version={self.version}, jobs={len(self.jobs)}, "
             f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
         )
+
+
+def same_value(a: Document, b: Document) -> bool:
+    """Two documents hold the same value (what they encode to, caches aside)."""
+    return (
+        a.format == b.format
+        and a.version == b.version
+        and a.broker == b.broker
+        and a.next_token == b.next_token
+        and a.next_seq == b.next_seq
+        and a.archived_through == b.archived_through
+        and a.stats == b.stats
+        and a.history == b.history
+        and a.recent == b.recent
+        and a.segments == b.segments
+        and a.queue_settings == b.queue_settings
+        and a.schedules == b.schedules
+        and a.dependencies_at == b.dependencies_at
+        and a.finished == b.finished
+        and list(a.jobs.items()) == list(b.jobs.items())
+    )
 
 
 def _append_tombstone(blob: bytearray, job_id: str, second: int, last: int | None) -> None:

@@ -25,7 +25,7 @@ is dropped when it reaches the top, so every update is O(log n).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -162,6 +162,27 @@ class Index:
             del self.keys[key]
         if job.group is not None or status == "waiting":
             self._extend(job, -1)
+
+    def remove_queued(self, jobs: Sequence[StoredJob]) -> None:
+        """Forget many queued jobs at once (a spill's; each as :meth:`remove` would)."""
+        counts = self.counts
+        by_queue: dict[str, int] = {}
+        keys = self.keys
+        for job in jobs:
+            by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
+            key = job.key
+            if key is not None and keys.get(key) == job.id:
+                del keys[key]
+            if job.group is not None:
+                self._extend(job, -1)
+        for queue, n in by_queue.items():
+            k = (queue, "queued")
+            left = counts.get(k, 0) - n
+            if left:
+                counts[k] = left
+            else:
+                del counts[k]
+        self.queued -= len(jobs)
 
     def add(self, job: StoredJob, now_s: float) -> None:
         status = job.status

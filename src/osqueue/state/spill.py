@@ -62,9 +62,9 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
         now_job = current.get(job.id)
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the spill's snapshot")
+    doc.drop_ready(jobs)
     window_start = now - policy.dedupe_window_s
     for job in jobs:
-        doc.drop_job(job.id)
         if job.dedupe and job.created_at.timestamp() >= window_start:
             doc.add_tombstone(job.id, job.created_at)
     doc.index.compact(ref.queue, doc.jobs)

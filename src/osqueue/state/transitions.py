@@ -156,6 +156,14 @@ class _Tx:
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
+        #: set by :func:`transition` while it applies the callers' ops: a run of
+        #: pushes keeps :attr:`size_bound` from one to the next instead of
+        #: measuring the document for each
+        self.sized = False
+        #: while :attr:`sized`: an upper bound of ``doc.size_upper()`` less the
+        #: record of finished jobs, kept by each push (None: measure it; any
+        #: other op voids it)
+        self.size_bound: int | None = None
         #: jobs that finished in this version (done, dead, cancelled), in order:
         #: their waiting children are settled after the sweep
         #: (:mod:`osqueue.state.deps`) and their ``result()`` long polls answered
@@ -213,6 +221,30 @@ class _Tx:
     def _put(self, job: StoredJob) -> None:
         self.doc.put_job(job, self.now)
 
+    def _admit(self, frag_bytes: int, *, cache: bool) -> None:
+        """Raise ``QueueFull`` unless a new job encoded in ``frag_bytes`` fits.
+
+        The bound is the written size (tombstones and references count too)
+        with room for every queued job to be claimed and completed; the record of
+        finished jobs yields to jobs (the sweep evicts from it).  A run of pushes
+        keeps the size from one to the next (:attr:`size_bound`)."""
+        doc = self.doc
+        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1)
+        limit = self.policy.max_document_bytes
+        bound = self.size_bound
+        if bound is None:
+            bound = doc.size_upper() - doc.finished.size_bytes()
+        if bound + frag_bytes + 1 + room > limit:
+            if self.size_bound is not None:  # kept: maybe high by what a push discarded
+                bound = doc.size_upper() - doc.finished.size_bytes()
+            if bound + frag_bytes + 1 + room > limit:
+                raise QueueFull(
+                    f"the queue document would exceed max_document_bytes={limit} once its "
+                    "queued jobs are claimed; retry when workers have caught up"
+                )
+        # the job's encoding and its comma: what the written size grows by
+        self.size_bound = bound + frag_bytes + 1 if self.sized and cache else None
+
     # -- ops ----------------------------------------------------------------------
 
     def push(self, op: Push) -> OpResult:
@@ -249,22 +281,15 @@ class _Tx:
         if op.payload_ref is not None:  # what a claim must find in the object
             job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         if op.group is not None or op.after:
+            if op.after:  # placing it may record dependencies: measure afresh
+                self.size_bound = None
             placed = scheduling.place_push(self, op, job)
             if placed is None:  # a failed parent cancelled it at once
                 return Pushed(op.id, True)
             job = placed
-        # The bound is the written size (tombstones and references count too) with
-        # room for every queued job to be claimed and completed; the job's encoding
-        # is made here once and kept for the commit's encode.
+        # the job's encoding, made here once and kept for the commit's encode
         frag = encode_job(job)
-        # (the record of finished jobs yields to jobs: the sweep evicts from it)
-        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1) - doc.finished.size_bytes()
-        if doc.size_upper() + len(frag) + 1 + room > self.policy.max_document_bytes:
-            raise QueueFull(
-                f"the queue document would exceed max_document_bytes="
-                f"{self.policy.max_document_bytes} once its queued jobs are claimed; "
-                "retry when workers have caught up"
-            )
+        self._admit(len(frag), cache=not op.after)
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
@@ -465,6 +490,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     RemoveSchedule: scheduling.remove_schedule,
 }
 
+_push = _DISPATCH[Push]
+
 
 def transition(
     doc: Document,
@@ -488,8 +515,11 @@ def transition(
     if tx.doc.schedules:  # ticks that have come: pushed in this very version
         scheduling.fire(tx)
     results: list[Result] = []
+    tx.sized = True
     for op in ops:
         handler = _DISPATCH.get(type(op))
+        if handler is not _push:
+            tx.size_bound = None  # the op changes what a push would measure
         if handler is None:
             results.append(InvalidInput(f"unknown operation {type(op).__name__}", field="op"))
             continue
@@ -497,6 +527,7 @@ def transition(
             results.append(handler(tx, op))
         except OsqueueError as exc:
             results.append(exc)
+    tx.sized, tx.size_bound = False, None
     tx.sweep()
     if tx.ended and tx.doc.index.children:
         deps.settle(tx, tx.ended)
