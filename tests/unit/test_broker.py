@@ -1038,3 +1038,37 @@ async def test_the_serving_broker_keeps_a_summary_of_its_last_minute_in_the_docu
     stopped = await stored(store)
     assert stopped.broker is not None
     assert stopped.broker.perf is None  # a stopped broker's lease carries no summary
+
+
+async def test_every_option_of_a_new_job_reaches_its_push_under_its_own_name() -> None:
+    # the in-process client builds a Push positionally (its per-job path): each
+    # option must land in the field of the same name
+    async with osqueue.Broker(MemoryStorage()) as broker:
+        client = broker.client()
+        job = osqueue.NewJob(
+            bytearray(b"payload"),  # type: ignore[arg-type]  # bytes-like is accepted
+            queue="q1",
+            priority=7,
+            delay_s=2.5,
+            key="k1",
+            max_attempts=9,
+            id="chosen-1",
+            group="g1",
+            after=["parent-1"],  # type: ignore[arg-type]  # a list is accepted too
+            on_parent_failure="run",
+            result_ttl_s=60.0,
+        )
+        op = client._push_inline(job)
+        assert op.payload == b"payload"
+        assert type(op.payload) is bytes
+        for name in ("queue", "priority", "delay_s", "key", "max_attempts", "id", "group"):
+            assert getattr(op, name) == getattr(job, name), name
+        assert op.after == ("parent-1",)
+        assert op.on_parent_failure == "run"
+        assert op.result_ttl_s == 60.0
+        assert op.dedupe is True  # a chosen id may come again
+        assert (op.payload_ref, op.payload_size, op.payload_sha256) == (None, 0, None)
+        generated = client._push_inline(osqueue.NewJob(b"x"))
+        assert generated.dedupe is False
+        assert len(generated.id) == 26
+        assert client._push_inline(osqueue.NewJob(b"x" * 70_000)).payload is None  # an object

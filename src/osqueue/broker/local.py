@@ -89,28 +89,36 @@ class LocalClient(SchedulingCalls):
         """``job``'s ``Push``, its payload inline if it fits (no I/O: a batch of them
         needs no await per job); one too large for that has ``payload`` None and
         goes through :meth:`_uploaded`."""
-        if not isinstance(job.payload, bytes | bytearray | memoryview):
-            raise InvalidInput(f"must be bytes, not {type(job.payload).__name__}", field="payload")
-        payload = bytes(job.payload)
+        payload = job.payload
+        if type(payload) is not bytes:
+            if not isinstance(payload, bytearray | memoryview):
+                raise InvalidInput(f"must be bytes, not {type(payload).__name__}", field="payload")
+            payload = bytes(payload)
+        size = len(payload)
         config = self.broker.config
-        if len(payload) > config.max_payload_bytes:
+        if size > config.max_payload_bytes:
             raise InvalidInput(
-                f"{len(payload)} bytes is above the limit of {config.max_payload_bytes}",
+                f"{size} bytes is above the limit of {config.max_payload_bytes}",
                 field="payload",
             )
+        after = job.after
+        # positional, in Push's field order (the per-job path of a large push_many)
         return Push(
-            id=job.id or new_id(),
-            queue=job.queue,
-            payload=payload if len(payload) <= config.inline_payload_max_bytes else None,
-            priority=job.priority,
-            delay_s=job.delay_s,
-            key=job.key,
-            max_attempts=job.max_attempts,
-            dedupe=bool(job.id),  # a caller-chosen id may be sent again: keep a tombstone
-            group=job.group,
-            after=tuple(job.after),
-            on_parent_failure=job.on_parent_failure,
-            result_ttl_s=job.result_ttl_s,
+            job.id or new_id(),
+            payload if size <= config.inline_payload_max_bytes else None,
+            job.queue,
+            job.priority,
+            job.delay_s,
+            job.key,
+            job.max_attempts,
+            None,  # payload_ref: set by _uploaded
+            0,  # payload_size
+            None,  # payload_sha256
+            bool(job.id),  # dedupe: a caller-chosen id may be sent again: keep a tombstone
+            job.group,
+            after if type(after) is tuple else tuple(after),
+            job.on_parent_failure,
+            job.result_ttl_s,
         )
 
     async def _uploaded(self, op: Push, job: NewJob) -> Push:
