@@ -4,19 +4,22 @@
         [--seconds 20] [--runs 1] [--url-template 'file://{dir}']
         [--config '{"head_jobs": 1000}'] [--takeover]
 
-For each depth, in a fresh process and a fresh queue: an embedded broker on
+With ``--runs N`` the depths take turns (run 1 of each depth, then run 2 of
+each, ...), so a shared machine's drift over a long run shifts them alike;
+each depth's line is its median run.  For each run, in a fresh process and a
+fresh queue: an embedded broker on
 ``file://`` (or ``--url-template``), ``depth`` jobs with 32-byte payloads loaded
 with ``push_many`` in batches of 10,000 (timed: ``load_jobs_per_s``), then
 ``--workers`` closed-loop in-process workers that each claim one job and
 complete it, again and again, for ``--seconds``.  Prints one JSON line per
 depth: ``jobs_per_s``, ``p50_ms``/``p99_ms`` (claim + complete, per job),
 ``cpu_us_per_job`` (the process's CPU time per job: steadier than jobs/s on a
-shared machine),
-``of_empty`` (jobs/s over the depth-0 run of the same invocation, when it
-ran), ``queue_json_bytes`` (the size of queue.json after the load and at the
-end, and ``queue_json_max_bytes``, the largest seen by a sampler reading its
-size every 50 ms), ``document_bytes`` (what the broker counts against its
-cap), ``rss_mib`` (the process's peak resident memory) and ``rss_end_mib``
+shared machine), ``of_empty`` (the median jobs/s over the depth-0 runs'
+median, when they ran; ``of_empty_by_round``: each run over the depth-0 run
+of its round), ``queue_json_bytes`` (the size of queue.json after the load
+and at the end, and ``queue_json_max_bytes``, the largest seen by a sampler
+reading its size every 50 ms), ``document_bytes`` (what the broker counts
+against its cap), ``rss_mib`` (the process's peak resident memory) and ``rss_end_mib``
 (its resident memory at the end), ``spilled`` (jobs in segments after the
 load), and ``refused`` (the error that stopped the load, if any:
 ``QueueFull`` before segments).
@@ -236,41 +239,58 @@ def main() -> None:
     if args.depth is not None:
         child(args)
         return
-    empty: float | None = None
-    for depth in (int(d) for d in args.depths.split(",")):
-        runs = []
-        for run in range(args.runs):
+    depths = [int(d) for d in args.depths.split(",")]
+    # Round-robin: run k of every depth, then run k + 1, so a machine that drifts
+    # over the minutes a deep load takes shifts every depth alike.
+    runs: dict[int, list[dict[str, Any]]] = {depth: [] for depth in depths}
+    for run in range(args.runs):
+        for depth in depths:
             log(f"depth {depth}: run {run + 1}/{args.runs}")
-            cmd = [
-                sys.executable,
-                __file__,
-                "--depth",
-                str(depth),
-                "--workers",
-                str(args.workers),
-                "--seconds",
-                str(args.seconds),
-                "--url-template",
-                args.url_template,
-                "--config",
-                args.config,
-                *(["--takeover"] if args.takeover else []),
-            ]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ, check=False)
-            lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-            if out.returncode != 0 or not lines:
-                log(out.stderr[-3000:])
-                raise SystemExit(f"depth {depth}: the run failed")
-            runs.append(json.loads(lines[-1]))
-            log("  " + lines[-1])
-        best = sorted(runs, key=lambda r: r["jobs_per_s"])[len(runs) // 2]  # the median run
-        best["runs_jobs_per_s"] = [r["jobs_per_s"] for r in runs]
-        best["median_of"] = len(runs)
+            runs[depth].append(_child_run(args, depth))
+    empty: float | None = None
+    for depth in depths:
+        done = runs[depth]
+        best = sorted(done, key=lambda r: r["jobs_per_s"])[len(done) // 2]  # the median run
+        best["runs_jobs_per_s"] = [r["jobs_per_s"] for r in done]
+        best["median_of"] = len(done)
         if depth == 0:
             empty = best["jobs_per_s"]
         if empty:
             best["of_empty"] = round(best["jobs_per_s"] / empty, 3)
+            # each run against the empty run of its own round
+            if depth != 0 and 0 in runs:
+                pairs = zip(done, runs[0], strict=True)
+                best["of_empty_by_round"] = [
+                    round(r["jobs_per_s"] / e["jobs_per_s"], 3) for r, e in pairs
+                ]
         print(json.dumps(best), flush=True)
+
+
+def _child_run(args: argparse.Namespace, depth: int) -> dict[str, Any]:
+    """One run of ``depth`` in a fresh process: its JSON line."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--depth",
+        str(depth),
+        "--workers",
+        str(args.workers),
+        "--seconds",
+        str(args.seconds),
+        "--url-template",
+        args.url_template,
+        "--config",
+        args.config,
+        *(["--takeover"] if args.takeover else []),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        log(out.stderr[-3000:])
+        raise SystemExit(f"depth {depth}: the run failed")
+    log("  " + lines[-1])
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 if __name__ == "__main__":
