@@ -169,8 +169,14 @@ async def one_depth(
     deadline = time.perf_counter() + seconds
     start = time.perf_counter()
     cpu_start = time.process_time()
-    counts = await asyncio.gather(
-        *(_worker(client, f"w{i}", deadline, lat) for i in range(workers))
+    # A load that was refused leaves no room for the workers' replacement pushes
+    # either (the code before segments, at a million jobs): no timed run then.
+    counts = (
+        [0]
+        if refused
+        else await asyncio.gather(
+            *(_worker(client, f"w{i}", deadline, lat) for i in range(workers))
+        )
     )
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
