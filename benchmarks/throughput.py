@@ -1,6 +1,7 @@
 """The broker under injected write latency: the issue's closed-loop throughput figures.
 
     .venv/bin/python benchmarks/throughput.py [--cases w200-c1000,...] [--runs 3] [--quick]
+        [--backend memory|file]
 
 Prints one JSON line per case on stdout: the ``osqueue bench`` fields
 (``ops_per_s``, ``jobs_per_s``, ``p50_ms``, ``p99_ms``, ``commits``,
@@ -22,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass
 
@@ -83,8 +85,16 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run_once(case: Case, jobs: int) -> dict[str, object]:
-    url = f"latency+memory://throughput-{uuid.uuid4().hex[:8]}?write_ms={WRITE_MS:g}"
+def run_once(case: Case, jobs: int, backend: str = "memory") -> dict[str, object]:
+    if backend == "file":
+        with tempfile.TemporaryDirectory(prefix="osqueue-throughput-") as directory:
+            return _run_url(case, jobs, f"latency+file://{directory}?write_ms={WRITE_MS:g}")
+    return _run_url(
+        case, jobs, f"latency+memory://throughput-{uuid.uuid4().hex[:8]}?write_ms={WRITE_MS:g}"
+    )
+
+
+def _run_url(case: Case, jobs: int, url: str) -> dict[str, object]:
     cmd = [
         sys.executable,
         "-m",
@@ -109,12 +119,12 @@ def ops(result: dict[str, object]) -> float:
     return float(str(result["ops_per_s"]))
 
 
-def run_case(case: Case, runs: int, quick: bool) -> dict[str, object]:
+def run_case(case: Case, runs: int, quick: bool, backend: str = "memory") -> dict[str, object]:
     jobs = case.quick_jobs if quick else case.jobs
     results = []
     for i in range(runs):
         log(f"{case.name}: run {i + 1}/{runs}")
-        results.append(run_once(case, jobs))
+        results.append(run_once(case, jobs, backend))
     median_ops = statistics.median_low(ops(r) for r in results)
     chosen = next(r for r in results if ops(r) == median_ops)
     ideal = case.clients / (WRITE_MS / 1000.0)
@@ -128,12 +138,12 @@ def run_case(case: Case, runs: int, quick: bool) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_cases(__doc__, CASES, argv)
+    args = parse_cases(__doc__, CASES, argv, backend=True)
     names = args.names
     done: dict[str, dict[str, object]] = {}
     for name in names:
         case = CASES[name]
-        line = run_case(case, args.runs, args.quick)
+        line = run_case(case, args.runs, args.quick, args.backend)
         if case.baseline in done:
             line[case.ratio_key] = round(ops(line) / ops(done[case.baseline]), 3)
         done[name] = line
