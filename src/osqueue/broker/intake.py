@@ -184,6 +184,10 @@ class Intake:
         self.internal.append(op)
         self.wake()
 
+    def holds(self, op: Op) -> bool:
+        """``op`` (one of the broker's own) still waits for a commit."""
+        return any(o is op for o in self.internal)
+
     @property
     def urgent(self) -> bool:
         """Ops of the broker's own wait that want a commit even if no caller's op does."""

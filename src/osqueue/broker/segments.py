@@ -56,7 +56,6 @@ from osqueue.state import (
     Claimed,
     Document,
     Load,
-    Op,
     Result,
     SegmentRef,
     Stream,
@@ -76,10 +75,6 @@ log = logging.getLogger(__name__)
 
 #: a segment that could not be read or loaded is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-
-
-def _holds(ops: list[Op], op: Op) -> bool:
-    return any(o is op for o in ops)
 
 
 def _claimed(results: list[Result]) -> int:
@@ -214,9 +209,8 @@ class SegmentManager:
 
     def _settle(self, doc: Document) -> None:
         """The ops a commit took: did they apply?"""
-        internal = self._intake.internal
         for stream, load in list(self._loads.items()):
-            if _holds(internal, load):
+            if self._intake.holds(load):
                 continue  # still waiting for a commit
             del self._loads[stream]
             memo = self._ahead.pop(stream, None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from osqueue.broker.retry import StorageRetry
@@ -37,10 +37,6 @@ log = logging.getLogger(__name__)
 _PUT_ATTEMPTS = 3
 #: most segments one spill of a stream writes (its whole tail, in a burst)
 _SEGMENTS_PER_SPILL = 64
-
-
-def _holds(ops: Sequence[object], op: object) -> bool:
-    return any(o is op for o in ops)
 
 
 class SpillWriter:
@@ -102,9 +98,8 @@ class SpillWriter:
 
     def settle(self, doc: Document) -> None:
         """The spills a commit took: did they apply?"""
-        internal = self._intake.internal
         for stream, spills in list(self.in_flight.items()):
-            if spills is None or _holds(internal, spills[0]):
+            if spills is None or self._intake.holds(spills[0]):
                 continue  # written and submitted together: all in one commit
             del self.in_flight[stream]
             for spill in spills:
