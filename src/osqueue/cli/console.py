@@ -58,6 +58,12 @@ def stdout() -> Console:
     return console
 
 
+def screen() -> Console:
+    """A console for a live full-screen view (``osqueue top``): lines wrap at
+    the terminal's width instead of running off it."""
+    return _Console(highlight=False)
+
+
 def stderr() -> Console:
     console = _Console(stderr=True, soft_wrap=True, highlight=False)
     if not console.is_terminal:

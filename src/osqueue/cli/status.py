@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from osqueue.api import Stats
-from osqueue.cli.console import printable, shown, stdout
+from osqueue.cli.console import printable, screen, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_document
 from osqueue.state import Document, stats_of
@@ -63,7 +63,7 @@ async def _watch(url: str, as_json: bool, interval_s: float) -> None:
             snapshot = status_of(url, await read_document(url), time.time())
             typer.echo(json.dumps(snapshot))
             await asyncio.sleep(interval_s)
-    with Live(Text("reading..."), console=stdout(), auto_refresh=False, transient=False) as live:
+    with Live(Text("reading..."), console=screen(), auto_refresh=False, transient=False) as live:
         while True:
             snapshot = status_of(url, await read_document(url), time.time())
             live.update(render(snapshot), refresh=True)

@@ -31,7 +31,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from osqueue.cli.console import printable, shown, stdout
+from osqueue.cli.console import printable, screen, shown
 from osqueue.cli.options import Url
 from osqueue.cli.status import age_text
 from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
@@ -235,7 +235,7 @@ async def _run(url: str, interval_s: float, metrics: CommitMetrics | None = None
         snapshot = await source.refresh()  # no queue at URL: one error line, not a blank screen
         rates = meter.update(snapshot)
         problem: str | None = None
-        with _keys(stop.set), Live(console=stdout(), screen=True, auto_refresh=False) as live:
+        with _keys(stop.set), Live(console=screen(), screen=True, auto_refresh=False) as live:
             while True:
                 figures = await metrics.figures()
                 frame = render(
