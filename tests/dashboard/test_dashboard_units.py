@@ -393,6 +393,8 @@ def test_host_header_names_the_listen_address_or_an_allowed_name() -> None:
         assert not rule.allows(header, loopback), header
     public = ("10.0.0.5", 8080)
     assert rule.allows("10.0.0.5:8080", public)
+    assert rule.allows("10.0.0.5:8080", ("::ffff:10.0.0.5", 8080))  # a dual-stack socket
+    assert rule.allows("localhost:8080", ("::ffff:127.0.0.1", 8080))
     assert not rule.allows("localhost:8080", public)  # not where this request arrived
     assert AllowedHosts(["*"]).allows("anything.example", public)
     with pytest.raises(Refused, match="--allowed-host") as refused:

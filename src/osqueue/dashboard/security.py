@@ -31,7 +31,6 @@ The model, in full:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -318,10 +317,21 @@ def parse_host(text: str, field: str = "Host") -> tuple[str, int | None]:
             "(an IPv6 address in brackets)",
             field=field,
         )
-    name = (match[1] or match[2]).lower().rstrip(".")
-    with contextlib.suppress(ValueError):
-        name = ipaddress.ip_address(name).compressed
-    return name, None if match[3] is None else int(match[3])
+    return _short((match[1] or match[2]).lower().rstrip(".")), (
+        None if match[3] is None else int(match[3])
+    )
+
+
+def _short(name: str) -> str:
+    """An IP address in its short form (an IPv4 address mapped into IPv6, as a
+    dual-stack socket reports it, as IPv4); a name as it is."""
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.compressed
+    return ip.compressed
 
 
 class AllowedHosts:
@@ -345,9 +355,7 @@ class AllowedHosts:
         except InvalidInput:
             return False
         port = 80 if port is None else port
-        here = local[0].lower()
-        with contextlib.suppress(ValueError):
-            here = ipaddress.ip_address(here).compressed
+        here = _short(local[0].lower())
         own = _LOOPBACK_NAMES | {here} if is_loopback(here) else {here}
         if port == local[1] and name in own:
             return True
