@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import top
 from osqueue.cli.app import app
-from osqueue.cli.console import printable, stdout
+from osqueue.cli.console import log_handler, printable, stdout
 from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.state import DOCUMENT_KEY
 
@@ -136,3 +137,26 @@ def test_printable_escapes_controls_and_keeps_text() -> None:
         "a\\x1b[2Jb\\x00\\x7f\\x9b\\x09\\u2066z\nnext"
     )
     assert printable("naïve 日本 [b]x[/b]") == "naïve 日本 [b]x[/b]"
+
+
+def test_log_lines_quote_stored_strings_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "400")
+    record = logging.LogRecord(
+        "osqueue.broker",
+        logging.WARNING,
+        __file__,
+        1,
+        "segment %s unreadable",
+        (HOSTILE_ERROR,),
+        None,
+    )
+    log_handler().emit(record)
+    logged = err.getvalue()
+    for raw in RAW:  # rich highlights the escapes' brackets, so look for the parts
+        assert raw not in logged, (raw, logged)
+    assert "\x1b]8;" not in logged
+    assert "boom\\x1b" in logged
+    assert "\\x9b" in logged

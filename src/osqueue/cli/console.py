@@ -17,10 +17,12 @@ way in (``[link=URL]``): a stored string goes into a table or a line as
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleRenderable
+from rich.logging import RichHandler
 from rich.text import Text
 
 _PIPE_WIDTH = 240
@@ -49,6 +51,18 @@ class _Console(Console):
 
     def render_str(self, text: str, **options: Any) -> Text:
         return super().render_str(printable(text), **options)
+
+
+class _LogHandler(RichHandler):
+    """Log lines on stderr, their messages escaped too (they quote stored names)."""
+
+    def render_message(self, record: logging.LogRecord, message: str) -> ConsoleRenderable:
+        return super().render_message(record, printable(message))
+
+
+def log_handler() -> RichHandler:
+    """The CLI's logging handler: stderr, rich tracebacks, messages never markup."""
+    return _LogHandler(console=stderr(), show_path=False, rich_tracebacks=True, markup=False)
 
 
 def stdout() -> Console:

@@ -10,6 +10,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -89,7 +90,7 @@ def jobs(
     if left and shown:
         cursor = cursor_text(sort_key(shown[-1].job))
         more = "more" if start is not None else f"{left} more"
-        console.print(f"[dim]{more}; next page: --after '{cursor}' (or raise --limit)[/]")
+        console.print(f"[dim]{more}; next page: --after '{escape(cursor)}' (or raise --limit)[/]")
 
 
 async def _listing(
