@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +29,15 @@ def test_a_public_listen_without_a_token_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     assert "not a loopback address" in result.stderr
     assert "--insecure" in result.stderr
+
+
+def test_a_bad_allowed_host_is_refused_naming_the_option(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["dashboard", tmp_path.as_uri(), "--allowed-host", "http://dash.example/"], env={}
+    )
+    assert result.exit_code == 3, result.output
+    assert "allowed_hosts" in result.stderr
+    assert "'http://dash.example/' is not a host name" in result.stderr
 
 
 def test_without_the_extra_the_error_names_the_install_line(
@@ -57,7 +67,11 @@ def test_the_command_serves_until_sigterm(tmp_path: Path) -> None:
         ],
         stderr=subprocess.PIPE,
         text=True,
-        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        env={
+            "PYTHONPATH": str(SRC),
+            "PATH": "/usr/bin:/bin",
+            "OSQUEUE_DASHBOARD_ALLOWED_HOSTS": "dash.example other.example:1,third.example",
+        },
     )
     try:
         assert process.stderr is not None
@@ -73,6 +87,13 @@ def test_the_command_serves_until_sigterm(tmp_path: Path) -> None:
         with urllib.request.urlopen(match[1] + "/api/overview", timeout=30) as response:
             data = json.load(response)
         assert data["status"]["queues"]["emails"]["claimed"] == 2
+        for host in ("dash.example", "third.example:80"):
+            request = urllib.request.Request(match[1] + "/api/overview", headers={"Host": host})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.status == 200, host
+        foreign = urllib.request.Request(match[1] + "/", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError, match="421"):
+            urllib.request.urlopen(foreign, timeout=30)
         process.send_signal(signal.SIGTERM)
         rest = process.stderr.read()
         assert process.wait(timeout=30) == 0, rest

@@ -17,7 +17,16 @@ from osqueue.dashboard.queries import (
     preview,
     sort_key,
 )
-from osqueue.dashboard.security import Access, Refused, Sessions, access_for
+from osqueue.dashboard.security import (
+    Access,
+    AllowedHosts,
+    Backoff,
+    LoginThrottle,
+    Refused,
+    Sessions,
+    access_for,
+    safe_next,
+)
 from osqueue.dashboard.snapshot import Snapshot
 from osqueue.errors import InvalidInput
 from osqueue.state import BrokerInfo, ClaimOp, Document, Fail, Push, apply, to_datetime
@@ -180,22 +189,39 @@ def test_broker_log_records_each_tenure_and_the_write_rate() -> None:
 def test_sessions_expire_and_stay_bounded() -> None:
     now = [0.0]
     sessions = Sessions(max_sessions=3, ttl_s=10, clock=lambda: now[0])
-    first = sessions.new()
+    first = sessions.login()
     assert sessions.get(first.id) is first
     for _ in range(3):
-        sessions.new()
+        sessions.login()
     assert len(sessions) == 3
-    assert sessions.get(first.id) is None
-    last = sessions.new()
+    assert sessions.get(first.id) is None  # the oldest login, at the cap
+    last = sessions.login()
     now[0] = 11.0
     assert sessions.get(last.id) is None
     assert sessions.get(None) is None
     assert sessions.get("made-up") is None
+    sessions.login()
+    assert len(sessions) == 1  # the expired ones went first
+
+
+def test_visitors_are_never_stored_and_their_csrf_is_bound_to_their_cookie() -> None:
+    sessions = Sessions(max_sessions=2)
+    admin = sessions.login()
+    for _ in range(10):
+        visitor = sessions.visitor()
+        assert not visitor.admin
+    assert len(sessions) == 1
+    assert sessions.get(admin.id) is admin
+    again = sessions.visitor(visitor.id)
+    assert (again.id, again.csrf) == (visitor.id, visitor.csrf)
+    assert sessions.visitor().csrf != visitor.csrf
+    assert Sessions().visitor(visitor.id).csrf != visitor.csrf  # another process's key
+    assert sessions.visitor("not\nan id").id != "not\nan id"
 
 
 def test_actions_need_csrf_then_a_token_then_the_login() -> None:
     sessions = Sessions()
-    anonymous, admin = sessions.new(), sessions.new(admin=True)
+    anonymous, admin = sessions.visitor(), sessions.login()
     access = Access(token="s3cret", open_reads=True)
     with pytest.raises(Refused, match="CSRF"):
         access.check_action(admin, "forged")
@@ -281,3 +307,161 @@ async def test_document_metrics_turn_the_brokers_summary_into_figures() -> None:
     assert figures.commits_per_s == pytest.approx(2.0)
     assert figures.ops_per_commit == pytest.approx(20.0)
     assert figures.p99_commit_s == pytest.approx(0.0095)
+
+
+# --------------------------------------------------------------------------- issue 23
+
+OUTSIDE = [
+    "",
+    "//evil.example",
+    "///evil.example",
+    "////evil.example/x",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "\\/evil.example",
+    "/\t/evil.example/phish",
+    "/\n/evil.example",
+    "/\r\n/evil.example",
+    "\t//evil.example",
+    " //evil.example",
+    "/ /evil.example",
+    "\x00//evil.example",
+    "/%09/evil.example/phish",
+    "/%0a/evil.example",
+    "/%0D%0A/evil.example",
+    "/%2F/evil.example",
+    "/%2f%2fevil.example",
+    "%2F%2Fevil.example",
+    "%2F%09%2Fevil.example%2Fphish",
+    "/%5Cevil.example",
+    "/%5c/evil.example",
+    "/%252F%252Fevil.example",
+    "/%25252F%25252Fevil.example",
+    "/%2525252F%2525252Fevil.example",
+    "https://evil.example",
+    "http:evil.example",
+    "http:/evil.example",
+    "//evil.example@dash",
+    "javascript:alert(1)",
+    "JaVaScRiPt:alert(1)",
+    "data:text/html,hi",
+    "evil.example",
+    "jobs",
+    "?next=//evil",
+    "#frag",
+    "/\u3000/evil.example",
+    "/\u2028/evil.example",
+    "/" + "a" * 2000,
+]
+INSIDE = [
+    "/",
+    "/dead",
+    "/jobs?queue=emails&status=dead",
+    "/jobs/j-1",
+    "/jobs?q=a%20b",
+    "/queues/..%2Fqueues%2Fvictim/pause",
+    "/archive?day=2026-11-25&hour=3",
+    "/%E3%80%80/x",
+]
+
+
+@pytest.mark.parametrize("target", OUTSIDE)
+def test_next_that_leaves_the_site_falls_back_to_the_overview(target: str) -> None:
+    assert safe_next(target) == "/"
+
+
+@pytest.mark.parametrize("target", INSIDE)
+def test_next_on_this_site_is_followed(target: str) -> None:
+    assert safe_next(target) == target
+
+
+def test_next_none_is_the_overview() -> None:
+    assert safe_next(None) == "/"
+
+
+def test_host_header_names_the_listen_address_or_an_allowed_name() -> None:
+    rule = AllowedHosts(["dash.example", "[2001:db8::1]:443", "Proxy.Example.:8443"])
+    loopback = ("127.0.0.1", 8080)
+    for header in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "[0:0::1]:8080"):
+        assert rule.allows(header, loopback), header
+        assert rule.allows(header, ("::1", 8080)), header
+    for header in ("evil.example:8080", "127.0.0.1:8081", "localhost", "127.0.0.1:80"):
+        assert not rule.allows(header, loopback), header
+    for header in ("dash.example", "dash.example:1", "[2001:db8::1]:443", "proxy.example:8443"):
+        assert rule.allows(header, loopback), header
+    for header in ("[2001:db8::1]", "proxy.example", "a.dash.example", "dash.example:x", "a b"):
+        assert not rule.allows(header, loopback), header
+    public = ("10.0.0.5", 8080)
+    assert rule.allows("10.0.0.5:8080", public)
+    assert rule.allows("10.0.0.5:8080", ("::ffff:10.0.0.5", 8080))  # a dual-stack socket
+    assert rule.allows("localhost:8080", ("::ffff:127.0.0.1", 8080))
+    assert not rule.allows("localhost:8080", public)  # not where this request arrived
+    assert AllowedHosts(["*"]).allows("anything.example", public)
+    with pytest.raises(Refused, match="--allowed-host") as refused:
+        rule.check("evil.example:8080", loopback)
+    assert refused.value.status == 421
+    with pytest.raises(Refused, match="none"):
+        rule.check(None, loopback)
+    with pytest.raises(InvalidInput, match="allowed_hosts"):
+        AllowedHosts(["http://dash.example/"])
+    with pytest.raises(InvalidInput, match="allowed_hosts"):
+        AllowedHosts(["dash.example:99999"])
+
+
+def test_failed_logins_back_off_per_client_and_overall() -> None:
+    now = [0.0]
+    throttle = LoginThrottle(
+        per_client=Backoff(free=3, first_s=1.0, max_s=8.0, forget_s=100.0),
+        overall=Backoff(free=10, first_s=2.0, max_s=4.0, forget_s=100.0),
+        max_clients=50,
+        clock=lambda: now[0],
+    )
+    for _ in range(3):
+        throttle.check("a")
+        throttle.failed("a")
+    throttle.check("a")
+    throttle.failed("a")  # the 4th: held 1 s
+    with pytest.raises(Refused, match="try again in 1 s") as refused:
+        throttle.check("a")
+    assert (refused.value.status, refused.value.retry_after_s) == (429, 1)
+    throttle.check("b")  # another client is not held back
+    holds = []
+    for _ in range(5):
+        now[0] += 10.0
+        throttle.check("a")
+        throttle.failed("a")
+        with pytest.raises(Refused) as refused:
+            throttle.check("a")
+        holds.append(refused.value.retry_after_s)
+    assert holds == [2, 4, 8, 8, 8]  # doubling, capped
+    throttle.succeeded("a")
+    throttle.check("a")
+    # many clients, one failure each: everyone is held back after 10 in all
+    now[0] += 1000.0
+    for i in range(11):
+        throttle.failed(f"10.0.0.{i}")
+    with pytest.raises(Refused, match="too many failed logins"):
+        throttle.check("192.168.1.1")
+    now[0] += 2.0
+    throttle.check("192.168.1.1")
+    for i in range(100):
+        throttle.failed(f"172.16.0.{i}")
+    assert len(throttle._clients) == 50  # bounded: the oldest records go
+    # a quiet client is forgiven
+    now[0] += 1000.0
+    for _ in range(3):
+        throttle.failed("c")
+    now[0] += 101.0
+    throttle.failed("c")
+    throttle.check("c")
+
+
+def test_a_name_is_one_path_segment() -> None:
+    from urllib.parse import urljoin
+
+    from osqueue.dashboard.render import segment
+
+    for name in ("../queues/victim", "a/b", "q?x=1#f", "50%", "a b", "..\\x"):
+        resolved = urljoin("http://dash/", f"/queues/{segment(name)}/pause")
+        assert resolved.count("/") == 5, resolved
+        assert resolved.startswith("http://dash/queues/"), resolved

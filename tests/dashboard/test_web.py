@@ -45,12 +45,12 @@ async def post(
         return response.status, response.url.path, await response.text()
 
 
-async def login(http: aiohttp.ClientSession, token: str = TOKEN) -> str:
+async def login(http: aiohttp.ClientSession, token: str = TOKEN, status: int = 200) -> str:
     html = await page(http, "/login")
-    status, _where, body = await post(
+    answered, _where, body = await post(
         http, "/login", {"csrf": csrf_of(html), "token": token, "next": "/dead"}
     )
-    assert status == 200
+    assert answered == status, body
     return body
 
 
@@ -137,7 +137,7 @@ async def test_an_action_without_the_login_is_refused_and_changes_nothing(
     assert status == 403
     assert seeded.document().jobs[seeded.dead].status == "dead"
     assert seeded.emails[-1] in seeded.document().jobs
-    body = await login(http, token="wrong-token")
+    body = await login(http, token="wrong-token", status=401)
     assert "that is not the admin token" in body
 
 
@@ -171,6 +171,7 @@ async def test_after_login_retry_purge_and_cancel_go_through_the_broker(
 
     html = await page(http, "/")
     status, where, body = await post(http, "/logout", {"csrf": csrf_of(html)})
+    assert (status, where) == (200, "/login")
     assert "logged out" in body
     status, _, body = await post(http, "/dead/purge", {"csrf": csrf_of(body), "scope": "all"})
     assert status == 403  # the session is no longer admin

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from rich.logging import RichHandler
 from typer._click.core import Command, Context  # typer >= 0.2x vendors click
 from typer.core import TyperGroup
 
@@ -39,7 +38,7 @@ from osqueue.cli import (
     top,
     work,
 )
-from osqueue.cli.console import stderr
+from osqueue.cli.console import log_handler, stderr
 from osqueue.errors import MissingExtra
 
 _HELP = (
@@ -112,7 +111,7 @@ def configure_logging(level: LogLevel) -> None:
     for handler in list(root.handlers):
         if getattr(handler, "_osqueue", False):
             root.removeHandler(handler)
-    handler = RichHandler(console=stderr(), show_path=False, rich_tracebacks=True, markup=False)
+    handler = log_handler()
     handler._osqueue = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.value.upper())

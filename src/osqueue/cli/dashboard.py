@@ -48,6 +48,19 @@ def dashboard(
             rich_help_panel=_WEB,
         ),
     ] = False,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar="OSQUEUE_DASHBOARD_ALLOWED_HOSTS",
+            help="Also answer requests whose Host header names this (NAME for any port, "
+            "NAME:PORT, [v6]:PORT; * for any name, behind a proxy that checks Host). "
+            "Repeat it, or list names in the variable. Without it only the listen "
+            "address is served (on loopback also localhost, 127.0.0.1 and [::1]): "
+            "a page of another site cannot rebind its DNS name onto the dashboard.",
+            rich_help_panel=_WEB,
+        ),
+    ] = None,
     refresh_s: Annotated[
         float,
         typer.Option(
@@ -75,6 +88,9 @@ def dashboard(
         token=resolve_token(token, token_file),
         tls_ca=tls_ca,
         insecure=insecure,
+        allowed_hosts=tuple(
+            name for entry in allowed_hosts or () for name in entry.split(",") if name
+        ),
         refresh_s=refresh_s,
         poll_s=max(refresh_s, 1.0),
     )

@@ -10,6 +10,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -23,7 +24,7 @@ from osqueue.broker.segments_read import (
     spilled_count,
 )
 from osqueue.cli import exits
-from osqueue.cli.console import stdout
+from osqueue.cli.console import shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_blob
 from osqueue.state import Document, StoredJob, decode
@@ -89,7 +90,7 @@ def jobs(
     if left and shown:
         cursor = cursor_text(sort_key(shown[-1].job))
         more = "more" if start is not None else f"{left} more"
-        console.print(f"[dim]{more}; next page: --after '{cursor}' (or raise --limit)[/]")
+        console.print(f"[dim]{more}; next page: --after '{escape(cursor)}' (or raise --limit)[/]")
 
 
 async def _listing(
@@ -179,13 +180,13 @@ def _table(selected: list[Listed], now: float) -> Table:
         elif job.status == "waiting":
             status = f"waiting ({len(job.after)} parent{'' if len(job.after) == 1 else 's'})"
         table.add_row(
-            job.id,
-            job.queue,
+            shown(job.id),
+            shown(job.queue),
             Text(status, style=_STYLE[job.status]),
             str(job.priority),
             f"{job.attempts}/{job.max_attempts}",
             f"{age:.0f}s",
-            job.claim.worker if job.claim else "",
-            exits.one_line(job.last_error or "")[:200],
+            shown(job.claim.worker if job.claim else ""),
+            shown(exits.one_line(job.last_error or "")[:200]),
         )
     return table

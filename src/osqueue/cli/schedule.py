@@ -18,7 +18,7 @@ from rich.table import Table
 
 from osqueue.api import ScheduleInfo
 from osqueue.cli import exits
-from osqueue.cli.console import stdout
+from osqueue.cli.console import shown, stdout
 from osqueue.cli.options import (
     AsJson,
     ClientOptions,
@@ -216,13 +216,13 @@ def _show(infos: list[ScheduleInfo], as_json: bool) -> None:
             else f"every {info.every_s:g}s"
         )
         table.add_row(
-            info.name,
-            info.queue,
-            when,
+            shown(info.name),
+            shown(info.queue),
+            shown(when),
             _when(info.next_run_at),
             _when(info.last_run_at),
-            info.last_job_id or "",
-            exits.one_line(info.note or ""),
+            shown(info.last_job_id),
+            shown(exits.one_line(info.note or "")),
         )
     console = stdout()
     console.print(table)

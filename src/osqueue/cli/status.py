@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from osqueue.api import Stats
-from osqueue.cli.console import stdout
+from osqueue.cli.console import printable, screen, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_document
 from osqueue.state import Document, stats_of
@@ -63,7 +63,7 @@ async def _watch(url: str, as_json: bool, interval_s: float) -> None:
             snapshot = status_of(url, await read_document(url), time.time())
             typer.echo(json.dumps(snapshot))
             await asyncio.sleep(interval_s)
-    with Live(Text("reading..."), auto_refresh=False, transient=False) as live:
+    with Live(Text("reading..."), console=screen(), auto_refresh=False, transient=False) as live:
         while True:
             snapshot = status_of(url, await read_document(url), time.time())
             live.update(render(snapshot), refresh=True)
@@ -125,7 +125,7 @@ def render(snapshot: dict[str, Any]) -> Group:
     """The status as rich renderables: a header and a table per queue."""
     broker = snapshot["broker"]
     head = Text()
-    head.append(f"{snapshot['url']}", style="bold")
+    head.append(printable(snapshot["url"]), style="bold")
     segments = snapshot.get("segments", 0)
     head.append(
         f"  version {snapshot['version']}  {snapshot['document_bytes']:,} bytes"
@@ -144,9 +144,9 @@ def render(snapshot: dict[str, Any]) -> Group:
         )
         style = "green" if broker["live"] else "yellow"
         address = broker["address"] or "(stopped: no address)"
-        head.append(f"broker: {address}", style=style)
+        head.append(f"broker: {printable(address)}", style=style)
         head.append(f"  epoch {broker['epoch']}  {lease}  until {broker['lease_until']}")
-        head.append(f"  id {broker['id']}", style="dim")
+        head.append(f"  id {printable(broker['id'])}", style="dim")
     head.append(
         f"\npushed {snapshot['pushed']:,}  completed {snapshot['completed']:,}  "
         f"failed {snapshot['failed']:,}  reclaimed {snapshot['reclaimed']:,}"
@@ -157,7 +157,7 @@ def render(snapshot: dict[str, Any]) -> Group:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in snapshot["queues"].items():
         table.add_row(
-            name,
+            shown(name),
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['delayed']:,}",

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from osqueue.cli.console import printable, screen, shown
 from osqueue.cli.options import Url
 from osqueue.cli.status import age_text
 from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
@@ -103,14 +104,14 @@ def render(
 ) -> Group:
     status = snapshot.status(now)
     head = Text()
-    head.append(f"osqueue top  {snapshot.url}", style="bold")
+    head.append(f"osqueue top  {printable(snapshot.url)}", style="bold")
     head.append(
         f"  version {status['version']:,}  {time.strftime('%H:%M:%S', time.gmtime(now))} UTC"
     )
     head.append("   q quits\n", style="dim")
     head.append_text(_broker_line(status, commit_rate, figures))
     if problem:
-        head.append(f"\nlast read failed: {problem}", style="red")
+        head.append(f"\nlast read failed: {printable(problem)}", style="red")
     return Group(head, _queue_table(status, rates), _worker_table(snapshot, now))
 
 
@@ -124,7 +125,7 @@ def _broker_line(
     else:
         left = broker["lease_remaining_s"]
         style = "green" if broker["live"] else "yellow"
-        line.append(f"broker {broker['address'] or '(stopped)'}", style=style)
+        line.append(f"broker {printable(broker['address'] or '(stopped)')}", style=style)
         lease = f"{left:.1f}s left" if left > 0 else f"expired {-left:.1f}s ago"
         line.append(f"  epoch {broker['epoch']}  lease {lease}")
     commits = "-" if commit_rate is None else f"{commit_rate:.1f}"
@@ -150,7 +151,7 @@ def _queue_table(status: dict[str, Any], rates: Rates) -> Table:
     for name, q in status["queues"].items():
         per_queue = rates.per_queue.get(name)
         table.add_row(
-            name,
+            shown(name),
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['claimed']:,}",
@@ -181,9 +182,9 @@ def _worker_table(snapshot: Snapshot, now: float) -> Table | Text:
         table.add_column(column, justify="left" if column in ("worker", "queues") else "right")
     for h in holders[:MAX_WORKERS]:
         table.add_row(
-            h.worker,
+            shown(h.worker),
             f"{h.jobs:,}",
-            ", ".join(h.queues),
+            shown(", ".join(h.queues)),
             age_text(h.oldest_heartbeat_age_s),
             age_text(h.newest_heartbeat_age_s),
         )
@@ -234,7 +235,7 @@ async def _run(url: str, interval_s: float, metrics: CommitMetrics | None = None
         snapshot = await source.refresh()  # no queue at URL: one error line, not a blank screen
         rates = meter.update(snapshot)
         problem: str | None = None
-        with _keys(stop.set), Live(console=Console(), screen=True, auto_refresh=False) as live:
+        with _keys(stop.set), Live(console=screen(), screen=True, auto_refresh=False) as live:
             while True:
                 figures = await metrics.figures()
                 frame = render(

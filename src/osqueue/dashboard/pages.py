@@ -31,7 +31,8 @@ from osqueue.dashboard.queries import (
     payload_of,
     preview,
 )
-from osqueue.dashboard.security import Refused
+from osqueue.dashboard.render import segment
+from osqueue.dashboard.security import Refused, safe_next
 from osqueue.dashboard.web import Dashboard, dashboard_of, page_context, session_of, set_session
 from osqueue.errors import InvalidInput, JobNotFound
 
@@ -201,7 +202,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
     elif isinstance(outcome, Exception):
         raise outcome
     await board.source.refresh()
-    return _redirect(f"/jobs/{job_id}")
+    return _redirect(f"/jobs/{segment(job_id)}")
 
 
 # --------------------------------------------------------------------------- dead letters
@@ -327,15 +328,11 @@ async def broker(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- login
 
 
-def _safe_next(target: str | None) -> str:
-    """Only a path on this site (no scheme, no ``//host``) is followed after login."""
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return "/"
-
-
 async def login_form(request: web.Request) -> web.Response:
-    return _html(request, "login.html", next=_safe_next(request.query.get("next")))
+    session = session_of(request)
+    if "logged_out" in request.query and not session.admin:
+        session.notify("ok", "logged out")
+    return _html(request, "login.html", next=safe_next(request.query.get("next")))
 
 
 async def login(request: web.Request) -> web.StreamResponse:
@@ -343,17 +340,23 @@ async def login(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     session = session_of(request)
     board.access.check_csrf(session, _text(form.get("csrf")))
-    target = _safe_next(_text(form.get("next")))
+    target = safe_next(_text(form.get("next")))
     if board.access.token is None:
         raise Refused(
             "there is nothing to log in to: this dashboard was started without an admin "
             "token, so actions are disabled (start it with --token-file or OSQUEUE_TOKEN)"
         )
+    client = request.remote or "unknown"
+    board.logins.check(client)  # 429 while held back: the token is not even compared
     if not board.access.token_matches(_text(form.get("token")) or ""):
+        board.logins.failed(client)
         session.notify("error", "that is not the admin token")
-        return _redirect("/login?" + urlencode({"next": target}))
+        response = _html(request, "login.html", next=target)
+        response.set_status(401)
+        return response
+    board.logins.succeeded(client)
     board.sessions.drop(session.id)
-    admin = board.sessions.new(admin=True)  # a new id: no session fixation
+    admin = board.sessions.login()  # a new id: no session fixation
     admin.notify("ok", "logged in: actions are enabled")
     set_session(request, admin)
     return _redirect(target)
@@ -365,10 +368,8 @@ async def logout(request: web.Request) -> web.StreamResponse:
     session = session_of(request)
     board.access.check_csrf(session, _text(form.get("csrf")))
     board.sessions.drop(session.id)
-    fresh = board.sessions.new()
-    fresh.notify("ok", "logged out")
-    set_session(request, fresh)
-    return _redirect("/")
+    set_session(request, board.sessions.visitor())
+    return _redirect("/login?logged_out=1")
 
 
 def _text(value: object) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 
@@ -48,6 +49,15 @@ def age(seconds: float | None) -> str:
     return age_text(seconds)
 
 
+def segment(name: str) -> str:
+    """A queue name or job id as one URL path segment: every ``/``, ``?``, ``#``
+    and ``%`` encoded, so ``../queues/victim`` stays one segment and cannot
+    climb to another object's address.  (A name that is only dots, ``.`` or
+    ``..``, is a dot segment to a browser however it is encoded: its links and
+    forms go nowhere, which is safe, rather than to another object.)"""
+    return quote(name, safe="")
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("osqueue.dashboard", "templates"),
@@ -56,7 +66,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ts=ts, dt=dt, num=num, size=size, age=age)
+    env.filters.update(ts=ts, dt=dt, num=num, size=size, age=age, segment=segment)
     return env
 
 

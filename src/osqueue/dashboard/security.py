@@ -10,12 +10,20 @@ The model, in full:
   to enable them.
 * **Sessions** live in this process's memory; the browser holds only a random
   session id in an ``HttpOnly``, ``SameSite=Strict`` cookie (never the token).
-  Logging in replaces the session id (no fixation); sessions expire after
-  ``ttl_s`` and the oldest go first beyond ``max_sessions``.
-* **CSRF**: every session has a random CSRF token, put in every form; a POST
-  whose form token does not match its session's is refused before anything
-  else is looked at.  SameSite=Strict keeps the cookie off cross-site
-  requests as a second wall.
+  Only a login stores a session, so no amount of anonymous traffic logs the
+  admin out; logging in replaces the session id (no fixation); sessions
+  expire after ``ttl_s`` and the oldest login goes first beyond
+  ``max_sessions``.
+* **Failed logins** are throttled per client address and overall
+  (:class:`LoginThrottle`): past a few, 429 with ``Retry-After``, holds doubling.
+* **CSRF**: every session has a CSRF token, put in every form (a visitor's is
+  its cookie's id signed with a key of this process); a POST whose form token
+  does not match its session's is refused before anything else is looked at.
+  SameSite=Strict keeps the cookie off cross-site requests as a second wall.
+* **Host**: a request must name this dashboard's address (or a configured
+  name) in its ``Host`` header (:class:`AllowedHosts`), so a page whose DNS
+  name was re-pointed at this machine cannot read it; after the login only a
+  path of this site is followed (:func:`safe_next`).
 * **Reading** is open when the dashboard listens on a loopback address (or
   with ``--insecure``); on any other address it needs the admin login too, and
   starting there without a token is refused unless ``--insecure``.
@@ -23,14 +31,19 @@ The model, in full:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
+import math
+import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
-from osqueue.address import is_loopback, split_host_port
+from osqueue.address import is_loopback, join_host_port, split_host_port
 from osqueue.errors import InvalidInput
 
 COOKIE = "osqueue_session"
@@ -39,12 +52,21 @@ COOKIE = "osqueue_session"
 class Refused(Exception):
     """An action or page this session may not have; ``message`` says why and what to do."""
 
-    def __init__(self, message: str, *, status: int = 403, login: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 403,
+        login: bool = False,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         #: offer the login form beside the message
         self.login = login
+        #: when to ask again (a ``Retry-After`` header), for a throttled request
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(slots=True)
@@ -61,24 +83,33 @@ class Session:
 
 
 class Sessions:
-    """Sessions by id, in memory, bounded in number and age."""
+    """Logged-in sessions by id, in memory, bounded in number and age.
+
+    Only a successful login stores a session, so anonymous traffic cannot push
+    a logged-in session out.  A visitor who has not logged in gets a session
+    object that is never stored: its id lives only in the visitor's cookie,
+    and its CSRF token is that id signed with a key of this process.
+    """
 
     def __init__(
         self,
         *,
-        max_sessions: int = 10_000,
+        max_sessions: int = 1_000,
         ttl_s: float = 12 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
         self._clock = clock
+        self._key = secrets.token_bytes(32)
+        #: in login order, so the oldest (and the first to expire) come first
         self._by_id: OrderedDict[str, Session] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_id)
 
     def get(self, session_id: str | None) -> Session | None:
+        """The logged-in session with this id, if it is live."""
         if not session_id:
             return None
         session = self._by_id.get(session_id)
@@ -89,20 +120,38 @@ class Sessions:
             return None
         return session
 
-    def new(self, *, admin: bool = False) -> Session:
+    def visitor(self, session_id: str | None = None) -> Session:
+        """A session that is not logged in, for the id its cookie holds (a fresh
+        id when there is none or it is not one of ours); nothing is stored."""
+        if session_id is None or not _SESSION_ID.fullmatch(session_id):
+            session_id = secrets.token_urlsafe(32)
+        csrf = hmac.new(self._key, session_id.encode("ascii"), hashlib.sha256).hexdigest()
+        return Session(id=session_id, csrf=csrf, admin=False, created_at=self._clock())
+
+    def login(self) -> Session:
+        """A new logged-in session (a new id: no fixation).  Expired ones go first;
+        at ``max_sessions`` live ones, the oldest login is logged out."""
+        now = self._clock()
+        while self._by_id:
+            oldest = next(iter(self._by_id.values()))
+            if now - oldest.created_at <= self.ttl_s and len(self._by_id) < self.max_sessions:
+                break
+            self._by_id.popitem(last=False)
         session = Session(
             id=secrets.token_urlsafe(32),
             csrf=secrets.token_urlsafe(32),
-            admin=admin,
-            created_at=self._clock(),
+            admin=True,
+            created_at=now,
         )
         self._by_id[session.id] = session
-        while len(self._by_id) > self.max_sessions:
-            self._by_id.popitem(last=False)
         return session
 
     def drop(self, session_id: str) -> None:
         self._by_id.pop(session_id, None)
+
+
+#: what :func:`secrets.token_urlsafe` (32 bytes) gives
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,3 +214,194 @@ def access_for(listen: str, token: str | None, *, insecure: bool) -> Access:
             field="listen",
         )
     return Access(token=token, open_reads=loopback or insecure)
+
+
+# --------------------------------------------------------------------------- failed logins
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How repeated failures are answered: the first ``free`` pass, then each
+    further one holds back for ``first_s``, doubling up to ``max_s``; a record
+    is forgotten after ``forget_s`` without a failure."""
+
+    free: int
+    first_s: float
+    max_s: float
+    forget_s: float = 900.0
+
+    def hold_s(self, failures: int) -> float:
+        if failures <= self.free:
+            return 0.0
+        return min(self.max_s, self.first_s * 2.0 ** min(failures - self.free - 1, 32))
+
+
+@dataclass(slots=True)
+class _Strikes:
+    failures: int = 0
+    last_at: float = 0.0
+    held_until: float = 0.0
+
+    def strike(self, backoff: Backoff, now: float) -> None:
+        if now - self.last_at > backoff.forget_s and now >= self.held_until:
+            self.failures = 0
+        self.failures += 1
+        self.last_at = now
+        self.held_until = max(self.held_until, now + backoff.hold_s(self.failures))
+
+
+class LoginThrottle:
+    """Failed logins, per client address and over all clients together.
+
+    While a client (or everyone, after many failures from many addresses) is
+    held back, a login is answered 429 with ``Retry-After`` before the token is
+    looked at, so guessing goes no faster than the backoff allows.  Refused
+    attempts do not extend the hold: the admin can log in once it ends.
+    """
+
+    def __init__(
+        self,
+        *,
+        per_client: Backoff = Backoff(free=5, first_s=1.0, max_s=300.0),
+        overall: Backoff = Backoff(free=100, first_s=1.0, max_s=60.0),
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_client = per_client
+        self.overall = overall
+        self.max_clients = max_clients
+        self._clock = clock
+        #: by last failure, the oldest first (the first dropped past ``max_clients``)
+        self._clients: OrderedDict[str, _Strikes] = OrderedDict()
+        self._all = _Strikes()
+
+    def check(self, client: str) -> None:
+        """Refuse (429) while ``client`` or every client is held back."""
+        now = self._clock()
+        own = self._clients.get(client)
+        until = max(self._all.held_until, own.held_until if own is not None else 0.0)
+        if until > now:
+            wait_s = math.ceil(until - now)
+            raise Refused(
+                f"too many failed logins: try again in {wait_s} s",
+                status=429,
+                retry_after_s=wait_s,
+            )
+
+    def failed(self, client: str) -> None:
+        now = self._clock()
+        strikes = self._clients.pop(client, None) or _Strikes()
+        strikes.strike(self.per_client, now)
+        self._clients[client] = strikes
+        while len(self._clients) > self.max_clients:
+            self._clients.popitem(last=False)
+        self._all.strike(self.overall, now)
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+
+# --------------------------------------------------------------------------- Host header
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_HOST = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+))(?::([0-9]{1,5}))?")
+
+
+def parse_host(text: str, field: str = "Host") -> tuple[str, int | None]:
+    """``name``, ``name:port``, ``[v6]`` or ``[v6]:port`` -> (name, port or None),
+    the name in lower case without a trailing dot, an IP address in its short form."""
+    match = _HOST.fullmatch(text)
+    if match is None or (match[3] is not None and int(match[3]) > 65535):
+        raise InvalidInput(
+            f"{text!r} is not a host name or address with an optional :port "
+            "(an IPv6 address in brackets)",
+            field=field,
+        )
+    return _short((match[1] or match[2]).lower().rstrip(".")), (
+        None if match[3] is None else int(match[3])
+    )
+
+
+def _short(name: str) -> str:
+    """An IP address in its short form (an IPv4 address mapped into IPv6, as a
+    dual-stack socket reports it, as IPv4); a name as it is."""
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.compressed
+    return ip.compressed
+
+
+class AllowedHosts:
+    """Which ``Host`` headers are answered, against DNS rebinding (a page of
+    another site whose name now resolves to this machine sends that name).
+
+    A request must name the address it arrived at (for a loopback address, any
+    of ``localhost``, ``127.0.0.1`` and ``[::1]`` with that port), or one of the
+    configured names (``name`` for any port, ``name:port``; ``*`` for anything,
+    behind a proxy that checks ``Host`` itself)."""
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.anything = "*" in names
+        self.names = [parse_host(n, "allowed_hosts") for n in names if n != "*"]
+
+    def allows(self, header: str, local: tuple[str, int]) -> bool:
+        if self.anything:
+            return True
+        try:
+            name, port = parse_host(header)
+        except InvalidInput:
+            return False
+        port = 80 if port is None else port
+        here = _short(local[0].lower())
+        own = _LOOPBACK_NAMES | {here} if is_loopback(here) else {here}
+        if port == local[1] and name in own:
+            return True
+        return any(name == n and (p is None or p == port) for n, p in self.names)
+
+    def check(self, header: str | None, local: tuple[str, int] | None) -> None:
+        if header is None or local is None or not self.allows(header, local):
+            shown = "none" if header is None else repr(header[:200])
+            raise Refused(
+                f"refused: the Host header ({shown}) does not name this dashboard "
+                f"(it answers at {join_host_port(*local) if local else 'its listen address'}); "
+                "to serve it under another name, start it with --allowed-host NAME "
+                "(OSQUEUE_DASHBOARD_ALLOWED_HOSTS)",
+                status=421,
+            )
+
+
+# --------------------------------------------------------------------------- after the login
+
+#: the characters browsers drop anywhere in a URL (tab, LF, CR)
+_DROPPED = re.compile(r"[\t\n\r]")
+#: a ``next`` as this dashboard writes it: printable ASCII, no space
+_PRINTABLE = re.compile(r"[\x21-\x7e]{1,2000}")
+
+
+def safe_next(target: str | None) -> str:
+    """Where a login may return: ``target`` when it is a path of this site, else ``/``.
+
+    A browser drops tabs and newlines, skips leading spaces and controls and
+    reads a backslash as ``/`` before it decides whether ``/<TAB>/evil.example``
+    is a path or ``//evil.example``, another site.  So ``target`` must be printable
+    ASCII without a backslash, and both it and its percent-decoded form (decoded
+    until it stops changing, as a chain of decoders might), read the way a
+    browser reads them, must begin with exactly one ``/``.
+    """
+    if target is None or not _PRINTABLE.fullmatch(target) or "\\" in target:
+        return "/"
+    decoded = target
+    for _ in range(4):
+        decoded, before = unquote(decoded), decoded
+        if decoded == before:
+            break
+    else:
+        return "/"  # still decoding: an encoding nested to fool one decoder
+    for form in (target, decoded):
+        read = _DROPPED.sub("", form).lstrip("".join(map(chr, range(0x21)))).replace("\\", "/")
+        if not read.startswith("/") or read.startswith("//"):
+            return "/"
+    return target

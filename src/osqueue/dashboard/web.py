@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -31,7 +32,16 @@ from osqueue.dashboard.archive_view import ArchiveView
 from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
 from osqueue.dashboard.render import Renderer
-from osqueue.dashboard.security import COOKIE, Access, Refused, Session, Sessions, access_for
+from osqueue.dashboard.security import (
+    COOKIE,
+    Access,
+    AllowedHosts,
+    LoginThrottle,
+    Refused,
+    Session,
+    Sessions,
+    access_for,
+)
 from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput, JobNotFound, NotFound, OsqueueError
 from osqueue.storage.port import Storage
@@ -72,6 +82,8 @@ class DashboardConfig:
     history_resolution_s: float = 10.0
     #: how long one action keeps trying to reach the broker
     action_timeout_s: float = 15.0
+    #: Host names served besides the listen address (``name``, ``name:port``, ``*``)
+    allowed_hosts: tuple[str, ...] = ()
 
 
 class Dashboard:
@@ -84,9 +96,11 @@ class Dashboard:
         history: History | None = None,
         metrics: CommitMetrics | None = None,
         storage: Storage | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.access: Access = access_for(config.listen, config.token, insecure=config.insecure)
+        self.hosts = AllowedHosts(config.allowed_hosts)
         self.source = SnapshotSource(config.url, refresh_s=config.refresh_s, storage=storage)
         self.history: History = history or DocumentHistory(
             SampledHistory(resolution_s=config.history_resolution_s)
@@ -107,7 +121,8 @@ class Dashboard:
                 timeout_s=config.action_timeout_s,
             )
         )
-        self.sessions = Sessions()
+        self.sessions = Sessions(clock=clock)
+        self.logins = LoginThrottle(clock=clock)
         self.renderer = Renderer()
         self._runner: web.AppRunner | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -117,7 +132,7 @@ class Dashboard:
     def app(self) -> web.Application:
         from osqueue.dashboard import pages
 
-        app = web.Application(middlewares=[_errors, _sessions_and_headers])
+        app = web.Application(middlewares=[_host_check, _errors, _sessions_and_headers])
         app[DASHBOARD] = self
         pages.add_routes(app)
         static = resources.files("osqueue.dashboard") / "static"
@@ -192,12 +207,23 @@ def set_session(request: web.Request, session: Session) -> None:
 
 
 @web.middleware
+async def _host_check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer only requests that name this dashboard (no DNS rebinding)."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    local = (str(sockname[0]), int(sockname[1])) if sockname else None
+    try:
+        dashboard_of(request).hosts.check(request.headers.get("Host"), local)
+    except Refused as exc:
+        return web.Response(text=exc.message + "\n", status=exc.status, headers=_HEADERS)
+    return await handler(request)
+
+
+@web.middleware
 async def _sessions_and_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
     board = dashboard_of(request)
-    session = board.sessions.get(request.cookies.get(COOKIE))
-    fresh = session is None
-    if session is None:
-        session = board.sessions.new()
+    cookie = request.cookies.get(COOKIE)
+    session = board.sessions.get(cookie) or board.sessions.visitor(cookie)
+    fresh = session.id != cookie
     request[_SESSION] = session
     response = await handler(request)
     current = session_of(request)  # a login or logout replaces the session
@@ -228,7 +254,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except Refused as exc:
-        return error_response(request, exc.status, exc.message, login=exc.login)
+        response = error_response(request, exc.status, exc.message, login=exc.login)
+        if exc.retry_after_s is not None:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     except OsqueueError as exc:
         status = next((code for cls, code in _STATUS_OF if isinstance(exc, cls)), 502)
         if status == 502:
