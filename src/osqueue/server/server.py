@@ -147,6 +147,9 @@ def server_options(limits: Limits, max_connections: int) -> list[tuple[str, int]
         # connection without calls: keep pinging it however long it stays quiet.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        # What ends a connection whose ping goes unanswered (keepalive_timeout_ms
+        # alone does not in current releases).
+        ("grpc.http2.ping_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # Clients ping every few seconds while a call waits (to notice a paused
