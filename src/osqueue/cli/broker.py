@@ -117,7 +117,7 @@ def broker(
             envvar="OSQUEUE_MAX_CONNECTIONS",
             min=1,
             help="gRPC connections held at once; more are closed as they arrive (never more "
-            "than the open-files limit leaves beside 256 files for storage).",
+            f"than the open-files limit leaves beside {runtime.FD_RESERVE} files for storage).",
             rich_help_panel=_AUTH,
         ),
     ] = 10_000,
