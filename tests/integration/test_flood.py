@@ -53,12 +53,11 @@ H2_IDLE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0
 #: The start of a request whose head never ends (it grows one byte at a time).
 SLOW_HEAD = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
-#: Runs ``osqueue`` with RLIMIT_NOFILE lowered to argv[1] (soft and hard).
+#: Runs ``osqueue`` with RLIMIT_NOFILE lowered to argv[1] (soft) and argv[2] (hard).
 LIMITED = (
     "import resource, runpy, sys\n"
-    "n = int(sys.argv[1])\n"
-    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))\n"
-    "sys.argv = ['osqueue', *sys.argv[2:]]\n"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))\n"
+    "sys.argv = ['osqueue', *sys.argv[3:]]\n"
     "runpy.run_module('osqueue.cli', run_name='__main__')\n"
 )
 
@@ -76,8 +75,8 @@ def _room_for_the_flood() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def spawn_limited(procs: list[Proc], cwd: Path, *args: str) -> Proc:
-    proc = Proc([sys.executable, "-c", LIMITED, str(LIMIT), *args], cwd)
+def spawn_limited(procs: list[Proc], cwd: Path, *args: str, soft: int = LIMIT) -> Proc:
+    proc = Proc([sys.executable, "-c", LIMITED, str(soft), str(LIMIT), *args], cwd)
     procs.append(proc)
     return proc
 
@@ -250,3 +249,26 @@ def test_a_slow_flood_on_the_dashboard_is_cut_and_the_dashboard_answers_after(
         assert answer.status == 200
     dashboard.popen.send_signal(signal.SIGTERM)
     assert dashboard.wait() == 0
+
+
+@pytest.mark.slow
+def test_the_broker_raises_its_open_files_limit_and_caps_connections_by_it(
+    qdir: Path, procs: list[Proc]
+) -> None:
+    broker = spawn_limited(
+        procs,
+        qdir,
+        "--log-level",
+        "info",
+        "broker",
+        url_of(qdir),
+        "--listen",
+        "127.0.0.1:0",
+        soft=LIMIT // 4,
+    )
+    broker.expect(broker.err, r"serving \S+ at 127\.0\.0\.1:\d+")
+    said = " ".join(" ".join(broker.err_lines).split())  # the log handler wraps lines
+    assert f"open-files limit raised from {LIMIT // 4} to {LIMIT}" in said
+    assert f"gRPC connections capped at {LIMIT - 256} by the open-files limit {LIMIT}" in said
+    broker.popen.send_signal(signal.SIGTERM)
+    assert broker.wait() == 0
