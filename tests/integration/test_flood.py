@@ -159,6 +159,7 @@ def hold(flood: Flood, qdir: Path, client: SyncClient, what: str) -> None:
         assert pushed.result(timeout=0) in read_doc(qdir).jobs
     assert version >= first.version + 3  # renewed again and again
     assert doc.broker is not None
+    assert doc.broker.lease_until > first.broker.lease_until
     assert doc.broker.epoch == first.broker.epoch  # by the same broker throughout
 
 
