@@ -152,7 +152,9 @@ class Broker:
             from osqueue.metrics.exposition import MetricsEndpoint, registry_of
 
             registry = registry_of(self.metrics_collector())
-            self._metrics = MetricsEndpoint(registry, config.metrics_listen)
+            self._metrics = MetricsEndpoint(
+                registry, config.metrics_listen, max_connections=config.metrics_max_connections
+            )
 
     # ------------------------------------------------------------------ properties
 

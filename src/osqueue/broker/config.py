@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from osqueue.address import split_host_port
 from osqueue.errors import InvalidInput
+from osqueue.metrics import MAX_CONNECTIONS as METRICS_MAX_CONNECTIONS
 from osqueue.state import Policy
 from osqueue.state.validate import MAX_RESULT_TTL_S
 
@@ -96,6 +97,9 @@ class BrokerConfig:
     #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
     #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
     metrics_listen: str | None = None
+    #: Connections the metrics endpoint answers at once; more are answered 503
+    #: and closed (their files come out of ``ServerConfig.fd_reserve``).
+    metrics_max_connections: int = METRICS_MAX_CONNECTIONS
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "heartbeat_timeout_s", "drain_timeout_s", "retry_base_s"):
@@ -134,6 +138,7 @@ class BrokerConfig:
             "max_finished_bytes",
             "max_schedules",
             "segment_cache_bytes",
+            "metrics_max_connections",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

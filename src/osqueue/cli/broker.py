@@ -110,6 +110,17 @@ def broker(
             help="Allow a non-loopback listen address without a token.",
         ),
     ] = False,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            envvar="OSQUEUE_MAX_CONNECTIONS",
+            min=1,
+            help="gRPC connections held at once; more are closed as they arrive (never more "
+            f"than the open-files limit leaves beside {runtime.FD_RESERVE} files for storage).",
+            rich_help_panel=_AUTH,
+        ),
+    ] = 10_000,
     lease_s: Annotated[
         float,
         typer.Option(
@@ -166,6 +177,7 @@ def broker(
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""
     from osqueue.broker import BrokerConfig
+    from osqueue.server.limits import Limits
     from osqueue.server.runner import BrokerServer, run_broker
     from osqueue.server.server import ServerConfig
 
@@ -181,6 +193,7 @@ def broker(
         tls_cert=tls_cert,
         tls_key=tls_key,
         insecure=insecure,
+        limits=Limits(max_connections=max_connections),
     )
     broker_config = BrokerConfig(
         lease_s=lease_s,
@@ -205,5 +218,6 @@ def broker(
         await run_broker(url, server_config, broker_config, standby=standby, announce=announce)
         exits.info(f"broker stopped: {url}")
 
+    runtime.raise_open_files_limit()  # before any listener sizes its cap by it
     runtime.tune_gc()
     runtime.run(main())

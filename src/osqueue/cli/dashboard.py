@@ -71,6 +71,27 @@ def dashboard(
             rich_help_panel=_WEB,
         ),
     ] = 2.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            envvar="OSQUEUE_DASHBOARD_MAX_CONNECTIONS",
+            min=1,
+            help="Connections served at once; more are answered 503 and closed.",
+            rich_help_panel=_WEB,
+        ),
+    ] = 256,
+    header_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout-s",
+            envvar="OSQUEUE_DASHBOARD_HEADER_TIMEOUT_S",
+            min=0.1,
+            help="Close a connection that sends no complete request head this long after it "
+            "opened or got its last answer.",
+            rich_help_panel=_WEB,
+        ),
+    ] = 10.0,
 ) -> None:
     """Serve a web dashboard of the queue at URL: queues, jobs, dead letters, archive, broker.
 
@@ -93,8 +114,11 @@ def dashboard(
         ),
         refresh_s=refresh_s,
         poll_s=max(refresh_s, 1.0),
+        max_connections=max_connections,
+        header_timeout_s=header_timeout_s,
     )
     board = web.Dashboard(config)  # refuses a non-loopback address without a token
+    runtime.raise_open_files_limit()  # before the listener sizes its cap by it
     runtime.run(_serve(board, url))
 
 

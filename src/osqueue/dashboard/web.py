@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
 from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
+from osqueue.dashboard.listener import BoundedSite
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import (
     COOKIE,
@@ -44,6 +46,7 @@ from osqueue.dashboard.security import (
 )
 from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput, JobNotFound, NotFound, OsqueueError
+from osqueue.runtime import FD_RESERVE, connection_cap
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,24 @@ class DashboardConfig:
     action_timeout_s: float = 15.0
     #: Host names served besides the listen address (``name``, ``name:port``, ``*``)
     allowed_hosts: tuple[str, ...] = ()
+    #: connections served at once; more are answered 503 and closed (never more
+    #: than the open-files limit leaves beside ``runtime.FD_RESERVE``)
+    max_connections: int = 256
+    #: a connection without a complete request head this long after it opened
+    #: (or after its last answer) is closed, however slowly its bytes trickle in
+    header_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if type(self.max_connections) is not int or self.max_connections < 1:
+            raise InvalidInput(
+                f"must be a whole number >= 1, got {self.max_connections!r}",
+                field="max_connections",
+            )
+        if not 0 < self.header_timeout_s < math.inf:
+            raise InvalidInput(
+                f"must be a number of seconds > 0, got {self.header_timeout_s!r}",
+                field="header_timeout_s",
+            )
 
 
 class Dashboard:
@@ -145,9 +166,15 @@ class Dashboard:
         await self.source.refresh()
         self._reader = asyncio.create_task(self.source.run(), name="dashboard-reader")
         host, port = split_host_port(self.config.listen)
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=self.config.header_timeout_s,
+        )
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        cap = connection_cap(self.config.max_connections, FD_RESERVE, listener="dashboard")
+        site = BoundedSite(runner, host, port, max_connections=cap)
         try:
             await site.start()
         except OSError as exc:

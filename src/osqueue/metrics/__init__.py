@@ -20,4 +20,8 @@ the server) can serve its own endpoint.
 
 from osqueue.metrics.histogram import Histogram
 
-__all__ = ["Histogram"]
+#: Connections a ``/metrics`` endpoint answers at once by default (a scraper or
+#: two, a curl); more are answered 503 and closed, so a flood holds few files.
+MAX_CONNECTIONS = 16
+
+__all__ = ["MAX_CONNECTIONS", "Histogram"]

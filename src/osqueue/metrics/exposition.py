@@ -24,6 +24,7 @@ from typing import Any
 
 from osqueue.address import join_host_port, split_host_port
 from osqueue.errors import InvalidInput, MissingExtra
+from osqueue.metrics import MAX_CONNECTIONS
 from osqueue.metrics.histogram import Histogram
 
 try:
@@ -102,13 +103,20 @@ class MetricsEndpoint:
 
     No token: the metrics are counts, sizes, times and queue names, never a
     payload or a job's token.  One request per connection (``Connection:
-    close``, which every Prometheus scraper handles).  :meth:`close` stops
-    listening and ends the requests in flight, so nothing outlives it.
+    close``, which every Prometheus scraper handles), whose head must arrive
+    within ten seconds; at most ``max_connections`` at once (the next ones are
+    answered 503 and closed).  :meth:`close` stops listening and ends the
+    requests in flight, so nothing outlives it.
     """
 
-    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, listen: str, *, max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self._registry = registry
         self._host, self._port = split_host_port(listen, "metrics_listen")
+        self._max_connections = max_connections
+        #: refusing connections since the last one admitted (logged once)
+        self._full = False
         self._server: asyncio.Server | None = None
         #: the connections being answered (closed by :meth:`close`)
         self._requests: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
@@ -158,6 +166,19 @@ class MetricsEndpoint:
     # ------------------------------------------------------------------ requests
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._requests) >= self._max_connections:
+            # No read, no wait: the connection's file is given back at once.
+            if not self._full:
+                log.warning(
+                    "metrics endpoint at its %s connections: refusing more",
+                    self._max_connections,
+                    extra={"action": "metrics_full", "max_connections": self._max_connections},
+                )
+            self._full = True
+            writer.write(_plain("503 Service Unavailable", "too many connections\n").encode())
+            writer.close()
+            return
+        self._full = False
         task = asyncio.current_task()
         assert task is not None
         self._requests[task] = writer

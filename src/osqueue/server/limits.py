@@ -13,6 +13,10 @@ Two halves, both enforced before anything reaches the broker:
   connection and in total.  Past a bound the call is refused at once with
   ``RESOURCE_EXHAUSTED``, so a client that floods the broker is pushed back
   while everyone else is still served.
+
+The connections themselves are bounded by gRPC core (the server's options,
+see :func:`osqueue.server.server.server_options`): how many at once, how long
+one may take to finish its handshake, sit without a call, or live.
 """
 
 from __future__ import annotations
@@ -65,6 +69,18 @@ class Limits:
     max_in_flight_bytes: int = 512 * MIB
     #: HTTP/2 streams one connection may open at once (set on the server's options).
     max_concurrent_streams: int = 512
+    #: Connections held at once; more are closed as they arrive.  Never more than
+    #: the open-files limit leaves beside ``ServerConfig.fd_reserve``.
+    max_connections: int = 10_000
+    #: A new connection that has not finished its handshake (TLS, the HTTP/2
+    #: preface) within this long is closed.
+    handshake_timeout_s: float = 10.0
+    #: A connection without a call for this long is asked to go (GOAWAY; a
+    #: client reconnects on its next call); None: never.
+    max_connection_idle_s: float | None = 300.0
+    #: A connection is asked to go after this long (None: never); its calls in
+    #: flight get ``max_wait_s`` and half a minute more to finish.
+    max_connection_age_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -83,6 +99,7 @@ class Limits:
             "max_in_flight_bytes_per_connection",
             "max_in_flight_bytes",
             "max_concurrent_streams",
+            "max_connections",
         ):
             if getattr(self, name) < 1:
                 raise InvalidInput("must be >= 1", field=name)
@@ -90,6 +107,10 @@ class Limits:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise InvalidInput("must be a finite number of seconds >= 0", field=name)
+        for name in ("handshake_timeout_s", "max_connection_idle_s", "max_connection_age_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InvalidInput("must be a finite number of seconds > 0", field=name)
         if self.max_payload_bytes >= self.max_message_bytes:
             raise InvalidInput(
                 "must be below max_message_bytes (a payload travels inside one message)",

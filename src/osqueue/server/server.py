@@ -9,6 +9,12 @@ Tokens come in three access levels (:mod:`osqueue.server.auth`).
 
 Beside ``osqueue.v1.Queue`` the server answers the standard gRPC health
 service (see :mod:`osqueue.server.health`).
+
+Connections are bounded in number (``Limits.max_connections``, and never
+more than the open-files limit leaves beside ``fd_reserve``: a flood of idle
+connections must not take the files the broker renews its lease with), in
+handshake time, idle time and (optionally) age.  gRPC core enforces them: a
+connection past the cap is closed as it arrives.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from osqueue import runtime
 from osqueue.address import is_loopback as is_loopback  # their home; kept here too
 from osqueue.address import split_host_port as split_host_port
 from osqueue.api import QueueClient
@@ -61,6 +68,15 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     #: How long calls in flight may finish when the server stops.
     stop_grace_s: float = 5.0
+    #: Open files kept out of the connections' reach (storage, metrics, the
+    #: process's own): connections are capped at the open-files limit less this.
+    fd_reserve: int = runtime.FD_RESERVE
+
+    def __post_init__(self) -> None:
+        if type(self.fd_reserve) is not int or self.fd_reserve < 0:
+            raise InvalidInput(
+                f"must be a whole number >= 0, got {self.fd_reserve!r}", field="fd_reserve"
+            )
 
     def tokens(self) -> Tokens | None:
         """The tokens this server accepts (files read now); None: no token at all."""
@@ -111,22 +127,43 @@ def _check_exposure(config: ServerConfig, host: str, tokens: Tokens | None, tls:
         )
 
 
-def server_options(limits: Limits) -> list[tuple[str, int]]:
-    return [
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def server_options(limits: Limits, max_connections: int) -> list[tuple[str, int]]:
+    """gRPC core's options for ``limits``; ``max_connections``: the cap in force
+    (``limits.max_connections`` or fewer, see :func:`osqueue.runtime.connection_cap`)."""
+    options = [
         ("grpc.max_receive_message_length", limits.max_message_bytes),
         ("grpc.max_send_message_length", limits.max_message_bytes),
         ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # Past the cap a new connection is closed as it is accepted.
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        ("grpc.server_handshake_timeout_ms", _ms(limits.handshake_timeout_s)),
         # Two brokers must never share a port by accident.
         ("grpc.so_reuseport", 0),
-        # Notice dead clients (and their parked long polls).
+        # Notice dead clients (and their parked long polls), also on a
+        # connection without calls: keep pinging it however long it stays quiet.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        # What ends a connection whose ping goes unanswered (keepalive_timeout_ms
+        # alone does not in current releases).
+        ("grpc.http2.ping_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
         # Clients ping every few seconds while a call waits (to notice a paused
         # broker); accept that instead of answering GOAWAY "too many pings".
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
         ("grpc.http2.max_ping_strikes", 0),
     ]
+    if limits.max_connection_idle_s is not None:
+        options.append(("grpc.max_connection_idle_ms", _ms(limits.max_connection_idle_s)))
+    if limits.max_connection_age_s is not None:
+        options.append(("grpc.max_connection_age_ms", _ms(limits.max_connection_age_s)))
+        # A long poll in flight finishes before the connection goes.
+        options.append(("grpc.max_connection_age_grace_ms", _ms(limits.max_wait_s + 30.0)))
+    return options
 
 
 class RunningServer:
@@ -201,7 +238,12 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     _check_exposure(config, host, tokens, tls is not None)
     service = QueueService(client, config.limits)
     interceptors = [BearerTokenInterceptor(tokens)] if tokens is not None else []
-    server = grpc.aio.server(interceptors=interceptors, options=server_options(config.limits))
+    max_connections = runtime.connection_cap(
+        config.limits.max_connections, config.fd_reserve, listener="gRPC"
+    )
+    server = grpc.aio.server(
+        interceptors=interceptors, options=server_options(config.limits, max_connections)
+    )
     server.add_generic_rpc_handlers((service.rpc_handler(),))
     health = add_health(server, queue_serving=client is not None)
     try:
@@ -224,6 +266,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
             "address": f"{host}:{port}",
             "tls": credentials is not None,
             "tls_fingerprint": fingerprint,
+            "max_connections": max_connections,
             "auth": [name for name, t in tokens.by_name() if t is not None] if tokens else [],
         },
     )
