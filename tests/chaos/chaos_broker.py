@@ -19,8 +19,10 @@ differ, both for the checker and both test-only:
 * **A skewed clock.**  ``OSQUEUE_CLOCK_SKEW_S`` (seconds, default 0) shifts the
   broker's wall clock (the one it stamps leases and heartbeats with);
   ``SIGUSR1`` steps it forward and ``SIGUSR2`` back by ``OSQUEUE_CLOCK_STEP_S``
-  (default 6).  Production brokers read the system clock; only this script
-  honours these variables.
+  (default 6).  Its monotonic clock never steps, and that is the one leases
+  are judged by (docs/failover.md): a stepped standby logs the live lease as
+  suspect and leaves it alone.  Production brokers read the system clock;
+  only this script honours these variables.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The chaos rounds: each picks its victim by a rule and asserts what must follow.
 
-Takeover rounds (the serving broker is the victim), each asserting that
-another live broker serves afterwards with a higher epoch at another address:
+Takeover rounds (the serving broker's lease is at stake); the first two
+assert that another live broker serves afterwards with a higher epoch at
+another address:
 
 * ``broker-kill``: SIGKILL the broker the document names;
 * ``broker-freeze``: SIGSTOP it until a standby has taken over, then SIGCONT:
@@ -10,9 +11,12 @@ another live broker serves afterwards with a higher epoch at another address:
   same key (the document, or an archive object it inherits), the round checks
   that the standby decided to take over and is waiting in that write, resumes
   the frozen broker, and asserts the takeover then;
-* ``clock-step``: step a standby's clock 6 s forward (SIGUSR1): it sees the
-  lease as run out and takes over the live broker, which must step down; then
-  its clock steps back (SIGUSR2) while it serves.
+* ``clock-step``: step a standby's clock 6 s forward (SIGUSR1): by its wall
+  clock the live lease ran out long ago, but lease expiry is judged by the
+  observer (no new version seen for a lease, on its monotonic clock), so it
+  logs the lease as suspect and stands by, and the same broker (epoch and
+  address) serves on through twice the time a takeover would take; then its
+  clock steps back (SIGUSR2).
 
 Other rounds, each asserting that the same broker (epoch and address) still
 serves afterwards:
@@ -31,8 +35,8 @@ serves afterwards:
   does the same, harder (a takeover may follow: the round asserts that a live
   broker serves and work goes on).
 
-During takeover rounds the storage proxy (cloud backends) injects faults at
-its background rate too.  Victims are never picked at random among all
+During the broker-kill and broker-freeze rounds the storage proxy (cloud
+backends) injects faults at its background rate too.  Victims are never picked at random among all
 processes: each rule waits (with a deadline) until a process fits it.
 """
 
@@ -49,6 +53,8 @@ from chaos_proxy import FaultyProxy
 from cluster import HEARTBEAT_TIMEOUT_S, LEASE_S, BrokerNode, Cluster, DocRecorder, Observation
 
 TAKEOVER_KINDS = ("broker-kill", "broker-freeze", "clock-step")
+#: the takeover rounds that end with another broker serving (clock-step must not)
+TAKES_OVER = ("broker-kill", "broker-freeze")
 OTHER_KINDS = (
     "standby-kill",
     "producer-kill",
@@ -67,6 +73,9 @@ NETWORK_FAULT_S = 4.0
 FROZEN_TAKEOVER_S = LEASE_S + 1.0 + 8.0
 #: a takeover round ends once the same epoch has held this long
 SETTLE_S = LEASE_S / 2
+#: a standby whose clock stepped forward must leave a live lease alone this long:
+#: twice what it takes to take over a dead broker (a lease, the margin, a poll)
+CLOCK_STEP_HOLD_S = 2 * (LEASE_S + 1.0 + LEASE_S / 4)
 
 
 def schedule(seed: int, backend: int, rounds: int, *, storage_faults: bool) -> list[str]:
@@ -128,7 +137,7 @@ class Rounds:
         victim, detail = await handler(before)
         after = self.recorder.latest
         assert after is not None
-        if kind in TAKEOVER_KINDS:
+        if kind in TAKES_OVER:
             assert after.epoch > before.epoch, f"{kind}: epoch {before.epoch} -> {after.epoch}"
             assert after.address != before.address, f"{kind}: {before.address} still serves"
             assert self._live(after) is not None, f"{kind}: {after.address} does not serve"
@@ -262,15 +271,28 @@ class Rounds:
         old = self._live(before)
         assert old is not None
         standby = await self._standby(before)
-        self._storage_faults(True)
+        # (no storage faults here: a lease lost to them could be taken over rightly)
         try:
             self.cluster.broker_signal(standby, signal.SIGUSR1, "clock-step-forward")
-            await self._taken_over(before, to=standby)
+            await self._until(
+                lambda: any("suspect lease" in line for line in standby.tail) or None,
+                f"{standby.name} to log the live lease as suspect",
+            )
+            stepped = time.time()
+            held = await self.recorder.wait_for(
+                f"{old.name} to hold its lease through the step",
+                lambda o: o.epoch != before.epoch or time.time() - stepped >= CLOCK_STEP_HOLD_S,
+                CLOCK_STEP_HOLD_S + TAKEOVER_S,
+            )
         finally:
-            self._storage_faults(False)
-        await self._steps_down(old)
-        self.cluster.broker_signal(standby, signal.SIGUSR2, "clock-step-back")
-        return standby.name, f"its clock stepped forward; {old.name} stepped down"
+            self.cluster.broker_signal(standby, signal.SIGUSR2, "clock-step-back")
+        assert (held.epoch, held.address) == (before.epoch, before.address), (
+            f"clock-step: {standby.name} took the live lease: {before} -> {held}"
+        )
+        assert standby.alive, standby.last_words()
+        assert not standby.serving.is_set(), standby.last_words()
+        assert self._live(held) is old
+        return standby.name, f"its clock stepped forward; it logged the lease, {old.name} served on"
 
     def _name(self, o: Observation) -> str:
         node = self.cluster.by_address(o.address)

@@ -34,7 +34,7 @@ import pytest
 from chaos_proxy import FaultyProxy
 from checks import ChainFigures, JobFigures, check_chain, check_jobs
 from cluster import Cluster, DocRecorder, LogTail
-from rounds import RoundReport, Rounds, schedule
+from rounds import TAKES_OVER, RoundReport, Rounds, schedule
 
 from osqueue.state import Document
 from osqueue.storage import from_url
@@ -243,9 +243,7 @@ def _assert_figures(figures: Figures, rounds: int) -> None:
     assert len(figures.rounds) == rounds
     assert figures.jobs.acknowledged == figures.jobs.sent > 0
     assert figures.chain.versions > 0
-    takeovers = sum(
-        r.kind in ("broker-kill", "broker-freeze", "clock-step") for r in figures.rounds
-    )
+    takeovers = sum(r.kind in TAKES_OVER for r in figures.rounds)
     assert figures.chain.takeovers >= takeovers  # each takeover round moved the epoch
 
 

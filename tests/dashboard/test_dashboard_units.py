@@ -174,7 +174,11 @@ def test_broker_log_records_each_tenure_and_the_write_rate() -> None:
     log = BrokerLog(rate_window_s=60)
     for i, (epoch, address) in enumerate([(1, "h:1"), (1, "h:1"), (2, "h:2"), (2, None)]):
         doc.broker = BrokerInfo(
-            id=f"b{epoch}", address=address, epoch=epoch, lease_until=to_datetime(T0 + 100)
+            id=f"b{epoch}",
+            address=address,
+            epoch=epoch,
+            lease_until=to_datetime(T0 + 100),
+            lease_s=10.0,
         )
         doc.version = 100 + 10 * i
         log.observe(snapshot(doc, T0 + i))
@@ -299,6 +303,7 @@ async def test_document_metrics_turn_the_brokers_summary_into_figures() -> None:
         address="h:1",
         epoch=1,
         lease_until=to_datetime(T0 + 10),
+        lease_s=10.0,
         perf=BrokerPerf(window_s=60.0, commits=120, ops=2400, p50_ms=4.0, p99_ms=9.5),
     )
     metrics.observe(snapshot(doc, T0 + 1))

@@ -365,7 +365,7 @@ def test_push_to_a_queue_without_a_live_broker_says_it_is_waiting(qdir: Path) ->
 def test_push_names_why_no_broker_answers() -> None:
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     lease = now + timedelta(seconds=5)
-    live = BrokerInfo(id="b", address="10.0.0.1:7070", epoch=3, lease_until=lease)
+    live = BrokerInfo(id="b", address="10.0.0.1:7070", epoch=3, lease_until=lease, lease_s=5.0)
     assert _no_live_broker(live, now.timestamp()) is None
     assert "names no broker" in str(_no_live_broker(None, now.timestamp()))
     stopped = msgspec.structs.replace(live, address=None)

@@ -12,6 +12,7 @@ from remote_helpers import fast_config, read_document
 import osqueue
 import osqueue.sync
 from osqueue.api import NewJob, QueueClient
+from osqueue.broker import BrokerConfig
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost
 from osqueue.server.runner import BrokerServer
@@ -276,7 +277,8 @@ async def test_embedded_starts_a_broker_only_when_none_is_live(queue_url: str) -
         assert doc.broker.address is None
     doc = await read_document(queue_url)  # closing stopped the broker: the lease is released
     assert doc.stats.completed == 1
-    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"))
+    # a live broker is told by a new version (it renews every third of its lease)
+    server = BrokerServer(queue_url, ServerConfig(listen="127.0.0.1:0"), BrokerConfig(lease_s=1.0))
     async with server, connect(queue_url, embedded=True, config=fast_config()) as q:
         assert isinstance(q, RemoteClient)
         assert (await q.stats()).broker_address == server.address

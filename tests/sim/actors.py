@@ -62,7 +62,9 @@ class BrokerNode:
         self.name = name
         self.gate = Gate()
         skew = sim.rng.uniform(-sim.cfg.skew_max_s, sim.cfg.skew_max_s)
-        self.clock = NodeClock(self.gate, skew_s=skew)
+        # each broker booted at its own time: an hour apart (no draw: seeds stay as they were)
+        boot_s = 3600.0 * len(sim.brokers)
+        self.clock = NodeClock(self.gate, skew_s=skew, boot_s=boot_s)
         self.active_first = active
         self.incarnation = 0
         self.broker: Broker | None = None

@@ -6,7 +6,11 @@ await point (the CPU work between awaits is instantaneous anyway).
 
 A :class:`NodeClock` is the node's view of time: the virtual loop's time plus
 an epoch and a per-node skew that can jump (an NTP correction, a VM resume).
-Its monotonic clock never jumps.  It satisfies :class:`osqueue.clock.Clock`.
+Its monotonic clock never jumps, runs at the same rate on every node, and
+starts where the node booted (monotonic clocks of two machines share no
+origin, so a broker that compared its monotonic time with another's would
+be caught: leases are judged on the observer's own).  It satisfies
+:class:`osqueue.clock.Clock`.
 """
 
 from __future__ import annotations
@@ -43,16 +47,20 @@ class Gate:
 class NodeClock:
     """A node's clock: shared virtual time, its own skew, and its pause gate."""
 
-    def __init__(self, gate: Gate, *, skew_s: float = 0.0, epoch_s: float = EPOCH_S) -> None:
+    def __init__(
+        self, gate: Gate, *, skew_s: float = 0.0, epoch_s: float = EPOCH_S, boot_s: float = 0.0
+    ) -> None:
         self.gate = gate
         self.skew_s = skew_s
         self.epoch_s = epoch_s
+        #: how long before the run the node booted (its monotonic clock's lead)
+        self.boot_s = boot_s
 
     def now(self) -> float:
         return self.epoch_s + asyncio.get_running_loop().time() + self.skew_s
 
     def monotonic(self) -> float:
-        return asyncio.get_running_loop().time()
+        return asyncio.get_running_loop().time() + self.boot_s
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))

@@ -84,7 +84,7 @@ class Story:
     def _owner(self) -> BrokerInfo | None:
         if self.lease_s is None:
             return None
-        return BrokerInfo("b1", "b1", 1, to_datetime(self.t + self.lease_s))
+        return BrokerInfo("b1", "b1", 1, to_datetime(self.t + self.lease_s), self.lease_s)
 
     def idle(self, at: float) -> None:
         """A version that changes nothing but the broker's lease, at ``T0 + at`` (what a

@@ -48,7 +48,7 @@ class Story:
         self.objects: dict[str, bytes] = {}
 
     def land(self, doc: Document, now: float) -> Document:
-        doc.broker = BrokerInfo("b1", "b1", 1, to_datetime(now + 5.0))  # a 5 s lease
+        doc.broker = BrokerInfo("b1", "b1", 1, to_datetime(now + 5.0), 5.0)  # a 5 s lease
         self.landed.append(Landed(len(self.landed), encode(doc), f"e{len(self.landed)}", "b1"))
         return doc
 

@@ -434,6 +434,159 @@ async def test_a_failed_read_back_of_a_lost_takeover_is_retried_and_adopted() ->
     await standby.stop()
 
 
+# -- the observer rule: a lease runs out when its observer has seen nothing new for
+# its length on its own monotonic clock, whatever the wall clocks say (docs/failover.md)
+
+HOUR_S = 3600.0
+#: config()'s lease, the default skew margin, and a standby's poll (a quarter lease)
+LEASE_S, MARGIN_S, POLL_S = 10.0, 1.0, 2.5
+
+
+async def _tick(*clocks: ManualClock) -> None:
+    """One second passes on every clock (each broker's timers run)."""
+    for clock in clocks:
+        clock.advance(1.0)
+    await _turns()
+
+
+def _suspects(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "action", None) == "lease_suspect"]
+
+
+async def test_a_standby_whose_clock_runs_an_hour_ahead_does_not_take_a_live_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, ahead = ManualClock(), ManualClock()
+    ahead.jump(HOUR_S)  # every lease the active broker writes ran out an hour ago here
+    store = MemoryStorage()
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=ahead, standby=True)
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease_watch"):
+        starting = asyncio.ensure_future(standby.start())
+        for _ in range(5 * int(LEASE_S)):  # five leases, renewed all along
+            await _tick(clock, ahead)
+        assert not starting.done()
+    assert active.serving
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert (doc.broker.address, doc.broker.epoch) == ("10.0.0.1:7070", active.epoch)
+    [suspect] = _suspects(caplog)  # logged once, with both times
+    assert suspect.skew == "behind"
+    assert suspect.observer_now - suspect.lease_until > HOUR_S - LEASE_S
+    active.tasks()[0].cancel()  # it dies: the standby takes over after a lease of silence
+    while not starting.done():
+        await _tick(clock, ahead)
+    await starting
+    assert standby.epoch == active.epoch + 1
+    await standby.stop()
+
+
+async def test_a_lease_written_an_hour_ahead_does_not_block_the_standby_after_its_writer_dies(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, ahead = ManualClock(), ManualClock()
+    ahead.jump(HOUR_S)  # the active broker's leases end an hour later than they should
+    store = MemoryStorage()
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=ahead)
+    await active.start()
+    job_id = await active.client().push(b"x")
+    standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease_watch"):
+        starting = asyncio.ensure_future(standby.start())
+        version, changed_at = 0, 0.0
+        for _ in range(3 * int(LEASE_S)):  # alive: renewed, and not taken over
+            await _tick(clock, ahead)
+            doc = await stored(store)
+            if doc.version != version:
+                version, changed_at = doc.version, clock.monotonic()
+        assert not starting.done()
+        active.tasks()[0].cancel()  # it dies silently, its last lease an hour out
+        while not starting.done():
+            await _tick(clock)
+            assert clock.monotonic() - changed_at <= LEASE_S + MARGIN_S + POLL_S + 1.0
+        await starting
+    # never before a whole lease (and the margin) after the last version it could see
+    assert clock.monotonic() - changed_at >= LEASE_S + MARGIN_S
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.address == "10.0.0.2:7070"
+    assert job_id in doc.jobs
+    [suspect] = _suspects(caplog)  # once for the broker's epoch, over many renewals
+    assert suspect.skew == "ahead"
+    assert suspect.lease_until - suspect.observer_now > HOUR_S
+    assert str(active.id) in suspect.getMessage()
+    await standby.stop()
+
+
+async def test_a_standby_that_first_sees_a_long_run_out_lease_watches_a_whole_lease() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = await _dead_active(store, clock)
+    clock.advance(HOUR_S)  # its lease ran out an hour ago, by every clock
+    standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    starting = asyncio.ensure_future(standby.start())
+    await _turns()
+    for _ in range(int(LEASE_S + MARGIN_S) - 1):  # first sight: a whole lease to watch
+        assert not starting.done()
+        await _tick(clock)
+    for _ in range(int(POLL_S) + 2):
+        await _tick(clock)
+    assert starting.done()
+    await starting
+    assert standby.epoch == active.epoch + 1
+    await standby.stop()
+
+
+async def test_a_lease_released_by_a_graceful_stop_is_taken_over_at_once() -> None:
+    clock, store = ManualClock(), MemoryStorage()
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    await active.stop()
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.lease_s == 0  # released
+    standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=clock, standby=True)
+    await asyncio.wait_for(standby.start(), 5.0)  # no clock time passes
+    assert standby.epoch == active.epoch + 1
+    await standby.stop()
+
+
+async def test_an_embedded_start_judges_the_owner_by_its_versions_not_its_lease_until() -> None:
+    from osqueue.client.embedded import EmbeddedClient, start_embedded
+
+    clock, ahead = ManualClock(), ManualClock()
+    ahead.jump(HOUR_S)
+    store = MemoryStorage()
+    active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
+    await active.start()
+    # an hour ahead, this client sees the live lease long run out: it must not depose it
+    looking = asyncio.ensure_future(start_embedded(store, config(), clock=ahead))
+    while not looking.done():
+        await _tick(clock, ahead)
+        assert clock.monotonic() <= LEASE_S
+    assert looking.result() is None
+    assert active.serving
+    # its clock steps two hours ahead, it renews, and dies: its last lease ends two
+    # hours from now for a correct client, which starts its own broker once it has
+    # seen no new version for a lease (and the margin)
+    clock.jump(2 * HOUR_S)
+    for _ in range(int(LEASE_S / 3) + 1):
+        await _tick(clock)
+    active.tasks()[0].cancel()
+    correct = ManualClock()
+    doc = await stored(store)
+    assert doc.broker is not None
+    assert doc.broker.lease_until.timestamp() - correct.now() > HOUR_S
+    starting = asyncio.ensure_future(start_embedded(store, config(), clock=correct))
+    while not starting.done():
+        await _tick(correct)
+        assert correct.monotonic() <= LEASE_S + MARGIN_S + 2.0
+    local = starting.result()
+    assert isinstance(local, EmbeddedClient)
+    assert local.broker.epoch == active.epoch + 1
+    await local.close()
+
+
 async def test_zombie_worker_cannot_complete_a_reclaimed_job() -> None:
     clock = ManualClock()
     async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
@@ -890,6 +1043,25 @@ async def test_the_payload_sweep_waits_out_a_stale_lease_and_a_failed_list(
         assert await store.list("payloads/") == []
         assert broker.counters.payloads_swept == 1
         assert broker.serving
+
+
+async def test_the_payload_sweep_judges_its_own_lease_on_the_monotonic_clock() -> None:
+    """Writes hang, and the broker's wall clock steps back an hour: the lease it wrote
+    seems to run for an hour yet, but no renewal went out for a lease, so it is
+    stale (a standby may have taken over) and the sweep deletes nothing."""
+    clock = ManualClock()
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config(**SWEEP), clock=clock) as broker:
+        await store.put(ORPHAN, b"orphan")
+        store.gate.clear()
+        await _pass(clock, 4, store)  # the renewal at 3.3 s hangs
+        clock.jump(-3600.0)
+        await _pass(clock, 8, store)  # the sweeps at 5 s and 10 s
+        assert await store.list("payloads/") == [ORPHAN]
+        store.gate.set()
+        await _pass(clock, 9, store)  # renewed: sweeps at 15 s and 20 s
+        assert await store.list("payloads/") == []
+        assert broker.counters.payloads_swept == 1
 
 
 async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: Storage) -> None:

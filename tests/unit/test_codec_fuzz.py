@@ -43,7 +43,9 @@ def _valid(jobs: int = 4) -> bytes:
     from osqueue.state import BrokerInfo, to_datetime
 
     doc = Document.empty()
-    owner = BrokerInfo(id="b-1", address="10.0.0.1:7070", epoch=3, lease_until=to_datetime(T0))
+    owner = BrokerInfo(
+        id="b-1", address="10.0.0.1:7070", epoch=3, lease_until=to_datetime(T0), lease_s=10.0
+    )
     pushes = [
         Push(id=f"j{i}", payload=b"p" * i, key=f"k{i}" if i % 2 else None, delay_s=float(i % 3))
         for i in range(jobs)

@@ -253,6 +253,7 @@ class CommitLoop:
             t = transition(doc, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
             sent.append((data, t))
+            sent_at = self._clock.monotonic()
             try:
                 etag = await self._storage.write(DOCUMENT_KEY, data, if_match=lease.etag)
             except Conflict:
@@ -265,14 +266,14 @@ class CommitLoop:
             else:
                 done_at = self._clock.monotonic()
                 seconds = done_at - started
-                self._committed(t, etag, futures, len(data), lead)
+                self._committed(t, etag, futures, len(data), lead, sent_at)
                 self._record(batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
                 seconds = self._clock.monotonic() - started
-                outcome = self._settle(verdict, sent, futures, maybe, lead)
+                outcome = self._settle(verdict, sent, futures, maybe, lead, started)
                 self._record(batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
@@ -284,14 +285,17 @@ class CommitLoop:
         futures: Futures,
         maybe: bool,
         lead: int,
+        started: float,
     ) -> Transition | OsqueueError:
         """A failed write that is not re-applied: one of our attempts landed after
         all (which one? returned), or the broker ends and the batch is answered
-        (with the error returned)."""
+        (with the error returned).  ``started``: when the first attempt was sent
+        (monotonic; the one that landed was sent no earlier)."""
         if isinstance(verdict, Blob):
             landed = next((tx for data, tx in sent if data == verdict.data), None)
             if landed is not None:
-                self._committed(landed, verdict.etag, futures, len(verdict.data), lead)
+                size = len(verdict.data)
+                self._committed(landed, verdict.etag, futures, size, lead, started)
                 return landed
             verdict = DocumentGone("our version was replaced from outside; stopping")
         if isinstance(verdict, StepDown):
@@ -316,8 +320,10 @@ class CommitLoop:
         else:
             records.commit(batch, outcome.results[lead:], seconds)
 
-    def _committed(self, t: Transition, etag: str, futures: Futures, size: int, lead: int) -> None:
-        self._lease.wrote(t.doc, etag)
+    def _committed(
+        self, t: Transition, etag: str, futures: Futures, size: int, lead: int, sent_at: float
+    ) -> None:
+        self._lease.wrote(t.doc, etag, sent_at)
         c = self._counters
         c.commits += 1
         c.ops += len(futures)

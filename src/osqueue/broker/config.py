@@ -32,7 +32,10 @@ class BrokerConfig:
     backoff_cap_s: float = 300.0
     #: A retried push is recognised for this long after its job has left the document.
     dedupe_window_s: float = 120.0
-    #: A standby waits this long past the lease's end before taking over (clock skew).
+    #: A standby takes over once it has seen no new version of the document for
+    #: the lease's length plus this long on its own monotonic clock (clock rates,
+    #: read time); a lease ending further ahead of its wall clock than the lease
+    #: plus this is logged as suspect (docs/failover.md).
     clock_skew_margin_s: float = 1.0
     #: A standby re-reads the document this often (default: a quarter of the lease).
     standby_poll_s: float | None = None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from osqueue.broker.activity import BrokerCounters
 from osqueue.broker.archive import by_version
 from osqueue.broker.config import BrokerConfig
+from osqueue.broker.lease_watch import LeaseWatch
 from osqueue.broker.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import Conflict, CorruptDocument, DocumentGone, NotFound, StorageError
@@ -56,9 +57,11 @@ class Lease:
     """The broker's hold on the queue document.
 
     Owns the last committed version (:attr:`doc`), its ETag, this broker's
-    epoch and the time of its last write (renewals count from it).  Reads the
-    document, never accepting one that vanished or went back in version; as a
-    standby, waits for the owner's lease to run out; takes the document over
+    epoch and the times of its last write (renewals count from it), all on the
+    clock's monotonic time.  Reads the document, never accepting one that
+    vanished or went back in version; as a standby, waits for the owner's lease
+    to run out as a :class:`~osqueue.broker.lease_watch.LeaseWatch` judges it
+    (no new version seen for the lease's length); takes the document over
     (epoch + 1, the archive objects of inherited done jobs written first, every
     claim's heartbeat clock restarted); and after a write that failed, reads
     back what is stored and says what it means (:meth:`resolve`).
@@ -86,12 +89,17 @@ class Lease:
         self.epoch = 0
         #: the clock's monotonic time of the last write of the document
         self.written_at = 0.0
+        #: ... and when that write was sent (no observer can have seen it earlier)
+        self.sent_at = 0.0
         self._seen_version = 0  # the highest version read: a document never goes back
+        self._watch = LeaseWatch(config.clock_skew_margin_s)
 
-    def wrote(self, doc: Document, etag: str) -> None:
-        """``doc`` is stored now, with ``etag``."""
+    def wrote(self, doc: Document, etag: str, sent_at: float) -> None:
+        """``doc`` is stored now, with ``etag``, by a write sent at ``sent_at``
+        (monotonic)."""
         self.doc, self.etag = doc, etag
         self.written_at = self._clock.monotonic()
+        self.sent_at = sent_at
 
     @property
     def owner_address(self) -> str | None:
@@ -102,24 +110,29 @@ class Lease:
 
     def owner(self, now: float, closing: bool, epoch: int | None = None) -> BrokerInfo:
         """This broker as the next version names it: with its address and a lease
-        renewed from ``now``; ``closing``: no address, and the lease ends now."""
+        renewed from ``now``; ``closing``: no address, and the lease released
+        (length 0, ending now)."""
+        lease_s = 0.0 if closing else self._config.lease_s
         return BrokerInfo(
             id=self.broker_id,
             address=None if closing else self._config.address,
             epoch=self.epoch if epoch is None else epoch,
-            lease_until=to_datetime(now if closing else now + self._config.lease_s),
+            lease_until=to_datetime(now + lease_s),
+            lease_s=lease_s,
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
             perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
         )
 
     def fresh(self) -> bool:
         """This broker owns the held document and its lease has more than half its
-        length left (so no other broker can be committing)."""
+        length left (so no other broker can be committing).  Counted on the
+        monotonic clock from when the last write was sent: no observer saw that
+        version earlier, and none takes over before a whole lease after it."""
         doc = self.doc
         owner = doc.broker if doc is not None else None
         if owner is None or owner.id != self.broker_id:
             return False
-        return owner.lease_until.timestamp() - self._clock.now() > self._config.lease_s / 2
+        return self._clock.monotonic() - self.sent_at < self._config.lease_s / 2
 
     async def read(self) -> tuple[Document, str] | None:
         """Read and decode the document; None if it does not exist."""
@@ -146,24 +159,29 @@ class Lease:
             return doc, blob.etag
 
     async def await_vacancy(self) -> None:
-        """Standby: watch the document (reads only) until its lease runs out."""
-        config = self._config
+        """Standby: watch the document (reads only) until its lease runs out: no
+        new version seen for the lease's length (plus the margin) on this
+        broker's monotonic clock, or a lease released by a graceful stop.  The
+        address does not decide (an embedded broker has none but is alive), nor
+        does ``lease_until`` (the writer's wall clock)."""
         while True:
-            got = await self.read()
-            if got is None:
+            left = await self._watch_once()
+            if left is None:
+                log.info("lease run out; taking over", extra={"action": "takeover"})
                 return
-            doc, _ = got
-            owner = doc.broker
-            now = self._clock.now()
-            if owner is None:
-                return
-            # Only the lease decides: an embedded broker has no address but is alive,
-            # and a gracefully stopped one wrote an expired lease.
-            expires = owner.lease_until.timestamp() + config.clock_skew_margin_s
-            if expires <= now:
-                log.info("lease expired; taking over", extra={"action": "takeover"})
-                return
-            await self._clock.sleep(min(config.poll_interval_s, max(0.01, expires - now)))
+            await self._clock.sleep(min(self._config.poll_interval_s, max(0.01, left)))
+
+    async def _watch_once(self) -> float | None:
+        """Read the document and show it to the watch: seconds until the owner's
+        lease runs out, None if it has (or there is no owner, or no document)."""
+        got = await self.read()
+        if got is None:
+            return None
+        return self._left(got[0]) or None
+
+    def _left(self, doc: Document) -> float:
+        clock = self._clock
+        return self._watch.see(doc.version, doc.broker, clock.monotonic(), clock.now())
 
     async def acquire(self, archiver: Archiver, *, patient: bool = False) -> Transition:
         """Create or take over the document: epoch + 1, archive inherited done jobs.
@@ -177,11 +195,12 @@ class Lease:
         for the expired one) goes back to waiting for that lease to run out
         instead of deposing the winner."""
         archived: set[int] = set()  # versions whose archive object is known written
-        sent: tuple[bytes, Transition, int] | None = None  # the last takeover write sent
+        # the last takeover write sent: its bytes, commit, epoch, and when (monotonic)
+        sent: tuple[bytes, Transition, int, float] | None = None
         while True:
             got = await self.read()
             if sent is not None and got is not None:
-                data, t, epoch = sent
+                data, t, epoch, sent_at = sent
                 if self._landed(got[0], epoch, t.doc.version):
                     try:
                         blob = await self._storage.read(DOCUMENT_KEY)
@@ -190,7 +209,7 @@ class Lease:
                         await self._retry.wait(0, exc)
                         continue
                     if blob.data == data:  # our own takeover landed: adopt it
-                        return self._took_over(t, blob.etag, epoch)
+                        return self._took_over(t, blob.etag, epoch, sent_at)
             if patient and got is not None and self._held_by_another(got[0]):
                 # Another standby took the expired lease first (before our read, or
                 # while our write was on its way): wait for its lease, never depose it.
@@ -217,7 +236,7 @@ class Lease:
             owner = self.owner(now, closing=False, epoch=epoch)
             t = transition(base, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
-            sent = (data, t, epoch)
+            sent = (data, t, epoch, self._clock.monotonic())
             try:
                 new_etag = await self._storage.write(DOCUMENT_KEY, data, if_match=etag)
             except Conflict:
@@ -226,7 +245,7 @@ class Lease:
                 self._counters.storage_error("document_write")
                 await self._retry.wait(0, exc)
                 continue  # re-read and decide again
-            return self._took_over(t, new_etag, epoch)
+            return self._took_over(t, new_etag, epoch, sent[3])
 
     def _landed(self, stored: Document, epoch: int, version: int) -> bool:
         owner = stored.broker
@@ -238,16 +257,16 @@ class Lease:
         )
 
     def _held_by_another(self, stored: Document) -> bool:
-        """Another broker's lease on ``stored`` has not run out (with the skew margin)."""
+        """Another broker's lease on ``stored`` has not run out, as the watch judges
+        it (a new version since the one it found vacant starts a new lease)."""
         owner = stored.broker
         if owner is None or owner.id == self.broker_id:
             return False
-        expires = owner.lease_until.timestamp() + self._config.clock_skew_margin_s
-        return expires > self._clock.now()
+        return self._left(stored) > 0
 
-    def _took_over(self, t: Transition, etag: str, epoch: int) -> Transition:
+    def _took_over(self, t: Transition, etag: str, epoch: int, sent_at: float) -> Transition:
         self.epoch = epoch
-        self.wrote(t.doc, etag)
+        self.wrote(t.doc, etag, sent_at)
         self._counters.commits += 1
         return t
 

@@ -127,7 +127,8 @@ def broker(
             "--lease-s",
             envvar="OSQUEUE_LEASE_S",
             min=0.1,
-            help="Lease on the document; a standby takes over this long after the last write.",
+            help="Lease on the document; a standby takes over once it has seen no new version"
+            " for this long (plus 1 s) on its own monotonic clock.",
             rich_help_panel=_BROKER,
         ),
     ] = 10.0,

@@ -10,14 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from osqueue.errors import NotFound
-from osqueue.state import DOCUMENT_KEY
+from osqueue.state import DOCUMENT_KEY, BrokerInfo
 from osqueue.state.codec import decode_owner
 from osqueue.storage.port import Storage
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerLocation:
-    """Who owns the queue, where to reach it, and until when (as the document says)."""
+    """Who owns the queue and where to reach it (as the document says).
+
+    ``lease_until`` is the owner's wall clock, for display: whether the owner is
+    alive is judged by watching its versions (:mod:`osqueue.broker.lease_watch`),
+    and a client simply follows the address and fails over on errors."""
 
     broker_id: str
     address: str | None
@@ -26,10 +30,6 @@ class BrokerLocation:
     version: int
     #: The broker's heartbeat timeout (None from a document written before it was recorded).
     heartbeat_timeout_s: float | None = None
-
-    def live(self, now: float, margin_s: float = 0.0) -> bool:
-        """True while the lease (plus a clock-skew margin) has not run out at ``now``."""
-        return self.lease_until + margin_s > now
 
 
 class Discovery:
@@ -47,11 +47,7 @@ class Discovery:
         Raises ``CorruptDocument`` if they do not decode and ``StorageError`` if
         the document cannot be read.
         """
-        try:
-            blob = await self.storage.read(DOCUMENT_KEY)
-        except NotFound:
-            return None
-        version, owner = decode_owner(blob.data)
+        version, owner = await self.read_owner() or (0, None)
         if owner is None:
             return None
         self.last = BrokerLocation(
@@ -63,3 +59,12 @@ class Discovery:
             heartbeat_timeout_s=owner.heartbeat_timeout_s,
         )
         return self.last
+
+    async def read_owner(self) -> tuple[int, BrokerInfo | None] | None:
+        """The document's ``version`` and ``broker`` as stored; None without a
+        document (errors as :meth:`locate`)."""
+        try:
+            blob = await self.storage.read(DOCUMENT_KEY)
+        except NotFound:
+            return None
+        return decode_owner(blob.data)

@@ -4,21 +4,30 @@ When no live broker holds the queue's lease, the client starts one in this
 process and talks to it directly (no gRPC).  The broker advertises no address
 unless its config gives one, so other processes cannot reach it; this is for
 single-process use: scripts, tests, notebooks.
+
+Whether a broker is live is judged as a standby judges it
+(:mod:`osqueue.broker.lease_watch`), never by ``lease_until``: no document, no
+owner or a released lease (a graceful stop) start a broker at once; otherwise
+the client watches the document until a new version shows the owner alive (then
+it is used), or until it has seen none for the lease's length and the margin
+(then a broker starts here).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from osqueue.broker.config import BrokerConfig
+from osqueue.broker.lease_watch import LeaseWatch
 from osqueue.broker.local import LocalClient
 from osqueue.client.discovery import Discovery
+from osqueue.clock import Clock, SystemClock
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker import Broker, BrokerConfig
+    from osqueue.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +64,41 @@ class EmbeddedClient(LocalClient):
 
 
 async def start_embedded(
-    storage: Storage, config: BrokerConfig | None = None
+    storage: Storage, config: BrokerConfig | None = None, *, clock: Clock | None = None
 ) -> EmbeddedClient | None:
     """Start a broker here if no live broker holds the lease; None if one does."""
     from osqueue.broker import Broker
 
-    location = await Discovery(storage).locate()
-    if location is not None and location.live(time.time()):
-        log.info(
-            "a live broker holds the queue; not starting an embedded one",
-            extra={"action": "embedded_skip", "broker": location.broker_id},
-        )
+    config = config or BrokerConfig()
+    clock = clock or SystemClock()
+    if await _live_owner(Discovery(storage), config, clock):
         return None
-    broker = Broker(storage, config)
+    broker = Broker(storage, config, clock=clock)
     await broker.start()
     log.info("started an embedded broker", extra={"action": "embedded_start", "broker": broker.id})
     return EmbeddedClient(broker)
+
+
+async def _live_owner(discovery: Discovery, config: BrokerConfig, clock: Clock) -> bool:
+    """Watch the document until its owner shows itself alive (a new version: True)
+    or its lease runs out (False), as a standby would judge it."""
+    watch = LeaseWatch(config.clock_skew_margin_s)
+    first: int | None = None
+    while True:
+        found = await discovery.read_owner()
+        if found is None:
+            return False
+        version, owner = found
+        left = watch.see(version, owner, clock.monotonic(), clock.now())
+        if not left or owner is None:
+            return False
+        if first is None:
+            first = version
+        elif version != first:
+            log.info(
+                "a live broker holds the queue; not starting an embedded one",
+                extra={"action": "embedded_skip", "broker": owner.id},
+            )
+            return True
+        # An idle owner writes every third of its lease: look a few times per third.
+        await clock.sleep(min(left, owner.lease_s / 8))

@@ -130,12 +130,19 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
 
 
 class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
-    """The broker that owns the document, where to reach it, until when."""
+    """The broker that owns the document, where to reach it, and its lease.
+
+    ``lease_s`` is the lease's length, which is what decides: an observer (a
+    standby) takes over once it has seen no new version for that long on its
+    own monotonic clock; 0 marks a lease released by a graceful stop.
+    ``lease_until`` is the writer's wall clock plus ``lease_s``, for display
+    and for spotting a skewed clock, never for deciding (docs/failover.md)."""
 
     id: str
     address: str | None
     epoch: int
     lease_until: datetime
+    lease_s: Annotated[float, msgspec.Meta(ge=0)]
     #: The broker's heartbeat timeout, so remote workers can pace their heartbeats.
     heartbeat_timeout_s: float | None = None
     #: The broker's recent commits (refreshed every few seconds while it serves).
