@@ -31,7 +31,7 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.state import DOCUMENT_KEY, decode, encode
-from osqueue.storage import MemoryStorage, from_url
+from osqueue.storage import FileStorage, MemoryStorage, from_url
 from osqueue.storage.port import Blob, Capabilities, Storage
 
 T = TypeVar("T")
@@ -890,6 +890,43 @@ async def test_the_payload_sweep_waits_out_a_stale_lease_and_a_failed_list(
         assert await store.list("payloads/") == []
         assert broker.counters.payloads_swept == 1
         assert broker.serving
+
+
+async def test_the_sweeps_never_delete_outside_a_file_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's reproduction: ``payloads``, ``results`` and ``segments`` of a file://
+    store are links to folders outside it, holding files named like orphans.  Every
+    sweep is refused (logged with the link, counted as a storage error), nothing
+    outside is deleted, and the broker serves on."""
+    root = tmp_path / "q"
+    root.mkdir()
+    outside: dict[str, Path] = {}
+    orphan = ORPHAN.partition("/")[2]
+    for prefix in ("payloads", "results", "segments"):
+        place = outside[prefix] = tmp_path / f"outside-{prefix}"
+        place.mkdir()
+        (place / orphan).write_bytes(b"not yours")
+        (place / "victim").write_bytes(b"not yours")
+        (root / prefix).symlink_to(place)
+    clock = ManualClock()
+    store = Scripted(FileStorage(root))
+    intervals = {"payload_sweep_interval_s": 5.0, "result_sweep_interval_s": 5.0}
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker"):
+        async with osqueue.Broker(store, config(**intervals), clock=clock) as broker:
+            await _pass(clock, 16, store)  # three sweeps of each kind
+            for place in outside.values():
+                assert sorted(p.name for p in place.iterdir()) == sorted([orphan, "victim"])
+            assert broker.serving
+            job_id = await broker.client().push(b"inline")
+            assert [j.id for j in await broker.client().claim("w")] == [job_id]
+            errors = broker.counters.storage_errors_by
+            assert errors["payload_sweep"] >= 6  # payload and segment sweeps
+            assert errors["result_sweep"] >= 3
+            assert broker.counters.payloads_swept == 0
+    refusals = [r.getMessage() for r in caplog.records if "symbolic link" in r.getMessage()]
+    for sweep, prefix in [("payload", "payloads"), ("result", "results"), ("segment", "segments")]:
+        assert any(m.startswith(sweep) and f"{prefix!r} is a symbolic link" in m for m in refusals)
 
 
 async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: Storage) -> None:
