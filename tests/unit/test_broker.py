@@ -941,6 +941,28 @@ async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: S
         assert jobs[0].payload == b"y" * 100
 
 
+async def test_a_claim_fails_alone_a_job_whose_payload_object_is_a_link(tmp_path: Path) -> None:
+    """A payload object replaced by a link to a file outside a file:// store: the
+    store refuses it, and the claim fails that job alone, naming the link (the
+    outside file is never read, nor handed to a handler)."""
+    root = tmp_path / "q"
+    async with osqueue.Broker(FileStorage(root), config(inline_payload_max_bytes=16)) as broker:
+        q = broker.client()
+        linked = await q.push(b"x" * 100, max_attempts=1)
+        kept = await q.push(b"y" * 100)
+        ref = str(broker.document.jobs[linked].payload_ref)
+        (tmp_path / "outside").write_bytes(b"x" * 100)  # even the very bytes pushed
+        (root / ref).unlink()
+        (root / ref).symlink_to(tmp_path / "outside")
+        jobs = await q.claim("w", max_jobs=2)
+        assert [(j.id, j.payload) for j in jobs] == [(kept, b"y" * 100)]
+        failed = broker.document.jobs[linked]
+        assert failed.status == "dead"
+        assert failed.last_error is not None
+        assert f"payload object {ref} of job {linked} failed its check" in failed.last_error
+        assert f"{ref!r} is a symbolic link" in failed.last_error
+
+
 async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:
     store = MemoryStorage()
     broker = osqueue.Broker(store, config())
