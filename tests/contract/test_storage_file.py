@@ -201,12 +201,20 @@ async def test_a_linked_lock_folder_is_refused(root: Path, outside: Path) -> Non
     await store.put("k", b"v")
     shutil.rmtree(root / ".osqueue-locks")
     (root / ".osqueue-locks").symlink_to(outside)
-    await refused(store.put("k", b"w"), ".osqueue-locks", ".osqueue-locks")
-    await refused(store.delete("k"), ".osqueue-locks", ".osqueue-locks")
+    await refused(store.put("k", b"w"), "k", ".osqueue-locks")
+    await refused(store.delete("k"), "k", ".osqueue-locks")
     with pytest.raises(UnsafePath):
         FileStorage(root)
     untouched(outside)
     assert await store.get("k") == b"v"  # reads take no lock
+    (root / ".osqueue-locks").unlink()
+    await store.put("k", b"w")  # the lock folder is made again
+    (lock,) = [p for p in (root / ".osqueue-locks").iterdir()]
+    lock.unlink()
+    lock.symlink_to(outside / "victim")
+    await refused(store.put("k", b"x"), "k", f".osqueue-locks/{lock.name}")
+    untouched(outside)
+    assert await store.get("k") == b"w"
 
 
 async def test_a_fifo_in_an_objects_place_is_refused_without_blocking(

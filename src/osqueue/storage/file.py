@@ -204,13 +204,16 @@ class FileStorage:
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         stripe = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=2).digest())
-        with _closing(self._folder(LOCK_DIR, [LOCK_DIR], create=True)) as locks:
-            fd = os.open(
-                f"{stripe % LOCK_STRIPES:03d}.lock",
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644,
-                dir_fd=locks,
-            )
+        name = f"{stripe % LOCK_STRIPES:03d}.lock"
+        with _closing(self._folder(key, [LOCK_DIR], create=True)) as locks:
+            try:
+                fd = os.open(
+                    name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=locks
+                )
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise self._refused(key, f"{LOCK_DIR}/{name}", stat.S_IFLNK) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
