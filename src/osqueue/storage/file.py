@@ -51,7 +51,9 @@ link swapped in after a check is still never followed, since a rename and an
 unlink act on the link itself, not its target.  What remains is a folder
 *moved* out of the root (by someone who can write the root) while an
 operation holds its descriptor: that one operation finishes in the moved
-folder.
+folder.  A hard link is a plain file to the store: a write replaces it and a
+delete removes the name only, so neither reaches the other file's bytes, but a
+read returns them (a payload object's checksum still catches that).
 """
 
 from __future__ import annotations
