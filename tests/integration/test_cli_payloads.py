@@ -80,5 +80,6 @@ def test_on_a_terminal_control_characters_are_escaped(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    _write_payload(b"\x1b]8;;http://evil.example\x07link\x1b[2J\tok\n\xff")
-    assert capsys.readouterr().out == "\\x1b]8;;http://evil.example\\x07link\\x1b[2J\tok\n\\xff\n"
+    _write_payload(b"\x1b]8;;http://evil.example\x07link\x1b[2J ok\n\xc2\x9b1m\xff")
+    shown = capsys.readouterr().out
+    assert shown == "\\x1b]8;;http://evil.example\\x07link\\x1b[2J ok\n\\x9b1m\\xff\n"
