@@ -84,6 +84,13 @@ class OutcomeUnknown(StorageError):
     """The write was sent but no answer came back: it may or may not have landed."""
 
 
+class UnsafePath(StorageError):
+    """The store refused the key: on disk its path passes through a symbolic link (or
+    an entry that is neither a folder nor a plain file), which could lead outside the
+    store's root.  Nothing was read, written or deleted; the same call succeeds once
+    the entry is removed."""
+
+
 # --------------------------------------------------------------------------- input
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError
+from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError, UnsafePath
 from osqueue.storage import FileStorage, from_url
 
 
@@ -119,3 +119,131 @@ def test_root_must_be_absolute() -> None:
     with pytest.raises(InvalidInput) as info:
         FileStorage("relative/dir")
     assert info.value.field == "root"
+
+
+# --------------------------------------------------------------------------- symbolic links
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder beside the store, with a file the store must never touch."""
+    place = tmp_path / "outside"
+    place.mkdir()
+    (place / "victim").write_bytes(b"not yours")
+    return place
+
+
+def untouched(outside: Path) -> None:
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_bytes() == b"not yours"
+
+
+async def refused(call: Awaitable[object], key: str, entry: str) -> UnsafePath:
+    with pytest.raises(UnsafePath) as info:
+        await call
+    message = str(info.value)
+    assert repr(key) in message, message
+    assert f"{entry!r} is a symbolic link" in message, message
+    assert isinstance(info.value, StorageError)
+    return info.value
+
+
+@pytest.mark.parametrize("depth", ["payloads", "archive/date=2026-11-21"])
+async def test_a_linked_folder_is_refused_by_every_operation(
+    store: FileStorage, root: Path, outside: Path, depth: str
+) -> None:
+    """A folder of the store replaced by a link to a folder outside: nothing is read,
+    written, listed or deleted through it, and each refusal names the key and the link."""
+    (root / depth).parent.mkdir(parents=True, exist_ok=True)
+    (root / depth).symlink_to(outside)
+    key = f"{depth}/victim"
+    await refused(store.read(key), key, depth)
+    await refused(store.get(key), key, depth)
+    await refused(store.delete(key), key, depth)
+    await refused(store.put(key, b"mine"), key, depth)
+    await refused(store.put(f"{depth}/new/deeper", b"mine"), f"{depth}/new/deeper", depth)
+    await refused(store.write(f"{depth}/new", b"mine", if_match=None), f"{depth}/new", depth)
+    await refused(store.list(f"{depth}/"), f"{depth}/", depth)
+    await refused(store.list(depth[:2]), depth[:2], depth)
+    await refused(store.list(), "", depth)
+    untouched(outside)
+    # keys elsewhere work as ever, and the listing of another prefix is not disturbed
+    await store.put("queue.json", b"{}")
+    assert await store.list("queue") == ["queue.json"]
+
+
+async def test_an_object_replaced_by_a_link_is_refused(
+    store: FileStorage, root: Path, outside: Path
+) -> None:
+    etag = await store.write("payloads/p", b"payload", if_match=None)
+    (root / "payloads/p").unlink()
+    (root / "payloads/p").symlink_to(outside / "victim")
+    await refused(store.read("payloads/p"), "payloads/p", "payloads/p")
+    await refused(store.write("payloads/p", b"mine", if_match=etag), "payloads/p", "payloads/p")
+    await refused(store.put("payloads/p", b"mine"), "payloads/p", "payloads/p")
+    await refused(store.delete("payloads/p"), "payloads/p", "payloads/p")
+    await refused(store.list("payloads/"), "payloads/", "payloads/p")
+    untouched(outside)
+    assert (root / "payloads/p").is_symlink()  # a delete never removes the link's target
+
+
+async def test_a_link_to_a_folder_in_an_objects_place_is_refused(
+    store: FileStorage, root: Path, outside: Path
+) -> None:
+    (root / "queue.json").symlink_to(outside)
+    await refused(store.read("queue.json"), "queue.json", "queue.json")
+    await refused(store.delete("queue.json"), "queue.json", "queue.json")
+    untouched(outside)
+
+
+async def test_a_linked_lock_folder_is_refused(root: Path, outside: Path) -> None:
+    store = FileStorage(root)
+    await store.put("k", b"v")
+    shutil.rmtree(root / ".osqueue-locks")
+    (root / ".osqueue-locks").symlink_to(outside)
+    await refused(store.put("k", b"w"), "k", ".osqueue-locks")
+    await refused(store.delete("k"), "k", ".osqueue-locks")
+    with pytest.raises(UnsafePath):
+        FileStorage(root)
+    untouched(outside)
+    assert await store.get("k") == b"v"  # reads take no lock
+    (root / ".osqueue-locks").unlink()
+    await store.put("k", b"w")  # the lock folder is made again
+    (lock,) = [p for p in (root / ".osqueue-locks").iterdir()]
+    lock.unlink()
+    lock.symlink_to(outside / "victim")
+    await refused(store.put("k", b"x"), "k", f".osqueue-locks/{lock.name}")
+    untouched(outside)
+    assert await store.get("k") == b"w"
+
+
+async def test_a_fifo_in_an_objects_place_is_refused_without_blocking(
+    store: FileStorage, root: Path
+) -> None:
+    """Opening a FIFO for reading waits for a writer; the store never does."""
+    os.mkfifo(root / "queue.json")
+    with pytest.raises(UnsafePath, match=r"'queue\.json'.*special file"):
+        await store.read("queue.json")
+    with pytest.raises(UnsafePath, match="special file"):
+        await store.list()
+
+
+@pytest.mark.parametrize("key", ["../outside/victim", "a/../../outside/victim", "/etc/passwd"])
+async def test_no_operation_takes_a_key_out_of_the_root(
+    store: FileStorage, tmp_path: Path, outside: Path, key: str
+) -> None:
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: store.read(key),
+        lambda: store.get(key),
+        lambda: store.write(key, b"x", if_match=None),
+        lambda: store.put(key, b"x"),
+        lambda: store.delete(key),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput) as info:
+            await call()
+        assert info.value.field == "key"
+    for prefix in ("../outside/", "/etc/", "a/\x00/"):
+        with pytest.raises(InvalidInput):
+            await store.list(prefix)
+    untouched(outside)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from osqueue.broker.payloads import BadPayload
 from osqueue.dashboard.brokerlog import BrokerLog, DocumentMetrics
 from osqueue.dashboard.history import DocumentHistory, SampledHistory, flows_of
 from osqueue.dashboard.queries import (
@@ -122,7 +123,8 @@ def test_preview_kinds_and_cap() -> None:
     assert cut.text == "éé"
     assert cut.truncated
     assert preview(b"").kind == "empty"
-    assert preview(None).kind == "missing"
+    gone = BadPayload("j1", "payloads/j1=u", "3 bytes", "no object", missing=True)
+    assert preview(gone).kind == "missing"
 
 
 def test_sampled_history_rates_and_depth() -> None:

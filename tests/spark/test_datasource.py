@@ -195,6 +195,32 @@ def test_large_payloads_stored_outside_the_document_are_read_back(
     assert [bytes(r.payload) for r in rows.collect()] == [big]
 
 
+@pytest.mark.parametrize("tamper", ["rewritten with the same size", "a link out of the store"])
+def test_a_payload_object_that_fails_its_check_fails_the_read(
+    spark: SparkSession, file_queue: str, tmp_path: Path, tamper: str
+) -> None:
+    """Never a row with bytes other than the ones pushed: the read fails, naming the
+    job and its object."""
+    big = os.urandom(200 * 1024)
+    with served_broker(file_queue) as served:
+        job_id = served.run(served.client.push(big, queue="big"))
+    directory = Path(urlparse(file_queue).path)
+    ref = decode((directory / DOCUMENT_KEY).read_bytes()).jobs[job_id].payload_ref
+    assert ref is not None
+    other = os.urandom(len(big))
+    if tamper == "a link out of the store":
+        (tmp_path / "outside").write_bytes(other)
+        (directory / ref).unlink()
+        (directory / ref).symlink_to(tmp_path / "outside")
+    else:
+        (directory / ref).write_bytes(other)
+    rows = spark.read.format("osqueue").option("url", file_queue).option("queue", "big").load()
+    with pytest.raises(Exception, match="BadPayload") as caught:
+        rows.collect()
+    message = str(caught.value)
+    assert f"payload object {ref} of job {job_id} failed its check" in message
+
+
 @pytest.mark.parametrize(
     ("schema", "rows", "field"),
     [

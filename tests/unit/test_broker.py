@@ -31,7 +31,7 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.state import DOCUMENT_KEY, decode, encode
-from osqueue.storage import MemoryStorage, from_url
+from osqueue.storage import FileStorage, MemoryStorage, from_url
 from osqueue.storage.port import Blob, Capabilities, Storage
 
 T = TypeVar("T")
@@ -1064,6 +1064,43 @@ async def test_the_payload_sweep_judges_its_own_lease_on_the_monotonic_clock() -
         assert broker.counters.payloads_swept == 1
 
 
+async def test_the_sweeps_never_delete_outside_a_file_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's reproduction: ``payloads``, ``results`` and ``segments`` of a file://
+    store are links to folders outside it, holding files named like orphans.  Every
+    sweep is refused (logged with the link, counted as a storage error), nothing
+    outside is deleted, and the broker serves on."""
+    root = tmp_path / "q"
+    root.mkdir()
+    outside: dict[str, Path] = {}
+    orphan = ORPHAN.partition("/")[2]
+    for prefix in ("payloads", "results", "segments"):
+        place = outside[prefix] = tmp_path / f"outside-{prefix}"
+        place.mkdir()
+        (place / orphan).write_bytes(b"not yours")
+        (place / "victim").write_bytes(b"not yours")
+        (root / prefix).symlink_to(place)
+    clock = ManualClock()
+    store = Scripted(FileStorage(root))
+    intervals = {"payload_sweep_interval_s": 5.0, "result_sweep_interval_s": 5.0}
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker"):
+        async with osqueue.Broker(store, config(**intervals), clock=clock) as broker:
+            await _pass(clock, 16, store)  # three sweeps of each kind
+            for place in outside.values():
+                assert sorted(p.name for p in place.iterdir()) == sorted([orphan, "victim"])
+            assert broker.serving
+            job_id = await broker.client().push(b"inline")
+            assert [j.id for j in await broker.client().claim("w")] == [job_id]
+            errors = broker.counters.storage_errors_by
+            assert errors["payload_sweep"] >= 6  # payload and segment sweeps
+            assert errors["result_sweep"] >= 3
+            assert broker.counters.payloads_swept == 0
+    refusals = [r.getMessage() for r in caplog.records if "symbolic link" in r.getMessage()]
+    for sweep, prefix in [("payload", "payloads"), ("result", "results"), ("segment", "segments")]:
+        assert any(m.startswith(sweep) and f"{prefix!r} is a symbolic link" in m for m in refusals)
+
+
 async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: Storage) -> None:
     store = backend
     async with osqueue.Broker(store, config(inline_payload_max_bytes=16)) as broker:
@@ -1074,6 +1111,28 @@ async def test_a_claim_survives_one_job_whose_payload_object_vanished(backend: S
         jobs = await q.claim("w", max_jobs=2)
         assert [j.id for j in jobs] == [kept]
         assert jobs[0].payload == b"y" * 100
+
+
+async def test_a_claim_fails_alone_a_job_whose_payload_object_is_a_link(tmp_path: Path) -> None:
+    """A payload object replaced by a link to a file outside a file:// store: the
+    store refuses it, and the claim fails that job alone, naming the link (the
+    outside file is never read, nor handed to a handler)."""
+    root = tmp_path / "q"
+    async with osqueue.Broker(FileStorage(root), config(inline_payload_max_bytes=16)) as broker:
+        q = broker.client()
+        linked = await q.push(b"x" * 100, max_attempts=1)
+        kept = await q.push(b"y" * 100)
+        ref = str(broker.document.jobs[linked].payload_ref)
+        (tmp_path / "outside").write_bytes(b"x" * 100)  # even the very bytes pushed
+        (root / ref).unlink()
+        (root / ref).symlink_to(tmp_path / "outside")
+        jobs = await q.claim("w", max_jobs=2)
+        assert [(j.id, j.payload) for j in jobs] == [(kept, b"y" * 100)]
+        failed = broker.document.jobs[linked]
+        assert failed.status == "dead"
+        assert failed.last_error is not None
+        assert f"payload object {ref} of job {linked} failed its check" in failed.last_error
+        assert f"{ref!r} is a symbolic link" in failed.last_error
 
 
 async def test_a_failed_broker_raises_without_growing_a_traceback() -> None:

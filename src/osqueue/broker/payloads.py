@@ -17,10 +17,14 @@ the sweep every ``payload_sweep_interval_s`` while the broker serves.
 
 What a reader must find is recorded at push: the job keeps the object's size
 and the SHA-256 of its bytes (a checksum, so an object replaced by another of
-the same size is caught too).  :meth:`Payloads.read` checks both and raises
-:class:`BadPayload` naming the key, what was expected and what was found; the
-in-process client then fails that job alone (:mod:`osqueue.broker.local`).
-Jobs pushed before the fields existed are read unchecked.
+the same size is caught too).  :func:`read_payload` is the one way to read a
+payload object, for every reader: the claim (:meth:`Payloads.read`; the
+in-process client then fails that job alone, :mod:`osqueue.broker.claimed`),
+the dashboard's job page, the CLI and the Spark data source.  It checks both
+and raises :class:`BadPayload` naming the job, the key, what was expected and
+what was found; an object the store refuses to open (a ``file://`` key that
+meets a symbolic link) is a bad payload too, never bytes from elsewhere.  Jobs
+pushed before the fields existed are read unchecked.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from osqueue.broker.orphans import sweep_orphans
-from osqueue.errors import NotFound, OsqueueError, StorageError
+from osqueue.errors import NotFound, OsqueueError, StorageError, UnsafePath
 from osqueue.ids import new_id
 from osqueue.state import PAYLOAD_PREFIX, Document, StoredJob
 from osqueue.storage.port import Storage
@@ -70,17 +74,21 @@ class Uploaded(NamedTuple):
 
 
 class BadPayload(OsqueueError):
-    """A claimed job's payload object is missing or does not hold what its job
-    recorded at push; the job is failed, and its payload never reaches a handler."""
+    """A job's payload object is missing, refused by the store, or does not hold what
+    its job recorded at push; its bytes never reach a handler or a screen."""
 
-    def __init__(self, key: str, expected: str, found: str, *, missing: bool = False) -> None:
+    def __init__(
+        self, job_id: str, key: str, expected: str, found: str, *, missing: bool = False
+    ) -> None:
         if missing:
-            message = f"payload object {key} is missing (expected {expected})"
+            message = f"payload object {key} of job {job_id} is missing (expected {expected})"
         else:
             message = (
-                f"payload object {key} does not match its job: expected {expected}, found {found}"
+                f"payload object {key} of job {job_id} failed its check: "
+                f"expected {expected}, found {found}"
             )
         super().__init__(message)
+        self.job_id = job_id
         self.key = key
         self.expected = expected
         self.found = found
@@ -97,20 +105,43 @@ def _expected(job: StoredJob) -> str:
     return " with ".join(parts) or "an object"
 
 
-async def check_payload(job: StoredJob, data: bytes) -> None:
+async def _check(job: StoredJob, key: str, data: bytes) -> None:
     """Raise :class:`BadPayload` if ``data`` is not what ``job`` recorded for its
     object (a size or digest not recorded is not checked)."""
-    key = str(job.payload_ref)
     size, sha = job.payload_ref_bytes, job.payload_ref_sha256
     if size is not None and len(data) != size:
         found = f"{len(data)} bytes"
         if sha is not None:
             found += f" with sha256 {await sha256_hex(data)}"
-        raise BadPayload(key, _expected(job), found)
+        raise BadPayload(job.id, key, _expected(job), found)
     if sha is not None:
         digest = await sha256_hex(data)
         if digest != sha:
-            raise BadPayload(key, _expected(job), f"{len(data)} bytes with sha256 {digest}")
+            raise BadPayload(job.id, key, _expected(job), f"{len(data)} bytes with sha256 {digest}")
+
+
+async def read_payload(storage: Storage, job: StoredJob) -> bytes:
+    """``job``'s payload: inline, or its object under ``payloads/`` checked against
+    the size and SHA-256 its push recorded.  Every reader of a payload object goes
+    through here.
+
+    Raises :class:`BadPayload` if the object does not match, if the store refuses
+    it (:class:`~osqueue.errors.UnsafePath`), or if it is gone (``missing``: the
+    job may have left the document, and its object with it, since the caller
+    looked; the caller tells which)."""
+    key = job.payload_ref
+    if key is None:
+        return job.payload or b""
+    try:
+        data = await storage.get(key)
+    except NotFound:
+        raise BadPayload(job.id, key, _expected(job), "no object", missing=True) from None
+    except UnsafePath as exc:
+        raise BadPayload(
+            job.id, key, _expected(job), f"an entry the store refuses ({exc})"
+        ) from exc
+    await _check(job, key, data)
+    return data
 
 
 class Payloads:
@@ -155,19 +186,8 @@ class Payloads:
                 log.warning("could not delete an unused payload object", extra={"key": ref})
 
     async def read(self, job: StoredJob) -> bytes:
-        """The payload of a claimed job, checked against what its push recorded.
-
-        Raises :class:`BadPayload` if the object does not match, or is gone
-        (``missing``: the job may have been cancelled, and its object deleted,
-        between the claim and this read; the caller tells which)."""
-        if job.payload_ref is None:
-            return job.payload or b""
-        try:
-            data = await self.storage.get(job.payload_ref)
-        except NotFound:
-            raise BadPayload(job.payload_ref, _expected(job), "no object", missing=True) from None
-        await check_payload(job, data)
-        return data
+        """The payload of a claimed job, checked (:func:`read_payload`)."""
+        return await read_payload(self.storage, job)
 
     @staticmethod
     def refs_of(jobs: Iterable[StoredJob]) -> list[str]:

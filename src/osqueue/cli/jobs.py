@@ -1,11 +1,14 @@
 """``osqueue jobs URL``: list the jobs in the queue document and its segments (a
-snapshot from storage)."""
+snapshot from storage); ``--payload ID`` writes one job's payload instead, read
+through the checked read every payload reader uses
+(:func:`~osqueue.broker.payloads.read_payload`)."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 import json
+import sys
 import time
 from typing import Annotated, Any
 
@@ -14,19 +17,22 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from osqueue.broker.payloads import read_payload
 from osqueue.broker.segments_read import (
     Listed,
     SortKey,
     cursor_text,
+    find_spilled,
     list_jobs,
     parse_cursor,
     sort_key,
     spilled_count,
 )
 from osqueue.cli import exits
-from osqueue.cli.console import shown, stdout
+from osqueue.cli.console import printable, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_blob
+from osqueue.errors import JobNotFound
 from osqueue.state import Document, StoredJob, decode
 from osqueue.storage import from_url
 
@@ -68,6 +74,16 @@ def jobs(
         ),
     ] = None,
     as_json: AsJson = False,
+    payload: Annotated[
+        str | None,
+        typer.Option(
+            "--payload",
+            envvar="OSQUEUE_PAYLOAD",
+            metavar="ID",
+            help="Write this job's payload to standard output instead (raw bytes; escaped "
+            "on a terminal), checked against the size and SHA-256 its push recorded.",
+        ),
+    ] = None,
 ) -> None:
     """List live and dead jobs, in claim order (priority, then FIFO).
 
@@ -75,8 +91,13 @@ def jobs(
     needed), and the segment objects of a deep backlog as far as the listing
     reaches.  Completed jobs leave the document once archived.  --json prints
     one JSON object per job per line; a listing cut by --limit ends with the
-    cursor to pass as --after for the next page.
+    cursor to pass as --after for the next page.  --payload ID prints one
+    job's payload; a payload object that fails its check is an error naming
+    the job and the object, and none of its bytes are written.
     """
+    if payload is not None:
+        _write_payload(asyncio.run(_payload(url, payload)))
+        return
     start = parse_cursor(after) if after else None
     status = state.value if state is not None else None
     shown, left = asyncio.run(_listing(url, queue, status, limit, start))
@@ -122,6 +143,30 @@ async def _listing(
         return shown, 0
     left = _matching(doc, queue, status) - limit if first else 1
     return shown[:limit], max(1, left)
+
+
+async def _payload(url: str, job_id: str) -> bytes:
+    storage = from_url(url)
+    try:
+        doc = decode((await read_blob(storage, url)).data)
+        job = doc.jobs.get(job_id)
+        if job is None:
+            job = await find_spilled(storage, doc, job_id)
+        if job is None:
+            raise JobNotFound(f"no live or dead job {job_id!r} at {url}")
+        return await read_payload(storage, job)
+    finally:
+        await storage.close()
+
+
+def _write_payload(data: bytes) -> None:
+    """Raw to a pipe or file; on a terminal, as text with control characters escaped."""
+    if not sys.stdout.isatty():
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    text = data.decode("utf-8", "backslashreplace")
+    typer.echo(printable(text))
 
 
 def _matching(doc: Document, queue: str | None, status: str | None) -> int:

@@ -27,13 +27,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from osqueue.broker.payloads import BadPayload, read_payload
 from osqueue.broker.segments_read import (
     SnapshotMoved,
     find_spilled,
     jobs_after,
     spilled_count,
 )
-from osqueue.errors import InvalidInput, NotFound
+from osqueue.errors import InvalidInput
 from osqueue.state import Document, StoredJob
 from osqueue.storage.port import Storage
 
@@ -202,7 +203,7 @@ def _counting(jobs: Iterable[StoredJob], counts: list[int]) -> Iterable[StoredJo
 
 # --------------------------------------------------------------------------- payloads
 
-PreviewKind = Literal["json", "text", "binary", "empty", "missing"]
+PreviewKind = Literal["json", "text", "binary", "empty", "missing", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,10 +215,13 @@ class Preview:
     truncated: bool
 
 
-def preview(payload: bytes | None, cap: int = PREVIEW_BYTES) -> Preview:
-    """The payload as JSON (indented), UTF-8 text or a hex dump, cut at ``cap`` bytes."""
-    if payload is None:
-        return Preview("missing", "", 0, False)
+def preview(payload: bytes | BadPayload, cap: int = PREVIEW_BYTES) -> Preview:
+    """The payload as JSON (indented), UTF-8 text or a hex dump, cut at ``cap`` bytes;
+    a payload object that is gone or failed its check shows why, never its bytes."""
+    if isinstance(payload, BadPayload):
+        if payload.missing:
+            return Preview("missing", "", 0, False)
+        return Preview("failed", str(payload), 0, False)
     size = len(payload)
     if not payload:
         return Preview("empty", "", 0, False)
@@ -250,11 +254,11 @@ def _hexdump(data: bytes) -> str:
     return "\n".join(lines)
 
 
-async def payload_of(job: StoredJob, storage: Storage) -> bytes | None:
-    """The job's payload: inline, or its object under ``payloads/`` (None: gone)."""
-    if job.payload_ref is None:
-        return job.payload or b""
+async def payload_of(job: StoredJob, storage: Storage) -> bytes | BadPayload:
+    """The job's payload: inline, or its object under ``payloads/`` read and checked
+    (:func:`~osqueue.broker.payloads.read_payload`); why not, when it is gone or
+    fails its check."""
     try:
-        return await storage.get(job.payload_ref)
-    except NotFound:
-        return None
+        return await read_payload(storage, job)
+    except BadPayload as exc:
+        return exc

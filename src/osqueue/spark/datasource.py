@@ -6,6 +6,12 @@ Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load(
   jobs of a deep backlog that sit in segment objects (one Spark task per
   segment reads it);
 * ``table=dead``: the dead letters;
+
+  a payload stored as an object is read through the broker's checked read
+  (:func:`~osqueue.broker.payloads.read_payload`): one that fails its size or
+  SHA-256 check (or that the store refuses) fails the read with ``BadPayload``
+  naming the job and the object, never a row with other bytes; one gone since
+  the snapshot (its job finished meanwhile) is a null payload;
 * ``table=archive``: every completed job, read from the archive objects in
   parallel (one Spark task per ``objects_per_partition`` objects of one hour).
   A corrupt line fails the read with ``CorruptDocument`` naming each bad line's
@@ -44,6 +50,7 @@ from pyspark.sql.datasource import (
 
 from osqueue.api import NewJob
 from osqueue.broker.archive import BadLine, corrupt_lines
+from osqueue.broker.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.state.model import SegmentRef, StoredJob
 
@@ -111,8 +118,9 @@ def _check_schema(schema: StructType) -> None:
 @dataclass
 class JobsPartition(InputPartition):
     rows: list[Row]
-    #: Row position -> payload object key, for payloads stored outside the document.
-    refs: dict[int, str] = field(default_factory=dict)
+    #: Row position -> its job, for payloads stored outside the document (the job
+    #: records what the object must hold).
+    objects: dict[int, StoredJob] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,8 +159,8 @@ class JobsReader(DataSourceReader):
         parts: list[InputPartition] = []
         for start in range(0, len(wanted), JOB_ROWS_PER_PARTITION):
             chunk = wanted[start : start + JOB_ROWS_PER_PARTITION]
-            refs = {i: j.payload_ref for i, j in enumerate(chunk) if j.payload_ref is not None}
-            parts.append(JobsPartition([job_row(j) for j in chunk], refs))
+            objects = {i: j for i, j in enumerate(chunk) if j.payload_ref is not None}
+            parts.append(JobsPartition([job_row(j) for j in chunk], objects))
         if self.options.table == "jobs":
             parts.extend(
                 SegmentPartition(ref)
@@ -168,15 +176,15 @@ class JobsReader(DataSourceReader):
             return
         assert isinstance(partition, JobsPartition)
         rows = partition.rows
-        if partition.refs:
-            keys = sorted(partition.refs.items())
+        if partition.objects:
+            objects = sorted(partition.objects.items())
 
-            async def fetch(store: Any) -> list[bytes]:
-                return [await store.get(key) for _, key in keys]
+            async def fetch(store: Any) -> list[bytes | None]:
+                return [await _payload(store, job) for _, job in objects]
 
             payloads = blocking.with_storage(self.options.url, fetch)
             rows = list(rows)
-            for (i, _), payload in zip(keys, payloads, strict=True):
+            for (i, _), payload in zip(objects, payloads, strict=True):
                 rows[i] = (*rows[i][:-1], payload)
         if rows:
             yield to_arrow(rows)
@@ -213,13 +221,16 @@ async def _moved_on(store: Any, ref: SegmentRef) -> list[StoredJob]:
 
 
 async def _payload(store: Any, job: StoredJob) -> bytes | None:
+    """``job``'s payload, checked; None if its object is gone (the job left since the
+    snapshot).  An object that fails its check raises :class:`BadPayload`."""
     if job.payload_ref is None:
         return job.payload
     try:
-        data: bytes = await store.get(job.payload_ref)
-    except NotFound:
-        return None
-    return data
+        return await read_payload(store, job)
+    except BadPayload as exc:
+        if exc.missing:
+            return None
+        raise
 
 
 # --------------------------------------------------------------------------- archive

@@ -37,6 +37,23 @@ Blocking calls run in ``asyncio.to_thread``; a cancelled write may still
 finish in its thread, so cancellation leaves the outcome unknown (re-read).  Keys are checked by
 :mod:`osqueue.storage.keys`, so they cannot leave the root (no ``..``, no
 absolute keys, no NUL).
+
+Nor can the files: the store never follows a symbolic link below its root.
+Every operation opens the root (the one path it follows: the operator chose
+it), then each folder of the key one name at a time with ``O_NOFOLLOW``
+relative to its parent's descriptor, and does its work on the last name
+relative to that folder's descriptor (``openat``, ``mkdirat``, ``renameat``,
+``unlinkat``, ``fstatat`` without following).  A link (or a FIFO, socket or
+device) met anywhere on the way is refused with :class:`~osqueue.errors.UnsafePath`
+naming the key and the entry; a listing that meets one is refused the same
+way and never descends into it.  There is no check-then-use gap for links: a
+link swapped in after a check is still never followed, since a rename and an
+unlink act on the link itself, not its target.  What remains is a folder
+*moved* out of the root (by someone who can write the root) while an
+operation holds its descriptor: that one operation finishes in the moved
+folder.  A hard link is a plain file to the store: a write replaces it and a
+delete removes the name only, so neither reaches the other file's bytes, but a
+read returns them (a payload object's checksum still catches that).
 """
 
 from __future__ import annotations
@@ -47,13 +64,13 @@ import errno
 import fcntl
 import hashlib
 import os
+import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError
+from osqueue.errors import Conflict, InvalidInput, NotFound, StorageError, UnsafePath
 from osqueue.storage.keys import RESERVED_PREFIX, as_bytes, check_key, check_prefix
 from osqueue.storage.port import Blob, Capabilities
 
@@ -65,15 +82,27 @@ _MTIME_STEPS_NS = (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000)
 
 _CAPABILITIES = Capabilities(cross_process=True, content_etags=False, durable=True)
 
+#: a folder below the root: never through a link (a link gives ENOTDIR or ELOOP)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: an object: never through a link; O_NONBLOCK so a FIFO put there cannot hang a read
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
 
 def _etag(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a special file (not a folder or a plain file)"
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
     try:
-        os.fsync(fd)
+        yield fd
     finally:
         os.close(fd)
 
@@ -87,11 +116,13 @@ class FileStorage:
             raise InvalidInput(f"{str(root)!r} is not an absolute path", field="root")
         self.root = str(path)
         self.fsync = fsync
+        self._url = path.as_uri()
         try:
-            os.makedirs(os.path.join(self.root, LOCK_DIR), exist_ok=True)
+            os.makedirs(self.root, exist_ok=True)
+            with _closing(self._open_root()) as root_fd:
+                os.close(self._child(root_fd, LOCK_DIR, LOCK_DIR, create=True))
         except OSError as exc:
             raise StorageError(f"cannot create store directory {self.root!r}", cause=exc) from exc
-        self._url = path.as_uri()
 
     @property
     def url(self) -> str:
@@ -103,55 +134,109 @@ class FileStorage:
 
     # ------------------------------------------------------------------ helpers
 
-    def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
+    def _open_root(self) -> int:
+        try:
+            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise self._root_missing(exc) from exc
+
+    def _refused(self, key: str, entry: str, mode: int) -> UnsafePath:
+        cause = OSError(errno.ELOOP, "not followed", os.path.join(self.root, *entry.split("/")))
+        return UnsafePath(
+            f"{self._url}: {key!r} is refused: {entry!r} is {_kind(mode)}; "
+            "file:// never follows one out of its root",
+            cause=cause,
+        )
+
+    def _child(self, parent: int, entry: str, key: str, *, create: bool) -> int:
+        """The descriptor of the folder ``entry`` (a path below the root) whose parent
+        folder is ``parent``, never through a link; ``key`` is what the caller works
+        on, for errors.  Raises FileNotFoundError (also for a plain file where the
+        folder would be) unless ``create``."""
+        name = entry.rpartition("/")[2]
+        for _ in range(3):  # a folder made or removed by someone else meanwhile: look again
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, dir_fd=parent)
+                except FileExistsError:
+                    continue
+                if self.fsync:
+                    os.fsync(parent)
+            except NotADirectoryError:  # a file, or a link (O_NOFOLLOW says ENOTDIR then)
+                mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+                if not stat.S_ISREG(mode):
+                    raise self._refused(key, entry, mode) from None
+                if not create:
+                    raise
+                raise InvalidInput(
+                    f"{entry!r} is an object in {self._url}; it cannot also be a folder",
+                    field="key",
+                ) from None
+        raise StorageError(f"{self._url}: {entry!r} keeps changing; cannot open it as a folder")
+
+    def _folder(self, key: str, names: list[str], *, create: bool) -> int:
+        """The descriptor of the folder ``names`` below the root, opened one name at a
+        time without following links (created if missing when ``create``)."""
+        fd = self._open_root()
+        try:
+            for i in range(len(names)):
+                child = self._child(fd, "/".join(names[: i + 1]), key, create=create)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _parent(self, key: str, *, create: bool) -> Iterator[tuple[int, str]]:
+        """The descriptor of ``key``'s folder, and its last name (FileNotFoundError:
+        a folder on the way is missing, and not ``create``)."""
+        *names, name = check_key(key).split("/")
+        fd = self._folder(key, names, create=create)
+        try:
+            yield fd, name
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         stripe = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=2).digest())
-        lock_path = os.path.join(self.root, LOCK_DIR, f"{stripe % LOCK_STRIPES:03d}.lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        name = f"{stripe % LOCK_STRIPES:03d}.lock"
+        with _closing(self._folder(key, [LOCK_DIR], create=True)) as locks:
+            try:
+                fd = os.open(
+                    name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=locks
+                )
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise self._refused(key, f"{LOCK_DIR}/{name}", stat.S_IFLNK) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
-    def _current(self, key: str, path: str) -> os.stat_result | None:
+    def _current(self, key: str, folder: int, name: str) -> os.stat_result | None:
         try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
             return None
-        if not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             raise InvalidInput(
                 f"{key!r} is a folder of other keys in {self._url}; it cannot also be an object",
                 field="key",
             )
+        if not stat.S_ISREG(st.st_mode):
+            raise self._refused(key, key, st.st_mode)
         return st
 
-    def _makedirs(self, directory: str) -> None:
-        """Create ``directory`` and missing parents, fsyncing each new entry's parent."""
-        if os.path.isdir(directory):
-            return
-        if directory == self.root:
-            raise self._root_missing()
-        parent = os.path.dirname(directory)
-        self._makedirs(parent)
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                name = os.path.relpath(directory, self.root).replace(os.sep, "/")
-                raise InvalidInput(
-                    f"{name!r} is an object in {self._url}; it cannot also be a folder",
-                    field="key",
-                ) from None
-            return
-        if self.fsync:
-            _fsync_dir(parent)
-
-    def _root_missing(self) -> StorageError:
-        cause = FileNotFoundError(errno.ENOENT, "missing or not a directory", self.root)
+    def _root_missing(self, cause: OSError) -> StorageError:
         return StorageError(f"{self._url}: the store's directory is gone", cause=cause)
 
     def _stamp(self, fd: int, previous: os.stat_result | None) -> os.stat_result:
@@ -169,52 +254,54 @@ class FileStorage:
     # ------------------------------------------------------------------ blocking parts
 
     def _read_sync(self, key: str) -> Blob:
-        path = self._path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            if not os.path.isdir(self.root):
-                raise self._root_missing() from None
+            with self._parent(key, create=False) as (folder, name):
+                fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+        except FileNotFoundError:
             raise NotFound(f"{self._url}: {key!r} does not exist") from None
-        try:
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:  # O_NOFOLLOW met a link
+                raise
+            raise self._refused(key, key, stat.S_IFLNK) from exc
+        with _closing(fd):
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
                 raise NotFound(f"{self._url}: {key!r} is a folder, not an object")
+            if not stat.S_ISREG(st.st_mode):
+                raise self._refused(key, key, st.st_mode)
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
-        finally:
-            os.close(fd)
         return Blob(data, _etag(st))
 
     def _write_sync(self, key: str, data: bytes, if_match: str | None, conditional: bool) -> str:
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        self._makedirs(directory)
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
-        try:
-            with memoryview(data) as view:
-                written = 0
-                while written < len(view):
-                    written += os.write(fd, view[written:])
-            if self.fsync:
-                os.fsync(fd)
-            with self._locked(key):
-                current = self._current(key, path)
-                if conditional:
-                    self._check(key, current, if_match)
-                st = self._stamp(fd, current)
+        with self._parent(key, create=True) as (folder, name):
+            tmp = f"{TMP_PREFIX}{secrets.token_hex(8)}"
+            fd = os.open(tmp, _TMP_FLAGS, 0o600, dir_fd=folder)
+            try:
+                with memoryview(data) as view:
+                    written = 0
+                    while written < len(view):
+                        written += os.write(fd, view[written:])
                 if self.fsync:
                     os.fsync(fd)
-                os.replace(tmp, path)
-                tmp = ""
-                if self.fsync:
-                    _fsync_dir(directory)
-                return _etag(st)
-        finally:
-            os.close(fd)
-            if tmp:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                with self._locked(key):
+                    current = self._current(key, folder, name)
+                    if conditional:
+                        self._check(key, current, if_match)
+                    st = self._stamp(fd, current)
+                    if self.fsync:
+                        os.fsync(fd)
+                    # renameat replaces a link swapped in meanwhile, never its target
+                    os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+                    tmp = ""
+                    if self.fsync:
+                        os.fsync(folder)
+                    return _etag(st)
+            finally:
+                os.close(fd)
+                if tmp:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp, dir_fd=folder)
 
     def _check(self, key: str, current: os.stat_result | None, if_match: str | None) -> None:
         if if_match is None:
@@ -226,38 +313,56 @@ class FileStorage:
             raise Conflict(f"{self._url}: {key!r} changed (if_match={if_match!r})")
 
     def _delete_sync(self, key: str) -> None:
-        path = self._path(key)
-        with self._locked(key):
-            if self._current(key, path) is None:
-                return
-            os.unlink(path)
-            if self.fsync:
-                _fsync_dir(os.path.dirname(path))
+        try:
+            with self._parent(key, create=False) as (folder, name), self._locked(key):
+                if self._current(key, folder, name) is None:
+                    return
+                os.unlink(name, dir_fd=folder)  # unlinkat: a link swapped in goes, not its target
+                if self.fsync:
+                    os.fsync(folder)
+        except FileNotFoundError:
+            return
 
     def _list_sync(self, prefix: str) -> list[str]:
-        if not os.path.isdir(self.root):
-            raise self._root_missing()
         head, _, _ = prefix.rpartition("/")
-        start = os.path.join(self.root, *head.split("/")) if head else self.root
         keys: list[str] = []
-        stack = [(start, f"{head}/" if head else "")]
+        stack = [head.split("/") if head else []]
         while stack:
-            directory, rel = stack.pop()
+            names = stack.pop()
             try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError):
+                # each folder is opened from the root again: a listing holds one descriptor
+                with _closing(self._folder(prefix, names, create=False)) as fd:
+                    found = self._scan(prefix, fd, "".join(f"{n}/" for n in names))
+            except FileNotFoundError:
                 continue
-            for entry in entries:
-                if entry.name.startswith(RESERVED_PREFIX):
-                    continue
-                key = rel + entry.name
-                if entry.is_dir(follow_symlinks=False):
-                    if key.startswith(prefix) or prefix.startswith(key + "/"):
-                        stack.append((entry.path, key + "/"))
-                elif entry.is_file() and key.startswith(prefix):
+            for key, is_dir in found:
+                if is_dir:
+                    stack.append(key.split("/"))
+                else:
                     keys.append(key)
         keys.sort()
         return keys
+
+    def _scan(self, prefix: str, fd: int, rel: str) -> list[tuple[str, bool]]:
+        """The entries of the folder ``fd`` (``rel``: its path) a listing of ``prefix``
+        wants: (key, is a folder).  A link or special file there is refused."""
+        found: list[tuple[str, bool]] = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                key = rel + entry.name
+                wanted = key.startswith(prefix)
+                if entry.name.startswith(RESERVED_PREFIX) or not (
+                    wanted or prefix.startswith(key + "/")
+                ):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    found.append((key, True))
+                elif entry.is_file(follow_symlinks=False):
+                    if wanted:
+                        found.append((key, False))
+                else:
+                    raise self._refused(prefix, key, entry.stat(follow_symlinks=False).st_mode)
+        return found
 
     # ------------------------------------------------------------------ Storage
 
