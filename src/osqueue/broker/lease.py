@@ -22,6 +22,7 @@ from osqueue.state import (
     Transition,
     decode,
     encode,
+    new_queue_id,
     to_datetime,
     transition,
 )
@@ -178,6 +179,7 @@ class Lease:
         instead of deposing the winner."""
         archived: set[int] = set()  # versions whose archive object is known written
         sent: tuple[bytes, Transition, int] | None = None  # the last takeover write sent
+        queue_id = new_queue_id()  # for a document without one; the same on every retry
         while True:
             got = await self.read()
             if sent is not None and got is not None:
@@ -202,9 +204,11 @@ class Lease:
                 sent = None
                 continue
             base, etag = got if got is not None else (Document.empty(), None)
+            incarnation = base.queue_id or queue_id  # a new document's starts here
+            base.set_queue_id(incarnation)
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
-                await archiver.write_inherited(inherited, archived)
+                await archiver.write_inherited(inherited, archived, incarnation)
             except StorageError as exc:  # a 503 or a lost answer: back off, read again
                 self._counters.storage_error("archive_write")
                 await self._retry.wait(0, exc)

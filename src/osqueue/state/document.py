@@ -76,6 +76,7 @@ class Document:
         "jobs",
         "next_seq",
         "next_token",
+        "queue_id",
         "queue_settings",
         "recent",
         "schedules",
@@ -108,8 +109,14 @@ class Document:
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
         dependencies_at: datetime | None = None,
+        queue_id: str | None = None,
     ) -> None:
         self.format = format
+        #: this document's incarnation, part of every archive key (DESIGN.md,
+        #: Hardening rules): drawn when the broker creates the document and kept by
+        #: every commit and takeover, so a document deleted and created again, or
+        #: an older copy restored, never takes another incarnation's objects as its own
+        self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
         self.version = version
@@ -182,6 +189,7 @@ class Document:
             schedules=self.schedules.copy(),
             finished=self.finished.copy(),
             dependencies_at=self.dependencies_at,
+            queue_id=self.queue_id,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -271,6 +279,7 @@ class Document:
                 next_seq=self.next_seq,
                 archived_through=self.archived_through,
                 stats=self.stats,
+                queue_id=self.queue_id,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
@@ -344,6 +353,11 @@ class Document:
 
     # -- size -----------------------------------------------------------------------
 
+    def set_queue_id(self, queue_id: str) -> None:
+        """Record the document's incarnation (the header's length is stale then)."""
+        self.queue_id = queue_id
+        self._head_len = None
+
     def set_history(self, history: tuple[HistorySample, ...]) -> None:
         """Replace the per-minute history (the header's cached length is stale then)."""
         if history is not self.history:
@@ -415,6 +429,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.next_token == b.next_token
         and a.next_seq == b.next_seq
         and a.archived_through == b.archived_through
+        and a.queue_id == b.queue_id
         and a.stats == b.stats
         and a.history == b.history
         and a.recent == b.recent
