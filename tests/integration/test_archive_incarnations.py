@@ -82,7 +82,9 @@ def test_a_queue_created_again_after_queue_json_was_deleted_archives_everything(
 
     assert _archived(tmp_path) == Counter(first + second)
     after = _queue_id(tmp_path)
-    assert before is not None and after is not None and after != before
+    assert before is not None
+    assert after is not None
+    assert after != before
     keys = [parse_key(p.relative_to(tmp_path).as_posix()) for p in tmp_path.rglob("*.jsonl")]
     assert {k.queue_id for k in keys if k is not None} == {before, after}
     assert len({(k.day, k.hour) for k in keys if k is not None}) == 1  # all in one hour
@@ -118,8 +120,12 @@ def test_an_older_copy_of_queue_json_restored_loses_no_completion(
     fresh = [r for r in caplog.records if "holds other content" in r.getMessage()]
     assert fresh, "the restored queue's versions met no earlier object: no restore tested"
     held, written = fresh[0].__dict__["key"], fresh[0].__dict__["fresh_key"]
-    assert held != written and (tmp_path / held).exists() and (tmp_path / written).exists()
-    assert parse_key(written) is not None and parse_key(written).fresh  # type: ignore[union-attr]
+    assert held != written
+    assert (tmp_path / held).exists()
+    assert (tmp_path / written).exists()
+    parsed = parse_key(written)
+    assert parsed is not None
+    assert parsed.fresh
 
     result, report = _verify(tmp_path)
     assert result.exit_code == 0, (result.stdout, result.stderr)
@@ -178,7 +184,8 @@ async def test_an_object_with_other_content_at_the_key_is_not_taken_as_archived(
     with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive"):
         assert await write_archive(storage, mine, queue_id) == 7
     keys = await storage.list("archive/")
-    assert key in keys and len(keys) == 2
+    assert key in keys
+    assert len(keys) == 2
     (fresh,) = (k for k in keys if k != key)
     assert await storage.get(key) == b'{"id":"someone-else"}\n'  # left alone
     assert [msgspec.json.decode(x)["id"] for x in (await storage.get(fresh)).splitlines()] == [
@@ -186,7 +193,8 @@ async def test_an_object_with_other_content_at_the_key_is_not_taken_as_archived(
         "j2",
     ]
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert key in warning.getMessage() and fresh in warning.getMessage()
+    assert key in warning.getMessage()
+    assert fresh in warning.getMessage()
 
     # A repeat (a retried write, a takeover) lands on the same fresh object: no second copy.
     assert await write_archive(storage, mine, queue_id) == 7

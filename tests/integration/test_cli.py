@@ -28,8 +28,8 @@ from typing import IO, Any
 
 import msgspec
 import pytest
-from typer.main import get_command
 from corrupt_archive import QUEUE_ID
+from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 from osqueue.api import NewJob

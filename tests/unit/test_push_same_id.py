@@ -33,7 +33,8 @@ async def test_two_jobs_under_one_id_in_one_push_are_refused_naming_the_id(
         for refused in (results[0], results[2]):
             assert isinstance(refused, InvalidInput)
             assert refused.field == "id"
-            assert "'dup'" in str(refused) and "twice" in str(refused)
+            assert "'dup'" in str(refused)
+            assert "twice" in str(refused)
         assert "dup" not in broker.document.jobs  # neither payload was taken
         with pytest.raises(InvalidInput, match="'dup'"):
             await q.push_many(jobs)

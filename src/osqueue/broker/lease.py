@@ -204,8 +204,9 @@ class Lease:
                 sent = None
                 continue
             base, etag = got if got is not None else (Document.empty(), None)
-            incarnation = base.queue_id or queue_id  # a new document's starts here
-            base.set_queue_id(incarnation)
+            # A new document's incarnation starts here (``base`` is fresh from decode or
+            # new, its header never measured: setting the field leaves no stale size).
+            incarnation = base.queue_id = base.queue_id or queue_id
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
                 await archiver.write_inherited(inherited, archived, incarnation)

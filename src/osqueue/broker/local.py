@@ -140,11 +140,7 @@ class LocalClient(SchedulingCalls):
             for job in jobs:
                 try:
                     if job.id in clashing:
-                        raise InvalidInput(
-                            f"job {job.id!r} is named twice in this push with different "
-                            "payloads or options; neither is pushed",
-                            field="id",
-                        )
+                        raise _clash(job.id)
                     op = self._push_inline(job)
                     ops.append(op if op.payload is not None else await self._uploaded(op, job))
                 except OsqueueError as exc:
@@ -427,6 +423,14 @@ def _as_error(result: Result) -> OsqueueError:
     if isinstance(result, Ok):
         return InvalidInput("unexpected result for a push", field="op")
     return InvalidInput(f"unexpected result {type(result).__name__} for a push", field="op")
+
+
+def _clash(job_id: str) -> InvalidInput:
+    return InvalidInput(
+        f"job {job_id!r} is named twice in this push with different payloads or options; "
+        "neither is pushed",
+        field="id",
+    )
 
 
 def _clashing_ids(jobs: Sequence[NewJob]) -> set[str]:

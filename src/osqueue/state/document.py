@@ -1,6 +1,11 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
 the segment references.
 
+``queue_id`` names the document's incarnation: drawn when the broker creates
+the document, kept by every commit and takeover, and part of every archive key
+(:mod:`osqueue.broker.archive`), so a queue created again after ``queue.json``
+was deleted never takes an earlier incarnation's archive objects for its own.
+
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
 a new one (or, for the broker's hot path, updates one it owns outright).  Each
 job's encoded bytes are cached, so encoding a large document re-encodes only
@@ -112,10 +117,6 @@ class Document:
         queue_id: str | None = None,
     ) -> None:
         self.format = format
-        #: this document's incarnation, part of every archive key (DESIGN.md,
-        #: Hardening rules): drawn when the broker creates the document and kept by
-        #: every commit and takeover, so a document deleted and created again, or
-        #: an older copy restored, never takes another incarnation's objects as its own
         self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
@@ -352,11 +353,6 @@ class Document:
         return blob
 
     # -- size -----------------------------------------------------------------------
-
-    def set_queue_id(self, queue_id: str) -> None:
-        """Record the document's incarnation (the header's length is stale then)."""
-        self.queue_id = queue_id
-        self._head_len = None
 
     def set_history(self, history: tuple[HistorySample, ...]) -> None:
         """Replace the per-minute history (the header's cached length is stale then)."""
