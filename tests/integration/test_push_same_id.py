@@ -3,10 +3,16 @@ repeat, applied once; two different jobs under one id are both refused, naming i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from remote_helpers import fast_config, quiet_broker_config
 
 import osqueue
+from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import InvalidInput
+from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.storage import MemoryStorage
 
 
@@ -48,3 +54,21 @@ async def test_the_same_job_twice_in_one_push_is_applied_once() -> None:
         assert await q.push_many([job, osqueue.NewJob(b"same", id="twice")]) == ["twice"] * 2
         assert broker.document.jobs["twice"].payload == b"same"
         assert (await q.stats()).queues["default"].depth == 1
+
+
+async def test_over_grpc_two_jobs_under_one_id_are_refused_naming_the_id(tmp_path: Path) -> None:
+    url = tmp_path.as_uri()
+    async with BrokerServer(url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()):
+        client = await connect(url, config=fast_config())
+        assert isinstance(client, RemoteClient)
+        try:
+            jobs = [osqueue.NewJob(b"one", id="dup"), osqueue.NewJob(b"two", id="dup")]
+            results = await client.push_results(jobs)
+            for refused in results:
+                assert isinstance(refused, InvalidInput)
+                assert "'dup'" in str(refused)
+            assert await client.push_many([osqueue.NewJob(b"one", id="dup")] * 2) == ["dup"] * 2
+            (job,) = await client.claim("w", max_jobs=2)
+            assert job.payload == b"one"
+        finally:
+            await client.close()
