@@ -36,7 +36,7 @@ from typing import NamedTuple, Protocol, TypeVar
 import msgspec
 
 from osqueue.errors import Conflict, CorruptDocument, NotFound, StorageError
-from osqueue.state import StoredJob
+from osqueue.state import QUEUE_ID_RE, StoredJob
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
@@ -193,8 +193,12 @@ async def _create(storage: Storage, key: str, body: bytes) -> bool:
 
 _KEY = re.compile(
     re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/"
-    r"((\d{20})-([0-9a-z]{26})(?:-[0-9a-f]{16}(?:-\d+)?)?)\.jsonl"
+    rf"((\d{{20}})-({QUEUE_ID_RE.pattern})(?:-[0-9a-f]{{16}}(?:-\d+)?)?)\.jsonl"
 )
+
+
+#: ``<version:020d>-<queue_id>``: a fresh key's name is longer (its digest suffix)
+_PLAIN_NAME = 20 + 1 + 26
 
 
 class ArchiveKey(NamedTuple):
@@ -211,7 +215,7 @@ class ArchiveKey(NamedTuple):
     @property
     def fresh(self) -> bool:
         """Written under a fresh key (its first key held other content)."""
-        return len(self.name) > 47  # 20 digits, a dash, 26 characters of queue id
+        return len(self.name) > _PLAIN_NAME
 
 
 def parse_key(key: str) -> ArchiveKey | None:
