@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import msgspec
 import pytest
+from corrupt_archive import QUEUE_ID
 from typer.main import get_command
 from typer.testing import CliRunner, Result
 
@@ -274,7 +275,7 @@ def test_archive_lists_days_and_deletes_only_those_past_the_cut_off(qdir: Path) 
     archive = qdir / "archive"
     for i, day in enumerate(days):
         for hour in ("03", "17"):
-            path = archive / f"date={day}" / f"hour={hour}" / f"{i:020d}.jsonl"
+            path = archive / f"date={day}" / f"hour={hour}" / f"{i:020d}-{QUEUE_ID}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text('{"id": "x"}\n')
     (archive / "README").write_text("not an archive object")

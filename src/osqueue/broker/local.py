@@ -135,9 +135,12 @@ class LocalClient(SchedulingCalls):
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
         """Push a batch; one result per job: its id, or the error that job got."""
         ops: list[Push | OsqueueError] = []
+        clashing = _clashing_ids(jobs)
         try:
             for job in jobs:
                 try:
+                    if job.id in clashing:
+                        raise _clash(job.id)
                     op = self._push_inline(job)
                     ops.append(op if op.payload is not None else await self._uploaded(op, job))
                 except OsqueueError as exc:
@@ -420,3 +423,25 @@ def _as_error(result: Result) -> OsqueueError:
     if isinstance(result, Ok):
         return InvalidInput("unexpected result for a push", field="op")
     return InvalidInput(f"unexpected result {type(result).__name__} for a push", field="op")
+
+
+def _clash(job_id: str) -> InvalidInput:
+    return InvalidInput(
+        f"job {job_id!r} is named twice in this push with different payloads or options; "
+        "neither is pushed",
+        field="id",
+    )
+
+
+def _clashing_ids(jobs: Sequence[NewJob]) -> set[str]:
+    """The ids a push names twice with different jobs (payload or any field): which
+    one the caller meant is unknown, so both are refused.  The same job twice is a
+    repeat, applied once as any repeat is."""
+    first: dict[str, NewJob] = {}
+    clashing: set[str] = set()
+    for job in jobs:
+        if job.id:
+            seen = first.setdefault(job.id, job)
+            if seen is not job and seen != job:
+                clashing.add(job.id)
+    return clashing

@@ -18,6 +18,7 @@ from osqueue.state.history import HistorySample
 from osqueue.state.limits import next_capacity_at
 from osqueue.state.model import (
     FORMAT,
+    QUEUE_ID_RE,
     BrokerInfo,
     BrokerPerf,
     CatchUp,
@@ -29,6 +30,7 @@ from osqueue.state.model import (
     SegmentRef,
     StoredJob,
     StoredSettings,
+    new_queue_id,
     to_datetime,
 )
 from osqueue.state.ops import (
@@ -101,6 +103,7 @@ __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
     "PAYLOAD_PREFIX",
+    "QUEUE_ID_RE",
     "RESULT_PREFIX",
     "SEGMENT_PREFIX",
     "BrokerInfo",
@@ -166,6 +169,7 @@ __all__ = [
     "jobs_ahead",
     "live_jobs",
     "load_op",
+    "new_queue_id",
     "next_capacity_at",
     "next_tick_at",
     "next_wakeup",

@@ -18,6 +18,7 @@ from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
+    QUEUE_ID_RE,
     READABLE_FORMATS,
     BrokerInfo,
     SegmentRef,
@@ -170,6 +171,7 @@ def decode(data: bytes) -> Document:
         schedules=_schedules(wire),
         finished=_finished(wire),
         dependencies_at=wire.dependencies_at,
+        queue_id=wire.queue_id,
     )
 
 
@@ -228,6 +230,11 @@ def _validate(wire: WireDocument) -> None:
         value = getattr(wire, name)
         if not 0 <= value < _MAX_INT:
             raise _fail(f"$.{name}", f"{value} is out of range")
+    if wire.queue_id is not None and not QUEUE_ID_RE.fullmatch(wire.queue_id):
+        raise _fail(
+            "$.queue_id",
+            f"{wire.queue_id!r} is not a queue id (26 lowercase letters and digits of a ULID)",
+        )
     seen: set[str] = set()
     for i, job in enumerate(wire.jobs):
         where = f"$.jobs[{i}]"

@@ -1,6 +1,11 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
 the segment references.
 
+``queue_id`` names the document's incarnation: drawn when the broker creates
+the document, kept by every commit and takeover, and part of every archive key
+(:mod:`osqueue.broker.archive`), so a queue created again after ``queue.json``
+was deleted never takes an earlier incarnation's archive objects for its own.
+
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
 a new one (or, for the broker's hot path, updates one it owns outright).  Each
 job's encoded bytes are cached, so encoding a large document re-encodes only
@@ -76,6 +81,7 @@ class Document:
         "jobs",
         "next_seq",
         "next_token",
+        "queue_id",
         "queue_settings",
         "recent",
         "schedules",
@@ -108,8 +114,10 @@ class Document:
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
         dependencies_at: datetime | None = None,
+        queue_id: str | None = None,
     ) -> None:
         self.format = format
+        self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
         self.version = version
@@ -182,6 +190,7 @@ class Document:
             schedules=self.schedules.copy(),
             finished=self.finished.copy(),
             dependencies_at=self.dependencies_at,
+            queue_id=self.queue_id,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -271,6 +280,7 @@ class Document:
                 next_seq=self.next_seq,
                 archived_through=self.archived_through,
                 stats=self.stats,
+                queue_id=self.queue_id,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
@@ -415,6 +425,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.next_token == b.next_token
         and a.next_seq == b.next_seq
         and a.archived_through == b.archived_through
+        and a.queue_id == b.queue_id
         and a.stats == b.stats
         and a.history == b.history
         and a.recent == b.recent

@@ -11,11 +11,13 @@ broker's clock only (invariant 6).
 from __future__ import annotations
 
 import functools
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import msgspec
 
+from osqueue.ids import new_id
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
 
@@ -42,6 +44,15 @@ SEGMENTS_FORMAT = 3
 #: What a document without segment references is written as.
 PLAIN_FORMAT = 2
 READABLE_FORMATS = (1, 2, 3, 4)
+
+#: A queue id: 26 lowercase characters of Crockford base32 (a lowercased ULID)
+QUEUE_ID_RE = re.compile(r"[0-9a-hjkmnp-tv-z]{26}")
+
+
+def new_queue_id() -> str:
+    """A fresh queue id, drawn when the broker creates the document."""
+    return new_id().lower()
+
 
 JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead")
@@ -273,6 +284,8 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     next_seq: int
     archived_through: int
     stats: Counters
+    #: this document's incarnation (:func:`new_queue_id`): part of every archive key
+    queue_id: str | None = None
     #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
@@ -293,6 +306,9 @@ class WireDocument(msgspec.Struct, frozen=True):
     archived_through: int
     stats: Counters
     jobs: list[StoredJob]
+    #: this document's incarnation (None only in a document written before it was
+    #: recorded: the broker assigns one on its first write)
+    queue_id: str | None = None
     #: format 1's tombstones: id -> the job's creation time
     recent: dict[str, datetime] = {}
     #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
