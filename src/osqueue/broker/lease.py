@@ -110,6 +110,7 @@ class Lease:
             lease_until=to_datetime(now if closing else now + self._config.lease_s),
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
             perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
+            workers=() if closing else self._counters.workers.summary(now),
         )
 
     def fresh(self) -> bool:

@@ -19,7 +19,9 @@ them).
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,12 +74,41 @@ class Series:
     rates: dict[str, list[float]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
+        rates = {k: [round(v, 3) for v in vs] for k, vs in self.rates.items()}
         return {
             "source": self.source,
             "times": [round(t, 3) for t in self.times],
             "depth": self.depth,
-            "rates": {k: [round(v, 3) for v in vs] for k, vs in self.rates.items()},
+            "rates": rates,
+            # the y axes' ticks: round steps the charts draw as they are
+            "ticks": {
+                "depth": nice_ticks(_peak(self.depth.values()), min_step=1.0),
+                "rates": nice_ticks(_peak(rates[n] for n in CHARTED_RATES if n in rates)),
+            },
         }
+
+
+#: the rates the throughput chart draws
+CHARTED_RATES = ("pushed", "completed", "failed")
+
+
+def _peak(lines: Iterable[Sequence[float | int | None]]) -> float:
+    return max((v for line in lines for v in line if v is not None), default=0.0)
+
+
+def nice_ticks(peak: float, *, most: int = 5, min_step: float = 0.0) -> list[float]:
+    """Ticks for an axis from 0 up to at least ``peak``: steps of 1, 2 or 5 times a
+    power of ten (at least ``min_step``: 1 for counts of jobs), the smallest
+    giving at most ``most`` intervals (an empty chart gets 0 and 1)."""
+    if not math.isfinite(peak) or peak <= 0:
+        return [0.0, 1.0]
+    rough = max(peak / most, min_step)
+    power = 10.0 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+    intervals = math.ceil(peak / step - 1e-9)
+    # round away float noise (0.30000000000000004): a step has one significant digit
+    digits = max(0, -math.floor(math.log10(step)))
+    return [round(i * step, digits) for i in range(intervals + 1)]
 
 
 class History(Protocol):

@@ -29,6 +29,7 @@ from osqueue.state.model import (
     SegmentRef,
     StoredJob,
     StoredSettings,
+    WorkerSeen,
     to_datetime,
 )
 from osqueue.state.ops import (
@@ -151,6 +152,7 @@ __all__ = [
     "StoredSettings",
     "Stream",
     "Transition",
+    "WorkerSeen",
     "apply",
     "backoff_s",
     "build_segment",

@@ -92,6 +92,7 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     claim: Claim | None = None
     last_error: str | None = None
     done_version: int | None = None
+    #: when it completed, or when it died (a dead job has no ``done_version``)
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
@@ -129,6 +130,18 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
     p99_ms: float
 
 
+class WorkerSeen(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """A worker the broker heard from recently (its last claim, waiting or not), so
+    readers of the document see idle workers too (see
+    :class:`osqueue.broker.activity.RecentWorkers`)."""
+
+    worker: str
+    #: broker time of its last claim
+    seen_at: datetime
+    #: the queues it asked for
+    queues: tuple[str, ...] = ()
+
+
 class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The broker that owns the document, where to reach it, until when."""
 
@@ -140,6 +153,8 @@ class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     heartbeat_timeout_s: float | None = None
     #: The broker's recent commits (refreshed every few seconds while it serves).
     perf: BrokerPerf | None = None
+    #: The workers that claimed recently, newest first (refreshed with ``perf``; bounded).
+    workers: tuple[WorkerSeen, ...] = ()
 
 
 class Counters(msgspec.Struct, frozen=True):

@@ -213,7 +213,9 @@ class _Tx:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
             finishing.record(self, job, "dead", error=error)
-            return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
+            return _replace(
+                job, status="dead", claim=None, run_at=None, last_error=error, done_at=self.now_dt
+            )
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
         run_at = to_datetime(self.now + delay) if delay > 0 else None
         return _replace(job, status="queued", claim=None, run_at=run_at, last_error=error)
@@ -428,7 +430,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(_replace(job, status="queued", attempts=0, run_at=None))
+            self._put(_replace(job, status="queued", attempts=0, run_at=None, done_at=None))
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:
