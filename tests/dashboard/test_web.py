@@ -96,7 +96,7 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "worker-2": (0, ["reports"]),
         "worker-3": (0, ["done"]),
     }
-    assert [w["worker"] for w in data["workers"]][0] == "worker-1"
+    assert next(w["worker"] for w in data["workers"]) == "worker-1"
     assert len(series["times"]) >= 2  # this minute's sample, then the live counters
     assert series["depth"]["emails"][-1] == 3
 

@@ -76,7 +76,10 @@ Form = MultiDictProxy[str | bytes | bytearray | FileField]
 async def _form_for_action(request: web.Request) -> Form:
     board = dashboard_of(request)
     form = await request.post()
-    board.access.check_action(session_of(request), _text(form.get("csrf")), board.broker_address())
+    session = session_of(request)
+    board.access.check_action(session, _text(form.get("csrf")), board.broker_address())
+    if not session.admin:  # acting with no login (loopback): keep it for its notice
+        board.sessions.keep(session)
     return form
 
 

@@ -137,11 +137,7 @@ class Sessions:
         """A new logged-in session (a new id: no fixation).  Expired ones go first;
         at ``max_sessions`` live ones, the oldest login is logged out."""
         now = self._clock()
-        while self._by_id:
-            oldest = next(iter(self._by_id.values()))
-            if now - oldest.created_at <= self.ttl_s and len(self._by_id) < self.max_sessions:
-                break
-            self._by_id.popitem(last=False)
+        self._make_room(now)
         session = Session(
             id=secrets.token_urlsafe(32),
             csrf=secrets.token_urlsafe(32),
@@ -150,6 +146,22 @@ class Sessions:
         )
         self._by_id[session.id] = session
         return session
+
+    def keep(self, session: Session) -> None:
+        """Store a visitor's session (one that acted with no login, on loopback: the
+        notice of its action must reach its next page).  Only a dashboard without
+        a token lets a visitor act, and it has no logins to push out."""
+        if session.id not in self._by_id:
+            self._make_room(self._clock())
+            self._by_id[session.id] = session
+
+    def _make_room(self, now: float) -> None:
+        """Expired sessions go; at ``max_sessions`` live ones, the oldest too."""
+        while self._by_id:
+            oldest = next(iter(self._by_id.values()))
+            if now - oldest.created_at <= self.ttl_s and len(self._by_id) < self.max_sessions:
+                break
+            self._by_id.popitem(last=False)
 
     def drop(self, session_id: str) -> None:
         self._by_id.pop(session_id, None)

@@ -64,7 +64,8 @@
   // The legend beside a chart: one entry per series, in HTML so it wraps (every
   // series listed, however many).
   function drawLegend(list, names) {
-    if (!list) return;
+    if (!list || list.dataset.names === names.join("\u0000")) return;  // unchanged: keep it
+    list.dataset.names = names.join("\u0000");
     while (list.firstChild) list.removeChild(list.firstChild);
     names.forEach(function (name, i) {
       const item = document.createElement("li");
