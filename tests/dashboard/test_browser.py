@@ -219,7 +219,12 @@ async def test_overview_job_pages_retry_and_refusal(
 
 
 def texts(driver: WebDriver, css: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    """The text of every match, read in one step (the charts are redrawn on each poll)."""
+    found: list[str] = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent.trim())",
+        css,
+    )
+    return found
 
 
 async def test_schedules_run_at_died_at_workers_and_a_legend_of_sixteen_queues(
@@ -251,6 +256,12 @@ async def test_schedules_run_at_died_at_workers_and_a_legend_of_sixteen_queues(
         assert "idle" in idle.text
         assert "nothing-here" in idle.text
         assert idle.find_element(By.CSS_SELECTOR, '[data-field="last-seen"]').text.endswith(" ago")
+        # per-queue throughput over the last minute: emails had completions, q00 none
+        emails = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
+        completed = emails.find_element(By.CSS_SELECTOR, '[data-rate="completed"]').text
+        assert float(completed) > 0
+        q00 = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="q00"]')
+        assert q00.find_element(By.CSS_SELECTOR, '[data-rate="completed"]').text in ("-", "0.0")
         busy = workers.find_element(By.CSS_SELECTOR, 'tr[data-worker="worker-1"]')
         assert "busy" in busy.text
         # every queue in the legend, none cut: 16 q-queues besides emails, reports, ...

@@ -13,19 +13,23 @@ from test_dashboard_units import T0, build, snapshot
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.broker.activity import RecentWorkers
-from osqueue.dashboard.history import DocumentHistory, nice_ticks
+from osqueue.dashboard.history import DocumentHistory, QueueRates, nice_ticks
 from osqueue.dashboard.queries import job_times
 from osqueue.dashboard.render import ago, until
 from osqueue.dashboard.security import Access, Refused, Sessions, access_for
 from osqueue.errors import InvalidInput
 from osqueue.state import (
     BrokerInfo,
+    Complete,
     Document,
     Push,
     PutSchedule,
+    QueueFlow,
     RetryDead,
     SetQueue,
     apply,
+    decode,
+    encode,
     to_datetime,
 )
 from osqueue.storage import MemoryStorage
@@ -238,3 +242,45 @@ async def test_a_bad_worker_name_is_refused_before_the_broker_records_it() -> No
             assert broker.counters.workers.summary(T0 + 10**6) == ()
     finally:
         MemoryStorage.drop(name)
+
+
+# --------------------------------------------------------------------------- per-queue throughput
+
+
+def test_each_queue_counts_its_own_pushes_completions_failures_and_deaths() -> None:
+    doc = build()  # a: 7 pushed, 2 claimed; b: 8 pushed, dead1 failed its only attempt
+    assert doc.flows["a"] == QueueFlow(pushed=7)
+    assert doc.flows["b"] == QueueFlow(pushed=8, failed=1, dead=1)
+    (held,) = [j for j in doc.jobs.values() if j.status == "claimed"][:1]
+    assert held.claim is not None
+    done, _ = apply(doc, [Complete(held.id, held.claim.token)], T0 + 5)
+    assert done.flows["a"] == QueueFlow(pushed=7, completed=1)
+    assert done.flows["b"] is doc.flows["b"]  # untouched queues are not copied
+    assert decode(encode(done)).flows == done.flows  # stored, and read back
+    idle, _ = apply(done, [], T0 + 6)
+    assert idle.flows is done.flows  # a commit that counts nothing rebuilds nothing
+    assert sum(f.pushed for f in done.flows.values()) == done.stats.pushed
+
+
+def test_queue_rates_are_per_second_over_the_last_minute_read() -> None:
+    rates = QueueRates(window_s=60.0)
+    doc = build()
+    rates.observe(snapshot(doc, T0 + 10))
+    assert rates.rates(T0 + 10) == {}  # one read: no rate yet
+    more, _ = apply(doc, [Push(id=f"n{i}", payload=b"p", queue="a") for i in range(20)], T0 + 11)
+    newcomer, _ = apply(more, [Push(id="c1", payload=b"p", queue="c")], T0 + 12)
+    rates.observe(snapshot(newcomer, T0 + 20))
+    assert rates.rates(T0 + 20) == {
+        "a": {"pushed": 2.0, "completed": 0.0},  # 20 in 10 s
+        "b": {"pushed": 0.0, "completed": 0.0},
+        "c": {"pushed": 0.1, "completed": 0.0},  # not in the first read: it had counted 0
+    }
+    # a document from before per-queue counts: a queue it did not count has no rate
+    old = QueueRates(window_s=60.0)
+    doc.flows = {}
+    old.observe(snapshot(doc, T0 + 10))
+    old.observe(snapshot(newcomer, T0 + 20))
+    assert set(old.rates(T0 + 20)) == set()
+    rates.observe(snapshot(newcomer, T0 + 75))
+    assert rates.rates(T0 + 75)["a"] == {"pushed": 0.0, "completed": 0.0}  # the burst aged out
+    assert rates.rates(T0 + 75)["c"] == {"pushed": 0.0, "completed": 0.0}

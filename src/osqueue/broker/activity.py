@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from osqueue.clock import Clock
 from osqueue.metrics import Histogram
+from osqueue.state import validate
 from osqueue.state.model import BrokerPerf, WorkerSeen, to_datetime
 
 if TYPE_CHECKING:
@@ -144,7 +145,10 @@ class RecentWorkers:
         self._new = False
 
     def claimed(self, worker: str, queues: tuple[str, ...], now: float) -> None:
-        """``worker`` asked for jobs of ``queues`` at broker time ``now``."""
+        """``worker`` asked for jobs of ``queues`` at broker time ``now`` (the names
+        are checked first: the record reaches the document)."""
+        validate.worker_name(worker)
+        queues = validate.queue_names(queues)
         seen = self._seen
         if worker not in seen:
             self._new = True

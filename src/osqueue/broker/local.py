@@ -247,7 +247,7 @@ class LocalClient(SchedulingCalls):
         if type(queues) is not tuple:  # a tuple (the worker's) is used as it is
             queues = (queues,) if isinstance(queues, str) else tuple(queues)
         op = ClaimOp(worker, queues, max_jobs)
-        self._heard(worker, queues)
+        self.broker.heard(worker, queues)
         if type(wait_s) is not float or wait_s != 0.0:  # the default needs no check
             wait_s = validate.seconds(wait_s, "wait_s") or 0.0
         if wait_s > 0:  # parks until a commit makes a job claimable
@@ -272,18 +272,11 @@ class LocalClient(SchedulingCalls):
         validate.worker_name(worker)
         validate.queue_names(queues)
         validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
-        self._heard(worker, queues)
+        self.broker.heard(worker, queues)
         ops = await self.broker.results.completions(jobs, results)
         answers = await self._submit_completions([*ops, ClaimOp(worker, queues, max_jobs)])
         errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]
         return errors, await self._claimed.jobs(answers[-1])
-
-    def _heard(self, worker: str, queues: tuple[str, ...]) -> None:
-        """Note a claim in the broker's record of recent workers (names checked
-        first: the record reaches the document)."""
-        validate.worker_name(worker)
-        queues = validate.queue_names(queues)
-        self.broker.counters.workers.claimed(worker, queues, self.broker.clock.now())
 
     # -- the holder's calls -------------------------------------------------------
 

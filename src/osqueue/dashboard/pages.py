@@ -99,6 +99,9 @@ async def _overview_data(board: Dashboard) -> dict[str, Any]:
         "status": snap.status(now),
         "read_at": snap.read_at,
         "series": board.history.last_hour(now).as_json(),
+        # per queue, over the last minute this dashboard read
+        "rates": board.rates.rates(now),
+        "rates_window_s": board.rates.window_s,
         "workers": [
             {
                 "worker": w.worker,

@@ -30,7 +30,7 @@ from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
 from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
-from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
+from osqueue.dashboard.history import DocumentHistory, History, QueueRates, SampledHistory
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import (
     COOKIE,
@@ -111,6 +111,8 @@ class Dashboard:
             self.source.observe(metrics.observe)
         self.metrics: CommitMetrics = metrics
         self.source.observe(self.history.observe)
+        self.rates = QueueRates()
+        self.source.observe(self.rates.observe)
         self.source.observe(self.brokerlog.observe)
         self.archive = ArchiveView(self.source.storage)
         self.actions = Actions(

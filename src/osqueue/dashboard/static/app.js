@@ -146,6 +146,11 @@
         const link = cell.querySelector("a");
         setText(link || cell, text);
       });
+      const rates = (data.rates || {})[row.dataset.queue];
+      row.querySelectorAll("[data-rate]").forEach(function (cell) {
+        const v = rates ? rates[cell.dataset.rate] : undefined;
+        setText(cell, v === undefined ? "-" : v.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }));
+      });
     });
     const series = data.series;
     drawChart(document.getElementById("chart-depth"), series.times, series.depth, series.ticks.depth);
