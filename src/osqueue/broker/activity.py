@@ -124,9 +124,8 @@ class RecentWorkers:
     most every ``refresh_s`` (a new worker shows at once, last-seen times
     within ``refresh_s``), so what rides in the document
     (``BrokerInfo.workers``, beside ``perf``) is the same tuple between
-    rebuilds.  It is this broker's sight only: a
-    broker that takes over starts with none, and fills it within a claim
-    round."""
+    rebuilds.  It is this broker's sight only: a broker that takes over
+    starts with none, and fills it within a claim round."""
 
     def __init__(
         self,
