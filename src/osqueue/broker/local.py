@@ -126,10 +126,7 @@ class LocalClient(SchedulingCalls):
         # until the push is answered (_submit_pushes), the sweep leaves the object alone
         stored = await self.broker.payloads.upload(op.id, bytes(job.payload))
         return msgspec.structs.replace(
-            op,
-            payload_ref=stored.ref,
-            payload_size=stored.size_bytes,
-            payload_sha256=stored.sha256,
+            op, payload_ref=stored.ref, payload_size=stored.size_bytes, payload_sha256=stored.sha256
         )
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:

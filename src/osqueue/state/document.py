@@ -128,16 +128,13 @@ class Document:
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
         #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
-        self.queue_settings: dict[str, StoredSettings] = (
-            queue_settings if queue_settings is not None else {}
-        )
+        self.queue_settings: dict[str, StoredSettings] = queue_settings or {}
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
-        #: broker time of the last push that named parents: until
-        #: ``dependency_window_s`` after it, every job that finishes is recorded
-        #: (:func:`osqueue.state.results.record`)
+        #: broker time of the last push that named parents: for ``dependency_window_s``
+        #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
@@ -154,9 +151,8 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
-        #: the spill planner's memo (queue -> ``next_seq`` and its queued count at its
-        #: last scan, how many more jobs its largest tail needs, and the last seq of
-        #: its streams' last references); not part of the document's value
+        #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
+        #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
 
     @classmethod
@@ -335,10 +331,8 @@ class Document:
 
     def recent_section(self) -> bytearray:
         """The encoded inside of the ``tombstones`` map, its last list left open
-        (cached; appended to as tombstones are added).
-
-        The cache itself is returned (not a copy): use it before the next change.
-        """
+        (cached, appended to as tombstones are added; the cache itself is returned,
+        not a copy: use it before the next change)."""
         blob = self._recent_blob
         if blob is None:
             blob = self._recent_blob = bytearray()
