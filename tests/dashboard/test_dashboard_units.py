@@ -142,7 +142,9 @@ def test_sampled_history_rates_and_depth() -> None:
     assert history.last_hour(T0 + 105).times == [T0 + 10]  # the window moves on
     total, per_queue = flows_of(snapshot(more, T0))
     assert total.pushed == 35
-    assert per_queue is None
+    assert per_queue["a"].pushed == 27  # seven at first, then twenty more
+    assert per_queue["b"].pushed == 8  # b00..b06 and dead1
+    assert (per_queue["b"].failed, per_queue["b"].dead) == (1, 1)
 
 
 def test_document_history_draws_the_brokers_minutes_then_the_live_counters() -> None:

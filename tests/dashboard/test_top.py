@@ -105,7 +105,7 @@ def test_top_shows_the_queue_and_quits_on_q(tmp_path: Path, tmux: Tmux) -> None:
     assert row(screen, "queue") == header
     emails = row(screen, "emails")
     assert emails[1:5] == ["3", "3", "2", "0"]
-    assert emails[5:7] == ["-", "-"]  # two queues: per-queue rates need per-queue counters
+    assert emails[5:7] == ["0.0", "0.0"]  # two queues: each has its rates (per-queue counts)
     assert re.fullmatch(r"\d+(\.\d)?[smh]", emails[7])
     assert row(screen, "reports")[1:5] == ["1", "0", "0", "1"]
     total = row(screen, "total")
@@ -150,4 +150,8 @@ def test_rate_meter_rates_are_counter_deltas_and_one_queue_gets_the_totals() -> 
     assert rates.total == {"pushed": 5.0, "completed": 0.0, "failed": 0.0, "dead": 0.0}
     assert rates.per_queue == {"only": rates.total}
     two, _ = apply(more, [Push(id="c", payload=b"x", queue="other")], 2)
-    assert meter.update(snap(two, 103.0)).per_queue == {}  # two queues: not known per queue
+    # two queues: each has its own rates, from the document's per-queue counts
+    assert meter.update(snap(two, 103.0)).per_queue == {
+        "only": {"pushed": 0.0, "completed": 0.0, "failed": 0.0, "dead": 0.0},
+        "other": {"pushed": 1.0, "completed": 0.0, "failed": 0.0, "dead": 0.0},
+    }

@@ -122,6 +122,7 @@ class Lease:
             lease_s=lease_s,
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
             perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
+            workers=() if closing else self._counters.workers.summary(now),
         )
 
     def fresh(self) -> bool:

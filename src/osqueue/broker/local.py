@@ -126,10 +126,7 @@ class LocalClient(SchedulingCalls):
         # until the push is answered (_submit_pushes), the sweep leaves the object alone
         stored = await self.broker.payloads.upload(op.id, bytes(job.payload))
         return msgspec.structs.replace(
-            op,
-            payload_ref=stored.ref,
-            payload_size=stored.size_bytes,
-            payload_sha256=stored.sha256,
+            op, payload_ref=stored.ref, payload_size=stored.size_bytes, payload_sha256=stored.sha256
         )
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
@@ -250,6 +247,7 @@ class LocalClient(SchedulingCalls):
         if type(queues) is not tuple:  # a tuple (the worker's) is used as it is
             queues = (queues,) if isinstance(queues, str) else tuple(queues)
         op = ClaimOp(worker, queues, max_jobs)
+        self.broker.heard(worker, queues)
         if type(wait_s) is not float or wait_s != 0.0:  # the default needs no check
             wait_s = validate.seconds(wait_s, "wait_s") or 0.0
         if wait_s > 0:  # parks until a commit makes a job claimable
@@ -274,6 +272,7 @@ class LocalClient(SchedulingCalls):
         validate.worker_name(worker)
         validate.queue_names(queues)
         validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        self.broker.heard(worker, queues)
         ops = await self.broker.results.completions(jobs, results)
         answers = await self._submit_completions([*ops, ClaimOp(worker, queues, max_jobs)])
         errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]

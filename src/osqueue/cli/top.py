@@ -6,12 +6,13 @@ holding jobs with their heartbeat ages.  ``q`` quits (Ctrl-C too).
 
 Like ``osqueue status`` it reads the queue document from storage, so it needs
 no broker and never disturbs one.  Rates are counter deltas between two reads.
-The document counts pushes and completions for the whole queue only (per
-queue once the history ring lands, see :func:`osqueue.dashboard.history.flows_of`),
-so with several queues the per-queue rates show ``-`` and the total row has
-them.  The commit rate is document versions per second; ops per commit and
-the p99 commit time come from the summary the serving broker keeps in the
-document (:class:`~osqueue.dashboard.brokerlog.DocumentMetrics`).
+The document counts pushes and completions per queue too
+(:func:`osqueue.dashboard.history.flows_of`), so every queue row has its rates
+(a document written before it counted per queue shows ``-`` on rows when
+there are several queues; the total row always has them).  The commit rate is
+document versions per second; ops per commit and the p99 commit time come
+from the summary the serving broker keeps in the document
+(:class:`~osqueue.dashboard.brokerlog.DocumentMetrics`).
 """
 
 from __future__ import annotations

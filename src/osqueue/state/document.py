@@ -41,6 +41,7 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
+    QueueFlow,
     StoredJob,
     StoredSettings,
 )
@@ -75,6 +76,7 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
+        "flows",
         "format",
         "history",
         "index",
@@ -110,6 +112,7 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
+        flows: dict[str, QueueFlow] | None = None,
         queue_settings: dict[str, StoredSettings] | None = None,
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
@@ -126,22 +129,20 @@ class Document:
         self.next_seq = next_seq
         self.archived_through = archived_through
         self.stats = stats if stats is not None else Counters()
+        self.flows: dict[str, QueueFlow] = flows if flows is not None else {}
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
         #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
-        self.queue_settings: dict[str, StoredSettings] = (
-            queue_settings if queue_settings is not None else {}
-        )
+        self.queue_settings: dict[str, StoredSettings] = queue_settings or {}
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
-        #: broker time of the last push that named parents: until
-        #: ``dependency_window_s`` after it, every job that finishes is recorded
-        #: (:func:`osqueue.state.results.record`)
+        #: broker time of the last push that named parents: for ``dependency_window_s``
+        #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
@@ -158,9 +159,8 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
-        #: the spill planner's memo (queue -> ``next_seq`` and its queued count at its
-        #: last scan, how many more jobs its largest tail needs, and the last seq of
-        #: its streams' last references); not part of the document's value
+        #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
+        #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
 
     @classmethod
@@ -176,6 +176,7 @@ class Document:
             next_seq=self.next_seq,
             archived_through=self.archived_through,
             stats=self.stats,
+            flows=self.flows,
             recent=dict(self.recent),
             jobs=dict(self.jobs),
             index=self.index.copy(),
@@ -281,6 +282,7 @@ class Document:
                 archived_through=self.archived_through,
                 stats=self.stats,
                 queue_id=self.queue_id,
+                flows=self.flows,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
@@ -339,10 +341,8 @@ class Document:
 
     def recent_section(self) -> bytearray:
         """The encoded inside of the ``tombstones`` map, its last list left open
-        (cached; appended to as tombstones are added).
-
-        The cache itself is returned (not a copy): use it before the next change.
-        """
+        (cached, appended to as tombstones are added; the cache itself is returned,
+        not a copy: use it before the next change)."""
         blob = self._recent_blob
         if blob is None:
             blob = self._recent_blob = bytearray()
@@ -427,6 +427,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.archived_through == b.archived_through
         and a.queue_id == b.queue_id
         and a.stats == b.stats
+        and a.flows == b.flows
         and a.history == b.history
         and a.recent == b.recent
         and a.segments == b.segments

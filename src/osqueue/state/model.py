@@ -103,6 +103,7 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     claim: Claim | None = None
     last_error: str | None = None
     done_version: int | None = None
+    #: when it completed, or when it died (a dead job has no ``done_version``)
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
@@ -140,6 +141,18 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
     p99_ms: float
 
 
+class WorkerSeen(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """A worker the broker heard from recently (its last claim, waiting or not), so
+    readers of the document see idle workers too (see
+    :class:`osqueue.broker.activity.RecentWorkers`)."""
+
+    worker: str
+    #: broker time of its last claim
+    seen_at: datetime
+    #: the queues it asked for
+    queues: tuple[str, ...] = ()
+
+
 class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The broker that owns the document, where to reach it, and its lease.
 
@@ -158,6 +171,22 @@ class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     heartbeat_timeout_s: float | None = None
     #: The broker's recent commits (refreshed every few seconds while it serves).
     perf: BrokerPerf | None = None
+    #: The workers that claimed recently, newest first (refreshed with ``perf``; bounded).
+    workers: tuple[WorkerSeen, ...] = ()
+
+
+class QueueFlow(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One queue's lifetime counts, stored as ``[pushed, completed, failed, dead]``
+    (what per-queue rates are read from: the dashboard, ``/metrics``)."""
+
+    pushed: int = 0
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+
+
+#: :class:`QueueFlow`'s fields, in their stored order
+FLOW_FIELDS = ("pushed", "completed", "failed", "dead")
 
 
 class Counters(msgspec.Struct, frozen=True):
@@ -290,6 +319,8 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
     queue_settings: dict[str, StoredSettings] = {}
+    #: queue -> its lifetime counts (any format; older releases ignore it)
+    flows: dict[str, QueueFlow] = {}
     #: broker time of the last push that named parents (any format; a release
     #: that does not know it ignores it)
     dependencies_at: datetime | None = None
@@ -319,6 +350,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     queues: dict[str, QueueSection] = {}
     #: format 4: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
+    #: queue -> its lifetime counts (any format; older releases ignore it)
+    flows: dict[str, QueueFlow] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     dependencies_at: datetime | None = None

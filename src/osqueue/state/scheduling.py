@@ -32,6 +32,7 @@ from osqueue.state.ops import (
     Scheduled,
     SetQueue,
 )
+from osqueue.state.stats import FlowCounts
 
 MAX_GROUP_CHARS = 128
 
@@ -47,6 +48,8 @@ class Tx(Protocol):
     ended: list[tuple[str, FinishedStatus]]
 
     def push(self, op: Push) -> OpResult: ...
+
+    flows: FlowCounts
 
 
 # --------------------------------------------------------------------------- queue settings
@@ -163,6 +166,7 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     doc.note_dependencies(tx.now_dt)
     if placed is None:
         tx.stats["pushed"] += 1
+        tx.flows.add(job.queue, "pushed")
         tx.stats["cancelled"] += 1
         finishing.record(tx, job, "cancelled")
         if job.dedupe:

@@ -66,7 +66,7 @@ from osqueue.state.ops import (
 )
 from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
 from osqueue.state.segments import Stream
-from osqueue.state.stats import depths
+from osqueue.state.stats import FlowCounts, depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -151,6 +151,8 @@ class _Tx:
         self.policy = policy
         self.version = doc.version + 1
         self.stats = msgspec.structs.asdict(doc.stats)
+        #: the per-queue counts this commit changes
+        self.flows = FlowCounts(doc.flows)
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
@@ -212,8 +214,11 @@ class _Tx:
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
+            self.flows.add(job.queue, "dead")
             finishing.record(self, job, "dead", error=error)
-            return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
+            return _replace(
+                job, status="dead", claim=None, run_at=None, last_error=error, done_at=self.now_dt
+            )
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
         run_at = to_datetime(self.now + delay) if delay > 0 else None
         return _replace(job, status="queued", claim=None, run_at=run_at, last_error=error)
@@ -294,6 +299,7 @@ class _Tx:
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
+        self.flows.add(job.queue, "pushed")
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
@@ -375,6 +381,7 @@ class _Tx:
         self._put(done)
         self.completed.append(done)
         self.stats["completed"] += 1
+        self.flows.add(job.queue, "completed")
         return _OK
 
     def fail(self, op: Fail) -> OpResult:
@@ -382,6 +389,7 @@ class _Tx:
         job = self._held(op.job_id, op.token)
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
+        self.flows.add(job.queue, "failed")
         self._put(self._requeue(job, error, retry_after))
         return _OK
 
@@ -428,7 +436,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(_replace(job, status="queued", attempts=0, run_at=None))
+            self._put(_replace(job, status="queued", attempts=0, run_at=None, done_at=None))
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:
@@ -534,6 +542,7 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
+    new.flows = tx.flows.merged()
     new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
