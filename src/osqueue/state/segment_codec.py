@@ -16,6 +16,7 @@ the first thing wrong (a :class:`~osqueue.errors.CorruptDocument`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -80,8 +81,9 @@ def encode_segment(jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = No
     return b"\n".join((_encoder.encode(header), *body, b""))
 
 
-def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int) -> SegmentRef:
-    """The reference to a new segment object ``key`` of ``size_bytes`` holding ``jobs``."""
+def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
+    """The reference to a new segment object ``key`` of ``size_bytes`` with digest
+    ``sha256`` (hex) holding ``jobs``."""
     first = jobs[0]
     ids = [job.id for job in jobs]
     return SegmentRef(
@@ -92,6 +94,7 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int) -> SegmentRef
         last_seq=jobs[-1].seq,
         count=len(jobs),
         size_bytes=size_bytes,
+        sha256=sha256,
         next_seq=first.seq,
         next_created_at=first.created_at,
         min_id=min(ids),
@@ -108,7 +111,7 @@ def build_segment(
     data = encode_segment(jobs, lines)
     first = jobs[0]
     key = segment_key(first.queue, first.priority, first.seq, unique)
-    return make_ref(key, jobs, len(data)), data
+    return make_ref(key, jobs, len(data), hashlib.sha256(data).hexdigest()), data
 
 
 # --------------------------------------------------------------------------- decoding
@@ -200,6 +203,22 @@ def _job_problem(
     if job.attempts < 0 or job.max_attempts < 1:
         return ("attempts", "attempts must be >= 0 and max_attempts >= 1")
     return None
+
+
+def check_segment(ref: SegmentRef, data: bytes) -> None:
+    """``data`` is the object ``ref`` recorded at spill: its size and SHA-256 (else
+    :class:`~osqueue.errors.CorruptDocument` naming the key, what the reference
+    says and what was found).  Every reader of a segment object calls this
+    before it parses one: the broker's load and cancel paths, the listings,
+    the Spark reader, ``osqueue segments readmit``."""
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != ref.size_bytes or digest != ref.sha256:
+        raise CorruptDocument(
+            f"segment object {ref.key} does not match its reference: expected "
+            f"{ref.size_bytes} bytes with sha256 {ref.sha256}, found {len(data)} bytes "
+            f"with sha256 {digest}",
+            path="$.sha256" if len(data) == ref.size_bytes else "$.bytes",
+        )
 
 
 def check_object(ref: SegmentRef, header: SegmentHeader) -> None:

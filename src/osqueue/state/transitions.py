@@ -61,6 +61,8 @@ from osqueue.state.ops import (
     RestartHeartbeats,
     Result,
     RetryDead,
+    Readmit,
+    SetAside,
     SetQueue,
     Spill,
 )
@@ -465,6 +467,12 @@ class _Tx:
             self.dropped_segments.append(dropped)
         return result
 
+    def set_aside(self, op: SetAside) -> OpResult:
+        return spill.set_aside(self.doc, op, self.now)
+
+    def readmit(self, op: Readmit) -> OpResult:
+        return spill.readmit(self.doc, op)
+
     # -- the sweep that rides along with every commit (osqueue.state.sweep) ----------
 
     def sweep(self) -> None:
@@ -485,6 +493,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     RestartHeartbeats: _Tx.restart_heartbeats,
     Spill: _Tx.spill,
     Load: _Tx.load,
+    SetAside: _Tx.set_aside,
+    Readmit: _Tx.readmit,
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
