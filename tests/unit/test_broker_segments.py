@@ -6,7 +6,6 @@ graceful stop with segment work in flight."""
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import pytest
 from backends import Wrapped
@@ -201,29 +200,6 @@ async def test_a_segment_write_that_keeps_failing_is_planned_again() -> None:
         await broker.segments.settled()
         (ref,) = broker.document.segments
         assert (ref.count, await store.list(SEGMENT_PREFIX)) == (4, [ref.key])
-
-
-async def test_an_unreadable_segment_pauses_its_stream_and_the_others_serve_on(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    store = MemoryStorage()
-    async with Broker(store, config()) as broker:
-        q = broker.client()
-        await pushed(broker, 8)
-        await broker.segments.settled()
-        (ref, *_) = broker.document.segments
-        await store.delete(ref.key)  # lost from outside
-        broker.segments.cache.evict(ref.key)  # (it was read ahead)
-        other = await q.push(b"other", queue="other")
-        with caplog.at_level(logging.ERROR, logger="osqueue.broker.segments"):
-            head = await q.claim("w", max_jobs=10)
-            assert [j.id for j in head] == ["j000", "j001"]  # stops at the barrier
-            await broker.segments.settled()
-            assert [j.id for j in await q.claim("w", ["other"])] == [other]
-            assert await q.claim("w") == []  # the stream waits
-        assert broker.segments.counters.failed_loads >= 1
-        assert ref.key in caplog.text
-        assert broker.serving
 
 
 async def test_the_cache_keeps_objects_within_its_budget() -> None:

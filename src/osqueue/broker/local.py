@@ -46,6 +46,7 @@ from osqueue.state import (
     PurgeDead,
     Push,
     Pushed,
+    Readmit,
     Release,
     Removed,
     Result,
@@ -385,6 +386,16 @@ class LocalClient(SchedulingCalls):
         result = raise_if_error(
             await self.broker.add_op(RetryDead(None if ids is None else tuple(ids)))
         )
+        assert isinstance(result, Counted)
+        return result.n
+
+    async def readmit_segment(self, key: str) -> int:
+        """Put the set-aside segment ``key`` back in its stream, in seq order, once
+        its object is restored: the object is checked against the size and
+        SHA-256 its reference recorded first (``InvalidInput`` if it still
+        fails).  Returns the jobs readmitted."""
+        await self.broker.segments.check_restored(key)
+        result = raise_if_error(await self.broker.add_op(Readmit(key)))
         assert isinstance(result, Counted)
         return result.n
 

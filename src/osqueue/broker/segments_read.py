@@ -20,7 +20,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from osqueue.errors import InvalidInput, NotFound
-from osqueue.state import Document, SegmentRef, StoredJob, check_object, decode_segment, live_jobs
+from osqueue.state import (
+    Document,
+    SegmentRef,
+    StoredJob,
+    check_object,
+    check_segment,
+    decode_segment,
+    live_jobs,
+)
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
@@ -46,11 +54,13 @@ class Listed:
 
 
 async def read_spilled(storage: Storage, ref: SegmentRef) -> list[StoredJob]:
-    """The live jobs (not loaded, not cancelled) of ``ref``'s object, in seq order."""
+    """The live jobs (not loaded, not cancelled) of ``ref``'s object, in seq order
+    (``CorruptDocument`` if the object is not what ``ref`` recorded)."""
     try:
         data = await storage.get(ref.key)
     except NotFound:
         raise SnapshotMoved(f"segment {ref.key} is gone: the queue moved on") from None
+    check_segment(ref, data)
     header, jobs = decode_segment(data, ref.key)
     check_object(ref, header)
     return live_jobs(ref, jobs)
@@ -150,7 +160,7 @@ async def find_spilled(storage: Storage, doc: Document, job_id: str) -> StoredJo
             data = await storage.get(ref.key)
         except NotFound:
             continue
-        obj = SegmentLines.parse(data, ref.key)
+        obj = SegmentLines.checked(ref, data)
         i = obj.find(wanted)
         if i is not None and i >= ref.loaded and wanted not in ref.cancelled:
             (job,) = obj.jobs(i, i + 1)

@@ -272,6 +272,15 @@ class SegmentLines:
             raise _bad(key, 1, "$.count", f"{header.count}, but it holds {len(lines)} jobs", 0)
         return cls(key, header, lines, len(data))
 
+    @classmethod
+    def checked(cls, ref: SegmentRef, data: bytes) -> SegmentLines:
+        """``data``, read for ``ref``: checked against its recorded size and SHA-256
+        (:func:`check_segment`), split, and its header checked against ``ref``."""
+        check_segment(ref, data)
+        obj = cls.parse(data, ref.key)
+        check_object(ref, obj.header)
+        return obj
+
     def __len__(self) -> int:
         return len(self.lines)
 

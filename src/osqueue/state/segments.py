@@ -61,9 +61,9 @@ class Segments:
 
     __slots__ = (
         "_by_key",
-        "aside",
         "_frags",
         "_section",
+        "aside",
         "barriers",
         "changes",
         "keys",
