@@ -24,6 +24,7 @@ import msgspec
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.broker.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.local_scheduling import SchedulingCalls
+from osqueue.broker.local_segments import SegmentCalls
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -46,7 +47,6 @@ from osqueue.state import (
     PurgeDead,
     Push,
     Pushed,
-    Readmit,
     Release,
     Removed,
     Result,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LocalClient(SchedulingCalls):
+class LocalClient(SchedulingCalls, SegmentCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
@@ -386,16 +386,6 @@ class LocalClient(SchedulingCalls):
         result = raise_if_error(
             await self.broker.add_op(RetryDead(None if ids is None else tuple(ids)))
         )
-        assert isinstance(result, Counted)
-        return result.n
-
-    async def readmit_segment(self, key: str) -> int:
-        """Put the set-aside segment ``key`` back in its stream, in seq order, once
-        its object is restored: the object is checked against the size and
-        SHA-256 its reference recorded first (``InvalidInput`` if it still
-        fails).  Returns the jobs readmitted."""
-        await self.broker.segments.check_restored(key)
-        result = raise_if_error(await self.broker.add_op(Readmit(key)))
         assert isinstance(result, Counted)
         return result.n
 
