@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from osqueue.cli.options import Url
-from osqueue.cli.status import age_text
+from osqueue.cli.status import age_text, set_aside_text
 from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import FLOWS, Flow, flows_of, rate
 from osqueue.dashboard.snapshot import Snapshot, SnapshotSource
@@ -111,7 +111,9 @@ def render(
     head.append_text(_broker_line(status, commit_rate, figures))
     if problem:
         head.append(f"\nlast read failed: {problem}", style="red")
-    return Group(head, _queue_table(status, rates), _worker_table(snapshot, now))
+    aside = set_aside_text(status["set_aside_segments"])
+    parts = (_queue_table(status, rates), *([aside] if aside is not None else []))
+    return Group(head, *parts, _worker_table(snapshot, now))
 
 
 def _broker_line(
