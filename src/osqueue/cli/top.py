@@ -112,8 +112,11 @@ def render(
     if problem:
         head.append(f"\nlast read failed: {problem}", style="red")
     aside = set_aside_text(status["set_aside_segments"])
-    parts = (_queue_table(status, rates), *([aside] if aside is not None else []))
-    return Group(head, *parts, _worker_table(snapshot, now))
+    queues = _queue_table(status, rates)
+    workers = _worker_table(snapshot, now)
+    if aside is None:
+        return Group(head, queues, workers)
+    return Group(head, queues, aside, workers)
 
 
 def _broker_line(
