@@ -15,6 +15,7 @@ import pytest
 from metrics_helpers import scrape, value
 
 from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker.segments_read import find_spilled, jobs_after, read_spilled
 from osqueue.cli.status import status_of
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state import (
@@ -238,3 +239,18 @@ async def test_the_codec_requires_a_sha256_on_every_reference() -> None:
     with pytest.raises(CorruptDocument, match="sha256") as caught:
         decode(bad)
     assert str(caught.value.path).endswith(".sha256")
+
+
+async def test_the_readers_outside_the_broker_refuse_a_tampered_segment(store: Storage) -> None:
+    async with Broker(store, config()) as broker:
+        ref = await eight_jobs(broker)
+        doc = broker.document
+    inside = await ids_in(store, ref)
+    await store.put(ref.key, same_size_tamper(await store.get(ref.key)))
+    with pytest.raises(CorruptDocument, match="does not match its reference") as caught:
+        await read_spilled(store, ref)  # Spark's partitions and `osqueue jobs` read this way
+    assert ref.key in str(caught.value)
+    with pytest.raises(CorruptDocument, match=re.escape(ref.key)):
+        await jobs_after(store, doc, after=None, limit=100)
+    with pytest.raises(CorruptDocument, match="sha256"):
+        await find_spilled(store, doc, inside[-1])  # the dashboard's job page
