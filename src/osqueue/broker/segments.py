@@ -68,12 +68,9 @@ from osqueue.state import (
     SetAside,
     Stream,
     Transition,
-    check_object,
-    check_segment,
-    decode_segment,
     jobs_ahead,
 )
-from osqueue.state.segment_codec import SegmentLines
+from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
@@ -400,10 +397,7 @@ class SegmentManager:
             raise InvalidInput(f"segment {key} is not set aside", field="key")
         ref = entry.ref
         try:
-            data = await self._storage.get(key)
-            check_segment(ref, data)
-            header, _ = decode_segment(data, key)
-            check_object(ref, header)
+            decode_checked(ref, await self._storage.get(key))
         except NotFound:
             raise InvalidInput(
                 f"segment {key} is still missing; restore it first", field="key"

@@ -24,12 +24,9 @@ from osqueue.state import (
     Document,
     SegmentRef,
     StoredJob,
-    check_object,
-    check_segment,
-    decode_segment,
     live_jobs,
 )
-from osqueue.state.segment_codec import SegmentLines
+from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
 #: (queue, priority, seq): claim order within a queue, and a page's cursor
@@ -60,10 +57,7 @@ async def read_spilled(storage: Storage, ref: SegmentRef) -> list[StoredJob]:
         data = await storage.get(ref.key)
     except NotFound:
         raise SnapshotMoved(f"segment {ref.key} is gone: the queue moved on") from None
-    check_segment(ref, data)
-    header, jobs = decode_segment(data, ref.key)
-    check_object(ref, header)
-    return live_jobs(ref, jobs)
+    return live_jobs(ref, decode_checked(ref, data))
 
 
 def spilled_count(doc: Document, queue: str | None = None) -> int:

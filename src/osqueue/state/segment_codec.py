@@ -221,6 +221,15 @@ def check_segment(ref: SegmentRef, data: bytes) -> None:
         )
 
 
+def decode_checked(ref: SegmentRef, data: bytes) -> list[StoredJob]:
+    """``data``, read for ``ref``, checked (:func:`check_segment`), decoded whole and
+    its header checked against ``ref``: the object's jobs, in order."""
+    check_segment(ref, data)
+    header, jobs = decode_segment(data, ref.key)
+    check_object(ref, header)
+    return jobs
+
+
 def check_object(ref: SegmentRef, header: SegmentHeader) -> None:
     """The object read for ``ref`` is the one it describes (else CorruptDocument)."""
     expected = (ref.queue, ref.priority, ref.first_seq, ref.last_seq, ref.count)
