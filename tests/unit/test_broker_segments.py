@@ -21,6 +21,7 @@ from osqueue.state import (
     Complete,
     Document,
     Push,
+    check_segment,
     claimable,
     encode,
     plan_spills,
@@ -304,3 +305,21 @@ async def test_a_graceful_stop_with_segment_work_in_flight_leaves_a_consistent_q
             got.extend(j.id for j in await q.claim("w", max_jobs=5, wait_s=30.0))
         assert got == [f"j{i:03d}" for i in range(12)]
         assert isinstance(second.document, osqueue.state.Document)
+
+
+async def test_a_large_spill_is_built_off_the_loop_and_its_objects_check() -> None:
+    store = MemoryStorage()
+    cfg = config(segment_jobs=10_000, head_jobs=100, load_jobs=2_000, spill_above_jobs=100)
+    async with Broker(store, cfg) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"p", id=f"big{i:05d}") for i in range(6_000)])
+        await broker.segments.settled()
+        (ref,) = broker.document.segments
+        assert ref.count >= 5_000  # one spill of that many: built in a thread
+        check_segment(ref, await store.get(ref.key))
+        got: list[str] = []
+        while jobs := await q.claim("w", max_jobs=1_000):
+            got.extend(job.id for job in jobs)
+            await broker.segments.settled()
+        assert got == ids
+        assert broker.segments.counters.set_aside == 0
