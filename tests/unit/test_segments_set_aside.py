@@ -17,7 +17,7 @@ from metrics_helpers import scrape, value
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.broker.segments_read import find_spilled, jobs_after, read_spilled
 from osqueue.cli.status import status_of
-from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.errors import CorruptDocument, InvalidInput, JobNotFound
 from osqueue.state import (
     SegmentRef,
     decode,
@@ -254,3 +254,16 @@ async def test_the_readers_outside_the_broker_refuse_a_tampered_segment(store: S
         await jobs_after(store, doc, after=None, limit=100)
     with pytest.raises(CorruptDocument, match="sha256"):
         await find_spilled(store, doc, inside[-1])  # the dashboard's job page
+
+
+async def test_a_cancel_that_reads_a_tampered_segment_sets_it_aside(store: Storage) -> None:
+    async with Broker(store, config()) as broker:
+        ref = await eight_jobs(broker)
+        inside = await ids_in(store, ref)
+        broker.segments.cache.evict(ref.key)
+        await store.put(ref.key, same_size_tamper(await store.get(ref.key)))
+        with pytest.raises(JobNotFound):
+            await broker.client().cancel(inside[-1])
+        await broker.segments.settled()
+        assert ref.key in broker.document.segments.aside
+        assert broker.document.segments.aside[ref.key].ref.remaining == len(inside)

@@ -424,4 +424,4 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc)
+        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)

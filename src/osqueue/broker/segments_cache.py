@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from osqueue.broker.retry import StorageRetry
-from osqueue.errors import NotFound, StorageError
+from osqueue.errors import CorruptDocument, NotFound, StorageError
 from osqueue.state import Cancel, Document, SegmentRef, candidates
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
@@ -101,11 +101,17 @@ class SegmentCache:
         if obj is not None:
             self.bytes -= obj.size_bytes
 
-    async def locate(self, job_id: str, document: Callable[[], Document | None]) -> Cancel | None:
+    async def locate(
+        self,
+        job_id: str,
+        document: Callable[[], Document | None],
+        broken: Callable[[str, str], None],
+    ) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does:
         the candidates (whose id bounds admit it) are read through the cache, and
         ``document()`` (the broker's, which moves on meanwhile) says whether the job
-        is still unloaded there."""
+        is still unloaded there.  A candidate that fails its check is passed to
+        ``broken(key, why)`` (the broker sets it aside) and skipped."""
         doc = document()
         if doc is None:
             return None
@@ -114,6 +120,9 @@ class SegmentCache:
                 obj = await self.fetch(ref, attempts=3)
             except NotFound:
                 continue  # loaded and deleted meanwhile
+            except CorruptDocument as exc:
+                broken(ref.key, str(exc))
+                continue
             i = obj.find(job_id)
             if i is None:
                 continue
