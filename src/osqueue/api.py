@@ -179,6 +179,11 @@ class QueueStats:
     waiting: int = 0
     #: the queue is paused (nothing of it is claimed)
     paused: bool = False
+    #: live jobs in segments set aside (their object was missing or failed its
+    #: check): not in ``depth``, not claimable until ``osqueue segments readmit``
+    set_aside: int = 0
+    #: the segments set aside that hold them
+    set_aside_segments: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "oldest_age_s": None,
         "waiting": 0,
         "paused": False,
+        "set_aside": 0,
     }
     assert data["status"]["completed"] == 3
     series = data["series"]

@@ -139,9 +139,14 @@ def test_every_option_has_an_osqueue_env_var_shown_in_help() -> None:
     group = get_command(app)
     lazy = {"pipeline", "demo"}
     checked = 0
-    for name, command in group.commands.items():  # type: ignore[attr-defined]
-        if name in lazy:
-            continue
+    leaves = [
+        ((name, *((sub,) if sub else ())), leaf)
+        for name, command in group.commands.items()  # type: ignore[attr-defined]
+        if name not in lazy
+        for sub, leaf in (getattr(command, "commands", None) or {"": command}).items()
+    ]
+    for path, command in leaves:
+        name = " ".join(path)
         for param in command.params:
             if param.name == "help" or param.param_type_name != "option":
                 continue
@@ -149,7 +154,7 @@ def test_every_option_has_an_osqueue_env_var_shown_in_help() -> None:
             assert isinstance(envvar, str), f"{name} {param.name} has no env var"
             assert envvar.startswith("OSQUEUE_"), (name, param.name, envvar)
             checked += 1
-        result = invoke(name, "--help")
+        result = invoke(*path, "--help")
         assert result.exit_code == 0
         assert "OSQUEUE_" in result.stdout
     for param in group.params:
@@ -194,6 +199,7 @@ def test_status_table_and_json_read_storage_without_a_broker(qdir: Path) -> None
         "oldest_age_s": status["queues"]["a"]["oldest_age_s"],
         "waiting": 0,
         "paused": False,
+        "set_aside": 0,
     }
     assert status["queues"]["a"]["oldest_age_s"] >= 0
     assert status["queues"]["b"]["delayed"] == 1

@@ -24,6 +24,7 @@ import msgspec
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.broker.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.local_scheduling import SchedulingCalls
+from osqueue.broker.local_segments import SegmentCalls
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LocalClient(SchedulingCalls):
+class LocalClient(SchedulingCalls, SegmentCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 

@@ -299,11 +299,7 @@ def _segments(wire: WireDocument) -> Segments:
             raise _fail("$.queues['']", "a queue name must not be empty")
         for i, ref in enumerate(section.segments):
             where = f"$.queues[{queue!r}].segments[{i}]"
-            if ref.queue != queue:
-                raise _fail(f"{where}.queue", f"{ref.queue!r} is not the queue it is listed under")
-            _check_ref(where, ref, wire.next_seq)
-            if segments.find(ref.key) is not None:
-                raise _fail(f"{where}.key", f"{ref.key!r} is referenced twice")
+            _check_listed(where, queue, ref, wire, segments, live_keys)
             last = segments.last(ref.stream)
             if last is not None and ref.first_seq <= last.last_seq:
                 raise _fail(
@@ -311,11 +307,33 @@ def _segments(wire: WireDocument) -> Segments:
                     f"{ref.first_seq} is not after the stream's previous segment "
                     f"(last_seq {last.last_seq})",
                 )
-            for job_id, key in ref.keyed.items():
-                if key in live_keys or key in segments.keys:
-                    raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
             segments.append(ref)
+        for i, entry in enumerate(section.set_aside):
+            where = f"$.queues[{queue!r}].set_aside[{i}]"
+            _check_listed(f"{where}.ref", queue, entry.ref, wire, segments, live_keys)
+            if not entry.reason:
+                raise _fail(f"{where}.reason", "must say why the segment was set aside")
+            segments.set_aside(entry, listed=False)
     return segments
+
+
+def _check_listed(
+    where: str,
+    queue: str,
+    ref: SegmentRef,
+    wire: WireDocument,
+    segments: Segments,
+    live_keys: set[str],
+) -> None:
+    """A reference (listed or set aside) on its own, and against the ones before it."""
+    if ref.queue != queue:
+        raise _fail(f"{where}.queue", f"{ref.queue!r} is not the queue it is listed under")
+    _check_ref(where, ref, wire.next_seq)
+    if segments.holds(ref.key):
+        raise _fail(f"{where}.key", f"{ref.key!r} is referenced twice")
+    for job_id, key in ref.keyed.items():
+        if key in live_keys or key in segments.keys:
+            raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
 
 
 def _check_ref(where: str, ref: SegmentRef, next_seq: int) -> None:

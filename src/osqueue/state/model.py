@@ -220,8 +220,10 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     last_seq: int
     #: jobs in the object
     count: int
-    #: the object's size (stats, planning)
+    #: the object's size and the hex SHA-256 of its bytes, recorded at spill:
+    #: every reader checks both (:func:`osqueue.state.segment_codec.check_segment`)
     size_bytes: int = msgspec.field(name="bytes")
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
     #: seq of the first job not loaded yet: the stream's claims stop here
     next_seq: int
     #: creation time of the job at ``next_seq`` (for ``oldest_age_s``)
@@ -248,10 +250,25 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return self.count - self.loaded - len(self.cancelled)
 
 
+class SetAsideRef(msgspec.Struct, frozen=True, gc=False):
+    """A segment reference set aside: its object was missing or did not match
+    ``ref`` (size, SHA-256, content), so the stream goes on without it.  Its jobs
+    are neither lost nor claimable until ``osqueue segments readmit`` puts the
+    reference back (their idempotency keys and payload objects stay held)."""
+
+    ref: SegmentRef
+    #: what was wrong with the object, as the broker found it
+    reason: str
+    #: broker time of the set-aside
+    at: datetime
+
+
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the document keeps per queue (format 3): its segment references."""
+    """What the document keeps per queue (format 3): its segment references, and
+    the ones set aside."""
 
     segments: list[SegmentRef] = []
+    set_aside: list[SetAsideRef] = []
 
 
 class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):

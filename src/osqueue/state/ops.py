@@ -196,6 +196,24 @@ class Load(msgspec.Struct, frozen=True):
     lines: tuple[bytes, ...] = ()
 
 
+class SetAside(msgspec.Struct, frozen=True, gc=False):
+    """The broker found segment ``key``'s object missing or not what its reference
+    records: move the reference aside (with ``reason``), so its stream goes on
+    without it.  Fails alone (``Conflict``) if ``key`` is not referenced."""
+
+    key: str
+    reason: str
+
+
+class Readmit(msgspec.Struct, frozen=True, gc=False):
+    """Put the set-aside reference ``key`` back in its stream, in seq order (the
+    broker checked the object against it first).  Fails with ``InvalidInput``
+    naming ``key`` if it is not set aside, ``Conflict`` if its seq range
+    overlaps a reference spilled since."""
+
+    key: str
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit)."""
 
@@ -240,6 +258,8 @@ Op = (
     | RestartHeartbeats
     | Spill
     | Load
+    | SetAside
+    | Readmit
     | SetQueue
     | PutSchedule
     | RemoveSchedule
@@ -309,6 +329,7 @@ __all__ = [
     "Pushed",
     "PutSchedule",
     "QueueSet",
+    "Readmit",
     "Release",
     "RemoveSchedule",
     "Removed",
@@ -316,6 +337,7 @@ __all__ = [
     "Result",
     "RetryDead",
     "Scheduled",
+    "SetAside",
     "SetQueue",
     "Spill",
 ]

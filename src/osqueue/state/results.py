@@ -104,10 +104,10 @@ def _from_entry(entry: FinishedJob) -> Answer:
 
 
 def maybe_spilled(doc: Document, job_id: str) -> bool:
-    """A live job in a segment object may have this id (its bounds hold it)."""
-    return any(
-        ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in doc.segments
-    )
+    """A live job in a segment object (listed or set aside) may have this id (its
+    bounds hold it)."""
+    refs = [*doc.segments, *(entry.ref for entry in doc.segments.aside.values())]
+    return any(ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in refs)
 
 
 def result_key(job_id: str, upload_id: str) -> str:

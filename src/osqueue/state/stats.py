@@ -15,11 +15,13 @@ def stats_of(doc: Document, now: float) -> Stats:
     """Counts per queue and for the whole document, as of ``doc.version``.
 
     Jobs in segments count from their references (``depth`` includes them,
-    ``spilled`` counts them), so no segment object is read."""
+    ``spilled`` counts them), so no segment object is read.  Jobs in segments
+    set aside are counted apart (``set_aside``), not in ``depth``."""
     index, segments = doc.index, doc.segments
     names = index.queues()
     if segments or doc.queue_settings:
-        names = sorted(set(names) | segments.queues() | set(doc.queue_settings))
+        aside = {e.ref.queue for e in segments.aside.values()}
+        names = sorted(set(names) | segments.queues() | aside | set(doc.queue_settings))
     queues: dict[str, QueueStats] = {}
     for q in names:
         queued = index.count(q, "queued")
@@ -34,6 +36,8 @@ def stats_of(doc: Document, now: float) -> Stats:
             spilled=spilled,
             waiting=index.count(q, "waiting"),
             paused=_paused(doc, q),
+            set_aside=segments.set_aside_jobs(q) if segments.aside else 0,
+            set_aside_segments=len(segments.set_aside_of(q)) if segments.aside else 0,
         )
     owner = doc.broker
     return Stats(

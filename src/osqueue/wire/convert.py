@@ -172,6 +172,8 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.waiting = q.waiting
         entry.paused = q.paused
         entry.spilled = q.spilled
+        entry.set_aside = q.set_aside
+        entry.set_aside_segments = q.set_aside_segments
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -194,6 +196,8 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             waiting=q.waiting,
             paused=q.paused,
             spilled=q.spilled,
+            set_aside=q.set_aside,
+            set_aside_segments=q.set_aside_segments,
         )
         for name, q in sorted(msg.queues.items())
     }

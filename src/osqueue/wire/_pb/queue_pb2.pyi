@@ -720,6 +720,8 @@ class QueueStats(_message.Message):
     WAITING_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
     SPILLED_FIELD_NUMBER: _builtins.int
+    SET_ASIDE_FIELD_NUMBER: _builtins.int
+    SET_ASIDE_SEGMENTS_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
     claimed: _builtins.int
     dead: _builtins.int
@@ -730,6 +732,11 @@ class QueueStats(_message.Message):
     paused: _builtins.bool
     spilled: _builtins.int
     """Queued jobs that sit in segment objects (deep backlogs), out of depth."""
+    set_aside: _builtins.int
+    """Jobs in segments set aside (object missing or failing its check): not in
+    depth, not claimable until readmitted; and how many segments hold them.
+    """
+    set_aside_segments: _builtins.int
     def __init__(
         self,
         *,
@@ -741,10 +748,12 @@ class QueueStats(_message.Message):
         waiting: _builtins.int = ...,
         paused: _builtins.bool = ...,
         spilled: _builtins.int = ...,
+        set_aside: _builtins.int = ...,
+        set_aside_segments: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "set_aside", b"set_aside", "set_aside_segments", b"set_aside_segments", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015
@@ -870,6 +879,26 @@ class DeadRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeadRequest: _TypeAlias = DeadRequest  # noqa: Y015
+
+@_typing.final
+class ReadmitSegmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """The segment object's key (segments/...), as status lists it."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadmitSegmentRequest: _TypeAlias = ReadmitSegmentRequest  # noqa: Y015
 
 @_typing.final
 class CountResponse(_message.Message):
