@@ -37,7 +37,7 @@ from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import exits
 from osqueue.cli.app import _import_extra, app
 from osqueue.cli.push import _no_live_broker
-from osqueue.errors import BrokerUnavailable, MissingExtra, NotFound
+from osqueue.errors import BrokerUnavailable, MissingExtra, NotBroker, NotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.model import BrokerInfo
 
@@ -751,3 +751,42 @@ def test_status_watch_refreshes_until_interrupted(qdir: Path, procs: list[Proc])
     assert first["version"] == second["version"] == read_doc(qdir).version
     watch.popen.send_signal(signal.SIGINT)
     assert watch.wait() == 0
+
+
+@pytest.mark.slow
+def test_a_standby_that_served_stands_by_again_when_a_primary_comes(
+    qdir: Path, procs: list[Proc]
+) -> None:
+    """Issue 26: a standby on an empty prefix serves (epoch 1); a primary started
+    after it takes the queue (epoch 2) and the standby stands by again instead of
+    exiting; it takes over once the primary is killed.  A broker started without
+    --standby that loses the queue exits 9 (NotBroker)."""
+    lease = ("--lease-s", "1")
+    standby = spawn(
+        procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", "--standby", *lease
+    )
+    served = standby.expect(standby.err, r"serving \S+ at (127\.0\.0\.1:\d+) \(epoch 1\)")
+    address = served.group(1)
+    primary = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    primary.expect(primary.err, r"serving \S+ at 127\.0\.0\.1:\d+ \(epoch 2\)")
+    standby.expect(standby.err, r"standing by again")
+    assert standby.popen.poll() is None
+
+    primary.popen.kill()  # kill -9: the standby takes over once the lease ran out
+    primary.wait()
+    standby.expect(standby.err, rf"serving \S+ at {re.escape(address)} \(epoch 3\)")
+    owner = read_doc(qdir).broker
+    assert owner is not None
+    assert (owner.address, owner.epoch) == (address, 3)
+
+    # Taken over again, it stands by again; a broker without --standby exits 9.
+    other = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    other.expect(other.err, r"\(epoch 4\)")
+    standby.expect(standby.err, r"standing by again")
+    last = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    last.expect(last.err, r"\(epoch 5\)")
+    assert other.wait() == exits.EXIT_CODES[NotBroker] == 9
+    assert "NotBroker" in "\n".join(other.rest(other.err))
+    assert standby.popen.poll() is None
+    standby.popen.send_signal(signal.SIGTERM)
+    assert standby.wait() == 0

@@ -349,8 +349,8 @@ class LocalClient(SchedulingCalls, SegmentCalls):
         if found is None:
             raise JobNotFound(
                 f"no job {job_id}: never pushed, finished longer than its result_ttl_s ago, "
-                "or kept no result (results are kept for pushes with result_ttl_s, or by a "
-                "broker run with --result-ttl-s)"
+                "or kept no answer (a job finishing without a result keeps one only with a "
+                "result_ttl_s set on its push, its queue or the broker; 0 keeps none)"
             )
         return found
 

@@ -90,8 +90,11 @@ class SchedulingCalls:
         max_claimed: int | None = None,
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
+        result_ttl_s: float | None = None,
     ) -> QueueSettings:
-        op = SetQueue(queue, rate_per_s, burst, max_claimed, max_claimed_per_group, paused)
+        op = SetQueue(
+            queue, rate_per_s, burst, max_claimed, max_claimed_per_group, paused, result_ttl_s
+        )
         result = _answer(await self.broker.add_op(op), QueueSet, "set_queue")
         assert isinstance(result, QueueSet)
         return settings_info(result.queue, result.settings)

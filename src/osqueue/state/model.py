@@ -285,6 +285,9 @@ class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     max_claimed: int | None = None
     #: at most this many jobs of one group claimed at once
     max_claimed_per_group: int | None = None
+    #: how long the queue's finished jobs keep their answers unless their push
+    #: says (None: the broker's; :func:`osqueue.state.results.result_ttl`)
+    result_ttl_s: float | None = None
     #: the bucket's level at ``tokens_at`` (None: full)
     tokens: float | None = None
     tokens_at: datetime | None = None

@@ -56,9 +56,11 @@ class Policy:
     spill_above_jobs: int | None = 1_000
     # Results and the record of finished jobs (osqueue.state.finished_jobs,
     # osqueue.state.results.record: who gets an entry, and for how long).
-    #: how long a finished job's record (and result) is kept, unless its push said;
-    #: 0: none is kept (a job then gets an entry only for dependencies)
-    result_ttl_s: float = 0.0
+    #: how long a finished job's record (and result) is kept, unless its push or
+    #: queue said; 0: none is kept (a job then gets an entry only for
+    #: dependencies); None: a result given is kept an hour, a finish without one
+    #: gets no entry (osqueue.state.results.kept_for)
+    result_ttl_s: float | None = None
     #: how long a finished job is kept for children pushed after it, if it had
     #: waiting children or a push named parents within this long before
     dependency_window_s: float = 3600.0
@@ -223,6 +225,7 @@ class SetQueue(msgspec.Struct, frozen=True, gc=False):
     max_claimed: int | None = None
     max_claimed_per_group: int | None = None
     paused: bool | None = None
+    result_ttl_s: float | None = None
 
 
 class PutSchedule(msgspec.Struct, frozen=True, gc=False):

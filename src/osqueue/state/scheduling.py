@@ -62,6 +62,7 @@ def set_queue(tx: Tx, op: SetQueue) -> OpResult:
         "max_claimed": op.max_claimed,
         "max_claimed_per_group": op.max_claimed_per_group,
         "paused": op.paused,
+        "result_ttl_s": op.result_ttl_s,
     }
     limits.check_settings(op.queue, **fields)  # type: ignore[arg-type]
     doc = tx.doc

@@ -311,6 +311,7 @@ def settings_to_pb(
     max_claimed: int | None = None,
     max_claimed_per_group: int | None = None,
     paused: bool | None = None,
+    result_ttl_s: float | None = None,
 ) -> pb.QueueSettings:
     """A settings message: the fields given are set, the others left unset."""
     msg = pb.QueueSettings(queue=queue)
@@ -324,6 +325,8 @@ def settings_to_pb(
         msg.max_claimed_per_group = max_claimed_per_group
     if paused is not None:
         msg.paused = paused
+    if result_ttl_s is not None:
+        msg.result_ttl_s = result_ttl_s
     return msg
 
 
@@ -337,6 +340,7 @@ def settings_args_from_pb(msg: pb.QueueSettings) -> dict[str, Any]:
             msg.max_claimed_per_group if msg.HasField("max_claimed_per_group") else None
         ),
         "paused": msg.paused if msg.HasField("paused") else None,
+        "result_ttl_s": msg.result_ttl_s if msg.HasField("result_ttl_s") else None,
     }
 
 
@@ -348,6 +352,7 @@ def queue_settings_to_pb(settings: QueueSettings) -> pb.QueueSettings:
         max_claimed=settings.max_claimed,
         max_claimed_per_group=settings.max_claimed_per_group,
         paused=settings.paused,
+        result_ttl_s=settings.result_ttl_s,
     )
 
 

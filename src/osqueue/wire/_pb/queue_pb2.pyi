@@ -1139,12 +1139,17 @@ class QueueSettings(_message.Message):
     BURST_FIELD_NUMBER: _builtins.int
     MAX_CLAIMED_FIELD_NUMBER: _builtins.int
     MAX_CLAIMED_PER_GROUP_FIELD_NUMBER: _builtins.int
+    RESULT_TTL_S_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     paused: _builtins.bool
     rate_per_s: _builtins.float
     burst: _builtins.int
     max_claimed: _builtins.int
     max_claimed_per_group: _builtins.int
+    result_ttl_s: _builtins.float
+    """How long the queue's finished jobs keep their answers unless their push
+    says (seconds; in a SetQueueRequest 0 removes the setting).
+    """
     def __init__(
         self,
         *,
@@ -1154,10 +1159,11 @@ class QueueSettings(_message.Message):
         burst: _builtins.int | None = ...,
         max_claimed: _builtins.int | None = ...,
         max_claimed_per_group: _builtins.int | None = ...,
+        result_ttl_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "_result_ttl_s", b"_result_ttl_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "rate_per_s", b"rate_per_s", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "queue", b"queue", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "_result_ttl_s", b"_result_ttl_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "queue", b"queue", "rate_per_s", b"rate_per_s", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__burst: _TypeAlias = _typing.Literal["burst"]  # noqa: Y015
     _WhichOneofArgType__burst: _TypeAlias = _typing.Literal["_burst", b"_burst"]  # noqa: Y015
@@ -1169,6 +1175,8 @@ class QueueSettings(_message.Message):
     _WhichOneofArgType__paused: _TypeAlias = _typing.Literal["_paused", b"_paused"]  # noqa: Y015
     _WhichOneofReturnType__rate_per_s: _TypeAlias = _typing.Literal["rate_per_s"]  # noqa: Y015
     _WhichOneofArgType__rate_per_s: _TypeAlias = _typing.Literal["_rate_per_s", b"_rate_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__result_ttl_s: _TypeAlias = _typing.Literal["result_ttl_s"]  # noqa: Y015
+    _WhichOneofArgType__result_ttl_s: _TypeAlias = _typing.Literal["_result_ttl_s", b"_result_ttl_s"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__burst) -> _WhichOneofReturnType__burst | None: ...
     @_typing.overload
@@ -1179,6 +1187,8 @@ class QueueSettings(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__paused) -> _WhichOneofReturnType__paused | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_per_s) -> _WhichOneofReturnType__rate_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__result_ttl_s) -> _WhichOneofReturnType__result_ttl_s | None: ...
 
 Global___QueueSettings: _TypeAlias = QueueSettings  # noqa: Y015
 
