@@ -581,7 +581,9 @@ def test_broker_push_work_status_as_processes(
     broker, address = start_broker(procs, handlers_dir, qdir)
     assert read_doc(qdir).broker.address == address  # type: ignore[union-attr]
 
-    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", "-q", "a", stdin=True)
+    pusher = spawn(
+        procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", "-q", "a", stdin=True
+    )
     # Each id is printed only once its push is committed: the document has it already.
     for i in range(3):
         pusher.write(f"job {i}\n")
@@ -716,7 +718,7 @@ def test_push_lines_rides_through_a_broker_failover(
         procs, handlers_dir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", "--standby", *lease
     )
     standby.expect(standby.err, r"standing by")
-    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", stdin=True)
+    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", stdin=True)
     pusher.write("before\n")
     before = pusher.expect(pusher.out, r"^(\S+)$").group(1)
 
