@@ -3,6 +3,7 @@ exit codes and exact messages."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,12 +16,13 @@ from test_cli import (
     qdir,
     read_doc,
     seed,
-    spawn,
     start_broker,
     url_of,
 )
+from typer.main import get_command
 
 from osqueue.cli import exits
+from osqueue.cli.app import app
 from osqueue.errors import InvalidInput
 
 MIB = 1024 * 1024
@@ -49,3 +51,32 @@ def test_push_lines_with_a_bad_middle_line_pushes_nothing_and_names_the_line(
         " (nothing was pushed)"
     ]
     assert set(read_doc(qdir).jobs) == before
+
+
+def test_a_worker_variable_does_not_change_a_queue_that_is_only_shown(qdir: Path) -> None:
+    seed(qdir)  # a stopped queue: showing needs no broker, writing would
+    shown = subprocess.run(
+        [*OSQUEUE, "queue", url_of(qdir), "images"],
+        env={**os.environ, "OSQUEUE_BURST": "1", "OSQUEUE_AFTER": "x"},
+        capture_output=True,
+        timeout=TIMEOUT_S,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.decode() == "images: running, no limits\n"
+    assert "images" not in read_doc(qdir).queue_settings
+
+
+def test_one_variable_has_one_meaning_across_commands() -> None:
+    """An ``OSQUEUE_*`` variable read by several commands is the same option in each
+    (same name, same kind): one variable never means two things."""
+    kinds: dict[str, set[tuple[str, bool, bool]]] = {}
+    for command in get_command(app).commands.values():  # type: ignore[attr-defined]
+        for param in command.params:
+            envvar = getattr(param, "envvar", None)
+            if isinstance(envvar, str):
+                flag = bool(getattr(param, "is_flag", False))
+                kind = (param.name or "", flag, bool(getattr(param, "multiple", False)))
+                kinds.setdefault(envvar, set()).add(kind)
+    # the worker reads the broker's heartbeat timeout under the broker's variable
+    kinds.pop("OSQUEUE_HEARTBEAT_TIMEOUT_S")
+    assert {env: k for env, k in kinds.items() if len(k) > 1} == {}
