@@ -4,6 +4,7 @@ exit codes and exact messages."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from typer.main import get_command
 
 from osqueue.cli import exits
 from osqueue.cli.app import app
-from osqueue.errors import InvalidInput
+from osqueue.errors import InvalidInput, NotFound
 
 MIB = 1024 * 1024
 __all__ = ["handlers_dir", "procs", "qdir"]  # fixtures, imported for their use here
@@ -80,3 +81,57 @@ def test_one_variable_has_one_meaning_across_commands() -> None:
     # the worker reads the broker's heartbeat timeout under the broker's variable
     kinds.pop("OSQUEUE_HEARTBEAT_TIMEOUT_S")
     assert {env: k for env, k in kinds.items() if len(k) > 1} == {}
+
+
+def test_a_handler_with_a_syntax_error_shows_where_and_exits_78(
+    qdir: Path, handlers_dir: Path
+) -> None:
+    (handlers_dir / "typo_handlers.py").write_text("def handle(job)\n    return None\n")
+    result = run("work", url_of(qdir), "-H", "typo_handlers:handle", cwd=handlers_dir)
+    assert result.returncode == exits.CONFIG == 78
+    assert result.stderr.decode().splitlines() == [
+        f'  File "{handlers_dir / "typo_handlers.py"}", line 1',
+        "    def handle(job)",
+        "                   ^",
+        "SyntaxError: expected ':'",
+        "error: handler module 'typo_handlers' failed to import: SyntaxError: expected ':'"
+        " (typo_handlers.py, line 1)",
+    ]
+
+
+def test_debug_is_taken_after_the_command_too(tmp_path: Path) -> None:
+    missing = url_of(tmp_path / "nothere")
+    result = run("status", missing, "--debug")
+    assert result.returncode == exits.EXIT_CODES[NotFound]
+    err = result.stderr.decode()
+    assert "Traceback (most recent call last)" in err
+    assert err.splitlines()[-1].startswith(f"error: NotFound: no queue at {missing}")
+
+
+def test_the_exit_code_table_in_the_docs_is_the_one_in_exits() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    table = dict(
+        (int(code), meaning) for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", doc, re.M)
+    )
+    for cls, code in exits.EXIT_CODES.items():
+        assert f"`{cls.__name__}`" in table[code], (code, cls)
+    for code in (
+        exits.OK,
+        exits.ERROR,
+        exits.USAGE,
+        exits.INTERNAL,
+        exits.CONFIG,
+        exits.INTERRUPTED,
+        exits.BROKEN_PIPE,
+    ):
+        assert code in table
+    assert set(table) == {
+        *exits.EXIT_CODES.values(),
+        exits.OK,
+        exits.ERROR,
+        exits.USAGE,
+        exits.INTERNAL,
+        exits.CONFIG,
+        exits.INTERRUPTED,
+        exits.BROKEN_PIPE,
+    }

@@ -61,7 +61,17 @@ class CliState:
 
 
 class OsqueueGroup(TyperGroup):
-    """Turns every exception from a command into one line and an exit code."""
+    """Turns every exception from a command into one line and an exit code.
+
+    ``--debug`` is taken anywhere on the line (``osqueue status URL --debug``),
+    up to a ``--``: it is moved before the command, where it is an option.
+    """
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            args = ["--debug", *[a for a in args[:end] if a != "--debug"], *args[end:]]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Context) -> Any:
         try:

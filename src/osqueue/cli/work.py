@@ -267,7 +267,15 @@ def load_handler(spec: str) -> Mapping[str, Handler] | Handler:
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
+        missing = exc.name or ""
+        if module_name != missing and not module_name.startswith(f"{missing}."):
+            # the module exists and its own imports failed
+            raise exits.UserCodeFailed(
+                f"handler module {module_name!r} failed to import", exc
+            ) from exc
         raise InvalidInput(f"cannot import {module_name!r}: {exc}", field="handler") from exc
+    except Exception as exc:  # the user's module raised, or does not compile
+        raise exits.UserCodeFailed(f"handler module {module_name!r} failed to import", exc) from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)
