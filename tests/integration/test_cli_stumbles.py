@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from test_cli import (
     qdir,
     read_doc,
     seed,
+    spawn,
     start_broker,
     url_of,
 )
@@ -24,7 +26,7 @@ from typer.main import get_command
 
 from osqueue.cli import exits
 from osqueue.cli.app import app
-from osqueue.errors import InvalidInput, NotFound
+from osqueue.errors import BrokerUnavailable, InvalidInput, NotFound
 
 MIB = 1024 * 1024
 __all__ = ["handlers_dir", "procs", "qdir"]  # fixtures, imported for their use here
@@ -135,3 +137,99 @@ def test_the_exit_code_table_in_the_docs_is_the_one_in_exits() -> None:
         exits.INTERRUPTED,
         exits.BROKEN_PIPE,
     }
+
+
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+NO_ADDRESS = (
+    "the queue document names no broker address (no broker running, a broker stopping,"
+    " or an embedded broker in another process)"
+)
+
+
+def test_a_burst_worker_without_a_broker_says_so_then_exits_8(
+    qdir: Path, handlers_dir: Path
+) -> None:
+    seed(qdir)  # a queue whose broker stopped
+    url = url_of(qdir)
+    result = run(
+        "work",
+        url,
+        "-H",
+        "cli_handlers:ok",
+        "-q",
+        "a",
+        "--burst",
+        "--retry-for-s",
+        "5",
+        cwd=handlers_dir,
+    )
+    assert result.returncode == exits.EXIT_CODES[BrokerUnavailable] == 8
+    lines = result.stderr.decode().splitlines()
+    assert re.fullmatch(
+        rf"{STAMP} WARNING osqueue\.cli\.work: no broker is serving {re.escape(url)} for \d s"
+        rf" \(tried: {re.escape(NO_ADDRESS)}\); the worker exits \(code 8\) if none answers"
+        r" within 5 s",
+        lines[1],
+    ), lines
+    assert lines[-1] == (
+        f"error: BrokerUnavailable: no broker for {url} answered within 5s; last error: "
+        + NO_ADDRESS
+    )
+
+
+def test_a_worker_without_a_broker_tells_and_stops_on_sigterm_with_info(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    seed(qdir)
+    url = url_of(qdir)
+    # a claim keeps trying for ten minutes: the warning comes from the watch, in seconds
+    worker = spawn(
+        procs,
+        handlers_dir,
+        "work",
+        url,
+        "-H",
+        "cli_handlers:ok",
+        "-q",
+        "a",
+        "--retry-for-s",
+        "600",
+        "--log-level",
+        "info",
+    )
+    told = worker.expect(worker.err, r"no broker is serving")
+    assert re.match(rf"{STAMP} WARNING osqueue\.cli\.work: ", told.string)
+    assert "still trying; told again every 60 s" in told.string
+    worker.popen.send_signal(signal.SIGTERM)
+    stopping = worker.expect(worker.err, r"SIGTERM received")
+    assert re.fullmatch(
+        rf"{STAMP} INFO osqueue\.client\.worker\.worker: SIGTERM received: stopping gracefully",
+        stopping.string,
+    )
+    assert worker.wait() == 0
+
+
+def test_worker_logs_off_a_terminal_are_plain_lines_with_the_handlers_traceback(
+    qdir: Path, handlers_dir: Path
+) -> None:
+    url = url_of(qdir)
+    pushed = run("push", url, "--embedded", "--data", "bad-1", "-q", "a", cwd=handlers_dir)
+    job_id = pushed.stdout.decode().strip()
+    result = run(
+        "work", url, "--embedded", "-H", "cli_handlers:ok", "-q", "a", "--burst", cwd=handlers_dir
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.decode().splitlines()
+    assert all(line == line.rstrip() and len(line) < 200 for line in lines), lines
+    failed = [i for i, line in enumerate(lines) if " failed: " in line]
+    assert len(failed) == 1, lines
+    i = failed[0]
+    assert re.fullmatch(
+        rf"{STAMP} WARNING osqueue\.client\.worker\.settle: job {job_id} failed:"
+        r" ValueError: cannot handle bad-1",
+        lines[i],
+    )
+    assert lines[i + 1] == "Traceback (most recent call last):"
+    assert any('cli_handlers.py", line 6, in ok' in line for line in lines[i + 2 :])
+    assert lines[-1].startswith("worker ")
+    assert lines[-1].endswith("stopped: processed 0, failed 1, retried 0, lost 0, released 0")

@@ -63,15 +63,13 @@ class CliState:
 class OsqueueGroup(TyperGroup):
     """Turns every exception from a command into one line and an exit code.
 
-    ``--debug`` is taken anywhere on the line (``osqueue status URL --debug``),
-    up to a ``--``: it is moved before the command, where it is an option.
+    ``--debug`` and ``--log-level LEVEL`` are taken anywhere on the line
+    (``osqueue status URL --debug``), up to a ``--``: they are moved before the
+    command, where they are options.
     """
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
-        end = args.index("--") if "--" in args else len(args)
-        if "--debug" in args[:end]:
-            args = ["--debug", *[a for a in args[:end] if a != "--debug"], *args[end:]]
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, global_options_first(args))
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -86,6 +84,26 @@ class OsqueueGroup(TyperGroup):
         except Exception as exc:
             state = ctx.obj if isinstance(ctx.obj, CliState) else CliState(debug=False)
             raise typer.Exit(exits.report(exc, debug=state.debug)) from None
+
+
+def global_options_first(args: list[str]) -> list[str]:
+    """``args`` with ``--debug`` and ``--log-level LEVEL`` (or ``--log-level=LEVEL``)
+    moved to the front, from anywhere before a ``--``."""
+    end = args.index("--") if "--" in args else len(args)
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < end:
+        arg = args[i]
+        if arg == "--debug" or arg.startswith("--log-level="):
+            moved.append(arg)
+        elif arg == "--log-level" and i + 1 < end:
+            moved += args[i : i + 2]
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return [*moved, *rest, *args[end:]]
 
 
 app = typer.Typer(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import sys
 import time
@@ -40,6 +41,8 @@ from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
 from osqueue.errors import InvalidInput, MissingExtra
 
 _SPARK = "Spark"
+
+log = logging.getLogger(__name__)
 
 
 def work(
@@ -141,6 +144,16 @@ def work(
             rich_help_panel=_SPARK,
         ),
     ] = None,
+    retry_for_s: Annotated[
+        float,
+        typer.Option(
+            "--retry-for-s",
+            envvar="OSQUEUE_RETRY_FOR_S",
+            min=0.001,
+            help="Keep retrying a call this long (broker failover) before giving up; with"
+            " --burst the worker exits (code 8) when no broker answered for this long.",
+        ),
+    ] = 30.0,
     metrics_listen: MetricsListen = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -173,6 +186,7 @@ def work(
         token_file,
         tls_ca,
         embedded,
+        timeout_s=retry_for_s,
         tls_fingerprint=tls_fingerprint,
         allow_plaintext_token=allow_plaintext_token,
     )
@@ -203,7 +217,7 @@ async def _run(
             f"worker {worker.worker_id}: queues {', '.join(worker.queues)}, "
             f"concurrency {config.concurrency}"
         )
-        with _Progress(worker) as progress:
+        with _Progress(worker, BrokerWatch(client, options.url, config.burst)) as progress:
             runner = asyncio.create_task(worker.run(), name="osqueue-cli-worker")
             if config.metrics_listen is not None:
                 await _announce_metrics(worker, runner)
@@ -220,11 +234,58 @@ async def _announce_metrics(worker: Worker, runner: asyncio.Task[None]) -> None:
         exits.info(f"metrics at http://{worker.metrics_address}/metrics")
 
 
+class BrokerWatch:
+    """Tells when no broker is serving: a WARNING once the client's calls have found
+    none for ``FIRST_S`` (naming the URL and what was tried), again every
+    ``EVERY_S`` while it lasts, and an INFO line once a broker answers again."""
+
+    FIRST_S = 3.0
+    EVERY_S = 60.0
+
+    def __init__(self, client: object, url: str, burst: bool) -> None:
+        self.failover = getattr(client, "failover", None)  # a remote client's; embedded: none
+        self.url = url
+        self.burst = burst
+        self.told_at: float | None = None
+
+    def check(self) -> None:
+        failover = self.failover
+        if failover is None:
+            return
+        now = failover.clock.monotonic()
+        since = failover.failing_since
+        if since is None:
+            if self.told_at is not None:
+                log.info("a broker is serving %s again", self.url, extra={"action": "broker_back"})
+                self.told_at = None
+            return
+        if now - since < self.FIRST_S or (
+            self.told_at is not None and now - self.told_at < self.EVERY_S
+        ):
+            return
+        self.told_at = now
+        limit = failover.config.timeout_s
+        then = (
+            f"the worker exits (code 8) if none answers within {limit:g} s"
+            if self.burst
+            else f"still trying; told again every {self.EVERY_S:g} s"
+        )
+        log.warning(
+            "no broker is serving %s for %.0f s (tried: %s); %s",
+            self.url,
+            now - since,
+            exits.one_line(str(failover.last_error)),
+            then,
+            extra={"action": "no_broker", "url": self.url},
+        )
+
+
 class _Progress:
     """A live line of counters on stderr while the worker runs (terminals only)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, watch: BrokerWatch) -> None:
         self.worker = worker
+        self.watch = watch
         self.started = time.monotonic()
         console = stderr()
         self.live = Live(console=console, transient=True) if console.is_terminal else None
@@ -240,6 +301,7 @@ class _Progress:
 
     async def follow(self, runner: asyncio.Task[None]) -> None:
         while not runner.done():
+            self.watch.check()
             if self.live is not None:
                 self.live.update(self.line(self.worker.counters))
             await asyncio.wait({runner}, timeout=0.5)
