@@ -21,6 +21,7 @@ import typer
 from typer._click.core import Command, Context  # typer >= 0.2x vendors click
 from typer.core import TyperGroup
 
+import osqueue
 from osqueue.cli import (
     archive,
     bench,
@@ -117,6 +118,12 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"osqueue {osqueue.__version__}")
+        raise typer.Exit(exits.OK)
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
@@ -128,6 +135,16 @@ def _global(
         LogLevel,
         typer.Option("--log-level", envvar="OSQUEUE_LOG_LEVEL", help="Log level (stderr)."),
     ] = LogLevel.warning,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            envvar="OSQUEUE_VERSION",
+            is_eager=True,
+            callback=_print_version,
+            help="Print osqueue's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     configure_logging(LogLevel.debug if debug else log_level)
     ctx.obj = CliState(debug=debug)
@@ -184,6 +201,7 @@ def _import_extra(module: str) -> Any:
 def _delegate(ctx: typer.Context, load: Callable[[], Command], name: str) -> None:
     """Run the lazily loaded command ``name`` with the rest of the command line."""
     command = load()
+    command.context_settings.setdefault("help_option_names", ["-h", "--help"])  # as osqueue's
     code = command.main(
         args=list(ctx.args), prog_name=f"osqueue {name}", standalone_mode=False, obj=ctx.obj
     )

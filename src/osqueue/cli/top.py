@@ -126,7 +126,7 @@ def _broker_line(
         left = broker["lease_remaining_s"]
         style = "green" if broker["live"] else "yellow"
         line.append(f"broker {printable(broker['address'] or '(stopped)')}", style=style)
-        lease = f"{left:.1f}s left" if left > 0 else f"expired {-left:.1f}s ago"
+        lease = f"{age_text(left)} left" if left > 0 else f"expired {age_text(-left)} ago"
         line.append(f"  epoch {broker['epoch']}  lease {lease}")
     commits = "-" if commit_rate is None else f"{commit_rate:.1f}"
     ops = (
