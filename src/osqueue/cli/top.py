@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -101,6 +101,7 @@ def render(
     figures: CommitFigures | None,
     now: float,
     problem: str | None = None,
+    screen_of: Console | None = None,
 ) -> Group:
     status = snapshot.status(now)
     head = Text()
@@ -112,7 +113,12 @@ def render(
     head.append_text(_broker_line(status, commit_rate, figures))
     if problem:
         head.append(f"\nlast read failed: {printable(problem)}", style="red")
-    return Group(head, _queue_table(status, rates), _worker_table(snapshot, now))
+    upper = Group(head, _queue_table(status, rates))
+    room: int | None = None
+    if screen_of is not None:  # the rows left for workers below the rest and their header
+        used = len(screen_of.render_lines(upper, screen_of.options, pad=False))
+        room = screen_of.height - used - 2
+    return Group(upper, _worker_table(snapshot, now, room))
 
 
 def _broker_line(
@@ -173,14 +179,25 @@ def _queue_table(status: dict[str, Any], rates: Rates) -> Table:
     return table
 
 
-def _worker_table(snapshot: Snapshot, now: float) -> Table | Text:
+def _worker_table(snapshot: Snapshot, now: float, room: int | None = None) -> Table | Text:
+    """The workers holding jobs, busiest first: at most ``MAX_WORKERS`` rows and at
+    most ``room`` lines (the screen's), the last saying how many were left out."""
     holders = snapshot.holders(now)
     if not holders:
         return Text("no worker holds a job", style="dim")
+    fits = MAX_WORKERS if room is None else max(0, min(MAX_WORKERS, room))
+    shown_n = len(holders) if len(holders) <= fits else max(0, fits - 1)
+    if shown_n == 0 and fits < 1:
+        return Text(f"… {len(holders)} workers (no room: a taller terminal shows them)")
     table = Table(show_edge=False, pad_edge=False)
     for column in ("worker", "jobs", "queues", "oldest heartbeat", "newest heartbeat"):
-        table.add_column(column, justify="left" if column in ("worker", "queues") else "right")
-    for h in holders[:MAX_WORKERS]:
+        table.add_column(
+            column,
+            justify="left" if column in ("worker", "queues") else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    for h in holders[:shown_n]:
         table.add_row(
             shown(h.worker),
             f"{h.jobs:,}",
@@ -188,8 +205,8 @@ def _worker_table(snapshot: Snapshot, now: float) -> Table | Text:
             age_text(h.oldest_heartbeat_age_s),
             age_text(h.newest_heartbeat_age_s),
         )
-    if len(holders) > MAX_WORKERS:
-        table.add_row(f"... {len(holders) - MAX_WORKERS} more", "", "", "", "")
+    if len(holders) > shown_n:
+        table.add_row(Text(f"… {len(holders) - shown_n} more", style="dim"), "", "", "", "")
     return table
 
 
@@ -239,7 +256,13 @@ async def _run(url: str, interval_s: float, metrics: CommitMetrics | None = None
             while True:
                 figures = await metrics.figures()
                 frame = render(
-                    snapshot, rates, brokerlog.commit_rate(), figures, time.time(), problem
+                    snapshot,
+                    rates,
+                    brokerlog.commit_rate(),
+                    figures,
+                    time.time(),
+                    problem,
+                    screen_of=live.console,
                 )
                 live.update(frame, refresh=True)
                 with contextlib.suppress(TimeoutError):
