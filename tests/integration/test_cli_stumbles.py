@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -24,9 +25,11 @@ from test_cli import (
 )
 from typer.main import get_command
 
+import osqueue
 from osqueue.cli import exits
 from osqueue.cli.app import app
-from osqueue.errors import BrokerUnavailable, InvalidInput, NotFound
+from osqueue.cli.status import age_text
+from osqueue.errors import BrokerUnavailable, InvalidInput, NotFound, Unauthenticated
 
 MIB = 1024 * 1024
 __all__ = ["handlers_dir", "procs", "qdir"]  # fixtures, imported for their use here
@@ -233,3 +236,105 @@ def test_worker_logs_off_a_terminal_are_plain_lines_with_the_handlers_traceback(
     assert any('cli_handlers.py", line 6, in ok' in line for line in lines[i + 2 :])
     assert lines[-1].startswith("worker ")
     assert lines[-1].endswith("stopped: processed 0, failed 1, retried 0, lost 0, released 0")
+
+
+def test_every_commands_help_shows_each_options_variable_and_default() -> None:
+    """``osqueue CMD -h`` on a wide terminal: each option's row names its variable
+    and, when it has one, its default."""
+    group = get_command(app)
+    missing: list[str] = []
+    commands = {n: c for n, c in group.commands.items() if n not in ("pipeline", "demo")}  # type: ignore[attr-defined]
+    for name, command in commands.items():
+        shown = subprocess.run(
+            [*OSQUEUE, name, "-h"],
+            env={**os.environ, "TERMINAL_WIDTH": "1000"},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=True,
+        ).stdout
+        for param in command.params:
+            if param.param_type_name != "option" or param.name == "help" or param.hidden:  # type: ignore[attr-defined]
+                continue
+            first = next(o for o in param.opts if o.startswith("--"))
+            rows = [
+                line
+                for line in shown.splitlines()
+                if re.match(rf"│[ *]+{re.escape(first)}[ /]", line)
+            ]
+            if len(rows) != 1:
+                missing.append(f"{name} {first}: {len(rows)} rows")
+                continue
+            if f"[env var: {param.envvar}]" not in rows[0]:
+                missing.append(f"{name} {first}: no variable")
+            if param.default not in (None, False, "") and "[default: " not in rows[0]:
+                missing.append(f"{name} {first}: no default ({param.default!r})")
+    assert missing == []
+    for lazy in ("pipeline", "demo"):
+        assert run(lazy, "-h").returncode == 0
+
+
+def test_version_and_the_smaller_spellings(tmp_path: Path) -> None:
+    version = run("--version")
+    assert (version.returncode, version.stdout.decode()) == (0, f"osqueue {osqueue.__version__}\n")
+    bare = run("status", "/tmp/q")
+    assert bare.returncode == 3
+    assert bare.stderr.decode().endswith("(did you mean file:///tmp/q?)\n")
+    wide = {**os.environ, "TERMINAL_WIDTH": "1000"}
+    for command in ("broker", "work"):
+        helped = subprocess.run(
+            [*OSQUEUE, command, "-h"], env=wide, capture_output=True, text=True, check=True
+        )
+        assert "needs osqueue[metrics])" in helped.stdout
+    result_help = subprocess.run(
+        [*OSQUEUE, "result", "-h"], env=wide, capture_output=True, text=True, check=True
+    ).stdout
+    assert "--wait-s" in result_help
+    assert not re.search(r"--wait\b(?!-s)", result_help)  # the old spelling works, unlisted
+
+
+def test_result_takes_the_old_wait_spelling_too(qdir: Path) -> None:
+    ids = seed(qdir)
+    for spelling in ("--wait-s", "--wait"):
+        waited = run("result", url_of(qdir), ids["a"][1], spelling, "0.05", "--embedded")
+        assert waited.returncode == 75, waited.stderr  # the job is queued: the wait ran out
+
+
+def test_a_port_in_use_is_one_line(qdir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = run("broker", url_of(qdir), "--listen", address)
+    assert result.returncode == exits.ERROR
+    assert result.stderr.decode().splitlines() == [
+        f"error: OsqueueError: cannot listen on {address}: the address is in use (another"
+        " process listens there; a port of 0 takes any free one)"
+    ]
+
+
+def test_a_missing_token_names_the_cli_option(qdir: Path, procs: list[Proc]) -> None:
+    start_broker(procs, qdir, qdir, "--token", "s3cret")
+    pushed = run("push", url_of(qdir), "--data", "x")
+    assert pushed.returncode == exits.EXIT_CODES[Unauthenticated]
+    assert pushed.stderr.decode().splitlines()[-1] == (
+        "error: Unauthenticated: no bearer token: give --token, --token-file or OSQUEUE_TOKEN"
+        " (osqueue CLI), or connect(token=...) from Python"
+    )
+
+
+def test_schedule_remove_of_a_missing_one_is_not_found(qdir: Path) -> None:
+    seed(qdir)
+    removed = run("schedule", url_of(qdir), "remove", "nothere", "--embedded")
+    assert removed.returncode == exits.EXIT_CODES[NotFound] == 4
+    url = url_of(qdir)
+    assert removed.stderr.decode().splitlines() == [
+        f"error: NotFound: no schedule 'nothere' at {url} (`osqueue schedule {url} list`"
+        " shows them)"
+    ]
+
+
+def test_ages_are_printed_one_way() -> None:
+    assert [age_text(s) for s in (None, 4.24, 43.9, 103.3, 120.0, 927.0, 11_100.0, 200_000.0)] == [
+        "-", "4.2s", "43s", "1m43s", "2m0s", "15m27s", "3h5m", "2d7h",
+    ]  # fmt: skip
