@@ -96,6 +96,13 @@ class PlainFormatter(logging.Formatter):
         return printable("".join(lines).rstrip())
 
 
+class _TracebackFormatter(PlainFormatter):
+    """The message alone (rich shows the time and level), a traceback as plain lines."""
+
+    def __init__(self) -> None:
+        logging.Formatter.__init__(self, "%(message)s")
+
+
 class _PlainHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Plain lines on whatever ``sys.stderr`` is at each record (tests swap it)."""
 
@@ -118,13 +125,11 @@ def log_handler() -> logging.Handler:
     console = stderr()
     if not console.is_terminal:
         return _PlainHandler()
-    return _LogHandler(
-        console=console,
-        show_path=False,
-        rich_tracebacks=True,
-        tracebacks_max_frames=LOG_TRACEBACK_FRAMES,
-        markup=False,
+    handler = _LogHandler(
+        console=console, show_path=False, markup=False, log_time_format="%H:%M:%S"
     )
+    handler.setFormatter(_TracebackFormatter())  # plain traceback lines, bounded
+    return handler
 
 
 def stdout() -> Console:

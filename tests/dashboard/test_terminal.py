@@ -1,5 +1,6 @@
-"""``osqueue top`` in a small terminal (80x24, tmux): the worker table that does not
-fit says how many workers it left out, on the screen."""
+"""The CLI in a small terminal (80x24, tmux): ``osqueue top``'s worker table that
+does not fit says how many workers it left out; a worker's failure warnings
+stand on their own lines, above its line of counters."""
 
 from __future__ import annotations
 
@@ -51,3 +52,38 @@ def test_top_at_80x24_says_how_many_workers_it_cut(tmp_path: Path, tmux: Tmux) -
     assert row(screen, "worker-00")[1:3] == ["1", "work"]
     assert "… " in lines[-1]  # the sign is the last line shown, not cut off itself
     tmux("send-keys", "-t", "top", "q")
+
+
+FAILING = """
+def handle(job):
+    raise ValueError("cannot handle " + job.payload.decode())
+"""
+
+
+def test_a_failure_warning_is_not_written_on_the_workers_counter_line(
+    tmp_path: Path, tmux: Tmux
+) -> None:
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    (tmp_path / "failing_handlers.py").write_text(FAILING)
+
+    async def push() -> None:
+        async with Broker(queue.as_uri(), BrokerConfig(address="127.0.0.1:1")) as broker:
+            await broker.client().push(b"p-1", queue="q", max_attempts=1)
+
+    asyncio.run(push())
+    work = shlex.join(
+        ["env", f"PYTHONPATH={SRC}:{tmp_path}", sys.executable, "-m", "osqueue.cli", "work",
+         queue.as_uri(), "-H", "failing_handlers:handle", "-q", "q", "--embedded"]
+    )  # fmt: skip
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", work)
+    screen = tmux.wait("the failure and the counters", lambda s: "failed 1" in s and "p-1" in s)
+    lines = screen.rstrip("\n").splitlines()
+    warning = next(i for i, line in enumerate(lines) if "WARNING" in line)
+    assert "failed:" in lines[warning]
+    assert "Traceback (most recent call last):" in "\n".join(lines[warning + 1 : warning + 3])
+    counters = [line for line in lines if "processed" in line]
+    assert len(counters) == 1
+    assert counters[0].startswith("running 0  processed 0")
+    assert "WARNING" not in counters[0]
+    assert lines[-1] == counters[0]  # the live line stays below the log
