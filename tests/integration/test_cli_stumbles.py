@@ -338,3 +338,42 @@ def test_ages_are_printed_one_way() -> None:
     assert [age_text(s) for s in (None, 4.24, 43.9, 103.3, 120.0, 927.0, 11_100.0, 200_000.0)] == [
         "-", "4.2s", "43s", "1m43s", "2m0s", "15m27s", "3h5m", "2d7h",
     ]  # fmt: skip
+
+
+def test_push_lines_that_loses_its_broker_midway_says_where_to_resend(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    broker, _ = start_broker(procs, handlers_dir, qdir)
+    pusher = spawn(
+        procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", "--retry-for-s", "1",
+        stdin=True,
+    )  # fmt: skip
+    pusher.write("one\n")
+    first = pusher.expect(pusher.out, r"^(\S+)$").group(1)
+    broker.popen.kill()  # kill -9: the document still names it; nobody answers there
+    broker.wait()
+    pusher.write("two\nthree\n")
+    pusher.close_stdin()
+    assert pusher.wait() == exits.EXIT_CODES[BrokerUnavailable]
+    assert pusher.rest(pusher.out) == []  # no id but the committed one's
+    told = pusher.rest(pusher.err)
+    assert "warning: pushed line 1 (ids above); resend from line 2" in told, told
+    assert told[-1].startswith("error: BrokerUnavailable: ")
+    assert set(read_doc(qdir).jobs) == {first}
+
+
+def test_push_lines_stream_stops_at_a_bad_line_and_names_it(
+    qdir: Path, handlers_dir: Path, procs: list[Proc]
+) -> None:
+    start_broker(procs, handlers_dir, qdir)
+    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", stdin=True)
+    pusher.write("one\n")
+    first = pusher.expect(pusher.out, r"^(\S+)$").group(1)
+    pusher.write("x" * (5 * MIB) + "\n")
+    pusher.close_stdin()
+    assert pusher.wait() == 3
+    assert pusher.rest(pusher.err)[-1] == (
+        "error: InvalidInput: line 2: payload: is 5242880 bytes; at most 4194304"
+        " (only line 1 was pushed)"
+    )
+    assert set(read_doc(qdir).jobs) == {first}

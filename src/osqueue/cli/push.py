@@ -299,6 +299,10 @@ def _span(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
+def _were(first: int, last: int) -> str:
+    return f"{_span(first, last)} {'was' if first == last else 'were'}"
+
+
 class Pusher:
     def __init__(self, template: JobTemplate, *, batch_max: int, retry_for_s: float) -> None:
         self.template = template
@@ -321,7 +325,7 @@ class Pusher:
                 pushed = (
                     "nothing was pushed"
                     if self.pushed == 0
-                    else (f"only lines 1-{first_line - 1} were pushed")
+                    else f"only {_were(1, first_line - 1)} pushed"
                 )
                 raise InvalidInput(
                     f"line {n}: {what}: {message} ({pushed})", field=f"line {n}"
