@@ -38,7 +38,7 @@ from osqueue.cli.options import (
     open_client,
 )
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
-from osqueue.errors import InvalidInput, MissingExtra
+from osqueue.errors import BrokerUnavailable, InvalidInput, MissingExtra
 
 _SPARK = "Spark"
 
@@ -217,11 +217,14 @@ async def _run(
             f"worker {worker.worker_id}: queues {', '.join(worker.queues)}, "
             f"concurrency {config.concurrency}"
         )
-        with _Progress(worker, BrokerWatch(client, options.url, config.burst)) as progress:
+        watch = BrokerWatch(client, options.url, config.burst)
+        with _Progress(worker, watch) as progress:
             runner = asyncio.create_task(worker.run(), name="osqueue-cli-worker")
             if config.metrics_listen is not None:
                 await _announce_metrics(worker, runner)
             await progress.follow(runner)
+        if watch.gave_up is not None:
+            raise watch.gave_up
         return worker
 
 
@@ -237,7 +240,9 @@ async def _announce_metrics(worker: Worker, runner: asyncio.Task[None]) -> None:
 class BrokerWatch:
     """Tells when no broker is serving: a WARNING once the client's calls have found
     none for ``FIRST_S`` (naming the URL and what was tried), again every
-    ``EVERY_S`` while it lasts, and an INFO line once a broker answers again."""
+    ``EVERY_S`` while it lasts, and an INFO line once a broker answers again.  With
+    ``--burst`` it stops the worker once no broker answered for a whole call's time
+    (``--retry-for-s``): nobody to ask ends the run, with exit code 8."""
 
     FIRST_S = 3.0
     EVERY_S = 60.0
@@ -247,13 +252,25 @@ class BrokerWatch:
         self.url = url
         self.burst = burst
         self.told_at: float | None = None
+        #: with ``burst``: why the worker was stopped (nobody to ask)
+        self.gave_up: BrokerUnavailable | None = None
 
-    def check(self) -> None:
+    def check(self, worker: Worker) -> None:
+        """Tell what is due; with ``burst``, stop ``worker`` once no broker answered
+        for a whole call's time (``gave_up`` then says why)."""
         failover = self.failover
         if failover is None:
             return
         now = failover.clock.monotonic()
         since = failover.failing_since
+        limit = failover.config.timeout_s
+        if self.burst and since is not None and now - since >= limit and not self.gave_up:
+            self.gave_up = BrokerUnavailable(
+                f"no broker for {self.url} answered within {limit:g}s; last error: "
+                f"{exits.one_line(str(failover.last_error))}"
+            )
+            worker.stop()
+            return
         if since is None:
             if self.told_at is not None:
                 log.info("a broker is serving %s again", self.url, extra={"action": "broker_back"})
@@ -264,7 +281,6 @@ class BrokerWatch:
         ):
             return
         self.told_at = now
-        limit = failover.config.timeout_s
         then = (
             f"the worker exits (code 8) if none answers within {limit:g} s"
             if self.burst
@@ -301,7 +317,7 @@ class _Progress:
 
     async def follow(self, runner: asyncio.Task[None]) -> None:
         while not runner.done():
-            self.watch.check()
+            self.watch.check(self.worker)
             if self.live is not None:
                 self.live.update(self.line(self.worker.counters))
             await asyncio.wait({runner}, timeout=0.5)

@@ -10,9 +10,7 @@ gone, a completion queued, the stop).  A transient error backs off
 (:class:`~osqueue.backoff.Backoff`) and gives the queued completions back to
 their tasks; the stop interrupts a long poll and a backoff, and jobs claimed
 while stopping are released at once.  With ``burst`` it stops the worker once
-a claim comes back empty and nothing is held, and raises the
-:class:`~osqueue.errors.BrokerUnavailable` of a claim that found no broker
-within the client's ``timeout_s`` (nobody to ask).
+a claim comes back empty and nothing is held.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from osqueue.client.worker.settle import Settler
 from osqueue.client.worker.units import Units
 from osqueue.client.worker.wait import first_of
 from osqueue.clock import Clock
-from osqueue.errors import BrokerUnavailable, OsqueueError, Retryable
+from osqueue.errors import OsqueueError, Retryable
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +89,6 @@ class ClaimLoop:
                 try:
                     jobs = await self._claim_carrying(rides, free)
                 except Retryable as exc:
-                    if self._config.burst and isinstance(exc, BrokerUnavailable):
-                        raise  # burst: nobody to ask is an end, and an error
                     if self._counters.records is not None:
                         self._counters.records.claim_failures += 1
                     await self._back_off(exc, failures)
