@@ -215,8 +215,9 @@ def push(
         tls_fingerprint=tls_fingerprint,
         allow_plaintext_token=allow_plaintext_token,
     )
-    pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
-    pusher.checker = RequestChecker(_limits(embedded))
+    pusher = Pusher(
+        template, batch_max=batch_max, retry_for_s=retry_for_s, limits=_limits(embedded)
+    )
     if lines and not stream:
         jobs = pusher.check([_strip(raw) for raw in sys.stdin.buffer], first_line=1)
         asyncio.run(pusher.push_checked(options, jobs))
@@ -304,12 +305,20 @@ def _were(first: int, last: int) -> str:
 
 
 class Pusher:
-    def __init__(self, template: JobTemplate, *, batch_max: int, retry_for_s: float) -> None:
+    def __init__(
+        self,
+        template: JobTemplate,
+        *,
+        batch_max: int,
+        retry_for_s: float,
+        limits: Limits | None = None,
+    ) -> None:
         self.template = template
         self.batch_max = batch_max
         self.retry_for_s = retry_for_s
         self.pushed = 0
-        self.checker = RequestChecker(Limits())
+        #: checks each job as the broker will (``limits``: what it accepts)
+        self.checker = RequestChecker(limits or Limits())
 
     def check(self, payloads: Sequence[bytes], *, first_line: int) -> list[NewJob]:
         """The jobs of these lines, each checked as the broker will check it;

@@ -145,6 +145,7 @@ class Failover:
             except grpc.aio.AioRpcError as exc:
                 failure = classify(exc, conn.address)
                 if failure.action is Action.RAISE:
+                    self.failing_since = None  # a broker answered (with an error)
                     raise failure.error from exc
             if failure.unknown and on_unknown is not None:
                 on_unknown()
@@ -209,6 +210,7 @@ class Failover:
             except grpc.aio.AioRpcError as exc:
                 failure = classify(exc, conn.address)
                 if failure.action is Action.RAISE:
+                    self.failing_since = None  # a broker answered (with an error)
                     raise failure.error from exc
                 if received:
                     if failure.action is not Action.BACKOFF:
