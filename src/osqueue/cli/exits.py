@@ -25,6 +25,9 @@ ERROR = 1
 USAGE = 2
 #: A bug: an exception that is not an OsqueueError.
 INTERNAL = 70
+#: ``osqueue result --wait-s``: the wait ran out before the job finished
+#: (sysexits' EX_TEMPFAIL: ask again later).
+NOT_FINISHED = 75
 #: The user's own code given on the command line failed (a handler module that
 #: raises or has a syntax error at import): its traceback is shown (EX_CONFIG).
 CONFIG = 78

@@ -14,8 +14,8 @@ from osqueue.api import JobResult
 from osqueue.cli import exits
 from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
 
-#: The wait ran out before the job finished (sysexits' EX_TEMPFAIL: ask again later).
-NOT_FINISHED = 75
+#: The wait ran out before the job finished (the table is in :mod:`osqueue.cli.exits`).
+NOT_FINISHED = exits.NOT_FINISHED
 
 
 def result(
