@@ -13,6 +13,7 @@ from dashboard_helpers import TOKEN, Seeded, dashboard_config
 
 from osqueue.dashboard.security import Access
 from osqueue.dashboard.web import Dashboard
+from osqueue.server.runner import BrokerServer
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -198,17 +199,24 @@ async def test_bulk_purge_of_one_queue(http: aiohttp.ClientSession, seeded: Seed
 
 
 async def test_archive_by_day_and_hour_and_find(
-    board: Dashboard, http: aiohttp.ClientSession, seeded: Seeded
+    board: Dashboard, http: aiohttp.ClientSession, seeded: Seeded, broker_server: BrokerServer
 ) -> None:
-    # The broker writes archive objects just after the commit that completed the
-    # jobs: look until they are there (the listing is not cached here).
+    # The broker writes archive objects just after the commits that completed the
+    # jobs (one object per version, written by concurrent writers): wait until
+    # every completed job's record is found, within the time a broker gives its
+    # archive writes on a stop (the listing is not cached here).
     board.archive.cache_s = 0.0
-    for _ in range(400):
-        found = await board.archive.find(seeded.completed[0])
-        if found.hit is not None:
+    deadline = asyncio.get_running_loop().time() + broker_server.broker_config.drain_timeout_s
+    while True:
+        hits = [await board.archive.find(job_id) for job_id in seeded.completed]
+        if all(f.hit is not None for f in hits):
             break
-        await asyncio.sleep(0.05)
-    assert found.hit is not None, "the broker never archived the completed jobs"
+        assert asyncio.get_running_loop().time() < deadline, (
+            f"the broker archived {sum(f.hit is not None for f in hits)} of 3 completed jobs"
+        )
+        await asyncio.sleep(0.05)  # the next look at the listing, not a wait for the writers
+    found = hits[0]
+    assert found.hit is not None
     obj, record = found.hit
     assert record.queue == "done"
     assert record.worker == "worker-3"

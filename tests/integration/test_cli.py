@@ -437,17 +437,25 @@ def test_bad_worker_config_names_the_field(qdir: Path, handlers_dir: Path) -> No
     assert_one_error_line(result, 3, "batch_size")
 
 
-def test_unexpected_errors_are_one_line_unless_debug(qdir: Path, handlers_dir: Path) -> None:
+def test_a_handler_that_fails_to_import_shows_the_users_traceback(
+    qdir: Path, handlers_dir: Path
+) -> None:
     (handlers_dir / "boom_on_import.py").write_text("raise RuntimeError('import went wrong')\n")
     result = invoke("work", url_of(qdir), "--handler", "boom_on_import:f")
-    assert result.exit_code == exits.INTERNAL
+    assert result.exit_code == exits.CONFIG == 78
     lines = result.stderr.strip().splitlines()
-    assert lines[0] == "internal error: RuntimeError: import went wrong"
-    assert "Traceback" not in result.stderr
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1].endswith('boom_on_import.py", line 1, in <module>')
+    assert "osqueue" not in lines[1]
+    assert lines[-2] == "RuntimeError: import went wrong"
+    assert lines[-1] == (
+        "error: handler module 'boom_on_import' failed to import: RuntimeError: import went wrong"
+    )
+    assert "internal error" not in result.stderr
     sys.modules.pop("boom_on_import", None)
-    debug = invoke("--debug", "work", url_of(qdir), "--handler", "boom_on_import:f")
-    assert debug.exit_code == exits.INTERNAL
-    assert "Traceback (most recent call last)" in debug.stderr
+    debug = invoke("work", url_of(qdir), "--handler", "boom_on_import:f", "--debug")
+    assert debug.exit_code == exits.CONFIG
+    assert "osqueue/cli/work.py" in debug.stderr  # --debug, after the command: every frame
     sys.modules.pop("boom_on_import", None)
 
 
@@ -588,7 +596,9 @@ def test_broker_push_work_status_as_processes(
     broker, address = start_broker(procs, handlers_dir, qdir)
     assert read_doc(qdir).broker.address == address  # type: ignore[union-attr]
 
-    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", "-q", "a", stdin=True)
+    pusher = spawn(
+        procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", "-q", "a", stdin=True
+    )
     # Each id is printed only once its push is committed: the document has it already.
     for i in range(3):
         pusher.write(f"job {i}\n")
@@ -723,7 +733,7 @@ def test_push_lines_rides_through_a_broker_failover(
         procs, handlers_dir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", "--standby", *lease
     )
     standby.expect(standby.err, r"standing by")
-    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", stdin=True)
+    pusher = spawn(procs, handlers_dir, "push", url_of(qdir), "--lines", "--stream", stdin=True)
     pusher.write("before\n")
     before = pusher.expect(pusher.out, r"^(\S+)$").group(1)
 

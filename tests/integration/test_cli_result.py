@@ -111,7 +111,7 @@ def test_exit_codes_for_unknown_and_unfinished_jobs(qdir: Path) -> None:
     missing = invoke("result", url, "01JD0000000000000000000000", "--embedded")
     assert missing.exit_code == 5
     assert "JobNotFound" in missing.stderr
-    pending = invoke("result", url, ids["queued"], "--wait", "0.05", "--embedded")
+    pending = invoke("result", url, ids["queued"], "--wait-s", "0.05", "--embedded")
     assert pending.exit_code == NOT_FINISHED
     assert json.loads(pending.stdout)["status"] == "queued"
     bad = invoke("result", url, "not an id", "--embedded")

@@ -45,7 +45,9 @@ def test_schedule_add_list_and_remove(qdir: Path) -> None:
     removed = invoke("schedule", url, "remove", "beat", "--embedded")
     assert removed.stdout.strip() == "removed schedule beat"
     again = invoke("schedule", url, "remove", "beat", "--embedded")
-    assert_one_error_line(again, 1, "no schedule 'beat'")
+    assert_one_error_line(
+        again, 4, f"NotFound: no schedule 'beat' at {url} (`osqueue schedule {url} list`"
+    )
     assert [s.name for s in read_doc(qdir).schedules] == ["nightly"]
 
 
@@ -59,7 +61,14 @@ def test_schedule_add_errors_name_the_field(qdir: Path) -> None:
         "schedule", url, "add", "x", "--cron", "* * * * *", "--every", "1m", "-q", "q",
         "--embedded",
     )  # fmt: skip
-    assert_one_error_line(both, 3, "exactly one of cron and every_s")
+    assert_one_error_line(both, 3, "cron: give exactly one of --cron and --every")
+    neither = invoke("schedule", url, "add", "x", "-q", "q", "--embedded")
+    assert_one_error_line(neither, 3, "cron: give exactly one of --cron and --every")
+    out_of_range = invoke("schedule", url, "add", "x", "--cron", "61 * * * *", "-q", "q")
+    assert out_of_range.stderr.splitlines() == [
+        "error: InvalidInput: cron: '61 * * * *': minute field: 61 is out of range 0-59"
+    ]
+    assert out_of_range.exit_code == 3
     no_name = invoke("schedule", url, "remove", "--embedded")
     assert_one_error_line(no_name, 3, "NAME")
 

@@ -21,6 +21,7 @@ import typer
 from typer._click.core import Command, Context  # typer >= 0.2x vendors click
 from typer.core import TyperGroup
 
+import osqueue
 from osqueue.cli import (
     archive,
     bench,
@@ -62,7 +63,15 @@ class CliState:
 
 
 class OsqueueGroup(TyperGroup):
-    """Turns every exception from a command into one line and an exit code."""
+    """Turns every exception from a command into one line and an exit code.
+
+    ``--debug`` and ``--log-level LEVEL`` are taken anywhere on the line
+    (``osqueue status URL --debug``), up to a ``--``: they are moved before the
+    command, where they are options.
+    """
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, global_options_first(args))
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -79,6 +88,26 @@ class OsqueueGroup(TyperGroup):
             raise typer.Exit(exits.report(exc, debug=state.debug)) from None
 
 
+def global_options_first(args: list[str]) -> list[str]:
+    """``args`` with ``--debug`` and ``--log-level LEVEL`` (or ``--log-level=LEVEL``)
+    moved to the front, from anywhere before a ``--``."""
+    end = args.index("--") if "--" in args else len(args)
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < end:
+        arg = args[i]
+        if arg == "--debug" or arg.startswith("--log-level="):
+            moved.append(arg)
+        elif arg == "--log-level" and i + 1 < end:
+            moved += args[i : i + 2]
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return [*moved, *rest, *args[end:]]
+
+
 app = typer.Typer(
     name="osqueue",
     cls=OsqueueGroup,
@@ -88,6 +117,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"osqueue {osqueue.__version__}")
+        raise typer.Exit(exits.OK)
 
 
 @app.callback()
@@ -101,6 +136,16 @@ def _global(
         LogLevel,
         typer.Option("--log-level", envvar="OSQUEUE_LOG_LEVEL", help="Log level (stderr)."),
     ] = LogLevel.warning,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            envvar="OSQUEUE_VERSION",
+            is_eager=True,
+            callback=_print_version,
+            help="Print osqueue's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     configure_logging(LogLevel.debug if debug else log_level)
     ctx.obj = CliState(debug=debug)
@@ -158,6 +203,7 @@ def _import_extra(module: str) -> Any:
 def _delegate(ctx: typer.Context, load: Callable[[], Command], name: str) -> None:
     """Run the lazily loaded command ``name`` with the rest of the command line."""
     command = load()
+    command.context_settings.setdefault("help_option_names", ["-h", "--help"])  # as osqueue's
     code = command.main(
         args=list(ctx.args), prog_name=f"osqueue {name}", standalone_mode=False, obj=ctx.obj
     )

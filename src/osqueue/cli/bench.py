@@ -61,7 +61,7 @@ def bench(
             "--metrics",
             envvar="OSQUEUE_BENCH_METRICS",
             help="The broker serves Prometheus metrics, scraped every second during the run"
-            " (their cost; needs osqueue[metrics]).",
+            " (their cost; needs osqueue\\[metrics]).",
         ),
     ] = False,
     as_json: AsJson = False,

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import time
+import traceback
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console, ConsoleRenderable
@@ -60,9 +64,72 @@ class _LogHandler(RichHandler):
         return super().render_message(record, printable(message))
 
 
-def log_handler() -> RichHandler:
-    """The CLI's logging handler: stderr, rich tracebacks, messages never markup."""
-    return _LogHandler(console=stderr(), show_path=False, rich_tracebacks=True, markup=False)
+#: Frames of a traceback shown in a log line (the innermost ones).
+LOG_TRACEBACK_FRAMES = 30
+
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def _utc(seconds: float | None) -> time.struct_time:
+    return time.gmtime(seconds)
+
+
+class PlainFormatter(logging.Formatter):
+    """``2026-11-25T16:47:43.512Z WARNING osqueue.client.worker.settle: message``:
+    one line per record (ISO-8601 UTC), control characters escaped, a traceback
+    (its innermost ``LOG_TRACEBACK_FRAMES`` frames) on the lines below."""
+
+    default_time_format = "%Y-%m-%dT%H:%M:%S"
+    default_msec_format = "%s.%03dZ"
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.converter = _utc
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: _ExcInfo | tuple[None, None, None]) -> str:
+        if ei[1] is None:
+            return ""
+        lines = traceback.format_exception(ei[1], limit=-LOG_TRACEBACK_FRAMES)
+        return printable("".join(lines).rstrip())
+
+
+class _TracebackFormatter(PlainFormatter):
+    """The message alone (rich shows the time and level), a traceback as plain lines."""
+
+    def __init__(self) -> None:
+        logging.Formatter.__init__(self, "%(message)s")
+
+
+class _PlainHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Plain lines on whatever ``sys.stderr`` is at each record (tests swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(PlainFormatter())
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def log_handler() -> logging.Handler:
+    """The CLI's logging handler on stderr: on a terminal rich lines (messages never
+    markup); off one plain lines, never padded or wrapped (:class:`PlainFormatter`)."""
+    console = stderr()
+    if not console.is_terminal:
+        return _PlainHandler()
+    handler = _LogHandler(
+        console=console, show_path=False, markup=False, log_time_format="%H:%M:%S"
+    )
+    handler.setFormatter(_TracebackFormatter())  # plain traceback lines, bounded
+    return handler
 
 
 def stdout() -> Console:

@@ -33,6 +33,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.errors import OsqueueError
 from osqueue.pipeline.dataroot import DataRoot
@@ -197,7 +198,7 @@ def demo(
     quiet_third_parties()
     ok = asyncio.run(Demo(config, stdout()).run())
     if not ok:
-        raise typer.Exit(1)
+        raise typer.Exit(exits.ERROR)
 
 
 class Demo:

@@ -8,6 +8,7 @@ Scripts can tell failures apart by exit code (``osqueue push ... || case $?``);
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import traceback
@@ -24,6 +25,12 @@ ERROR = 1
 USAGE = 2
 #: A bug: an exception that is not an OsqueueError.
 INTERNAL = 70
+#: ``osqueue result --wait-s``: the wait ran out before the job finished
+#: (sysexits' EX_TEMPFAIL: ask again later).
+NOT_FINISHED = 75
+#: The user's own code given on the command line failed (a handler module that
+#: raises or has a syntax error at import): its traceback is shown (EX_CONFIG).
+CONFIG = 78
 #: Stopped by Ctrl-C before finishing.
 INTERRUPTED = 130
 #: Standard output was closed by its reader (``osqueue ... | head``), as a shell
@@ -55,8 +62,36 @@ EXIT_CODES: dict[type[errors.OsqueueError], int] = {
 }
 
 
+class UserCodeFailed(Exception):
+    """Code the user named on the command line raised (not a bug of osqueue)."""
+
+    def __init__(self, what: str, original: BaseException) -> None:
+        super().__init__(f"{what}: {describe(original)}")
+        self.original = original
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback without the frames of osqueue and of the import machinery:
+    what the user needs to fix their own code."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(("<frozen ", _OWN, _IMPORTLIB))
+    ]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(exc)
+    return "".join(lines).rstrip()
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../osqueue
+_IMPORTLIB = os.path.dirname(importlib.__file__ or "importlib")
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit code for ``exc``: the closest class in :data:`EXIT_CODES`, else INTERNAL."""
+    if isinstance(exc, UserCodeFailed):
+        return CONFIG
     for cls in type(exc).__mro__:
         code = EXIT_CODES.get(cls)
         if code is not None:
@@ -85,9 +120,13 @@ def report(exc: BaseException, *, debug: bool) -> int:
     console = stderr()
     if debug:
         console.print(escape("".join(traceback.format_exception(exc)).rstrip()), style="dim")
-    label = "error" if isinstance(exc, errors.OsqueueError) else "internal error"
-    console.print(f"[bold red]{label}:[/] [red]{escape(describe(exc))}[/]")
-    if not debug and not isinstance(exc, errors.OsqueueError):
+    elif isinstance(exc, UserCodeFailed):
+        console.print(escape(user_traceback(exc.original)), style="dim")
+    ours = isinstance(exc, errors.OsqueueError | UserCodeFailed)
+    label = "error" if ours else "internal error"
+    text = one_line(str(exc)) if isinstance(exc, UserCodeFailed) else describe(exc)
+    console.print(f"[bold red]{label}:[/] [red]{escape(text)}[/]")
+    if not debug and not ours:
         console.print("[dim]run with --debug for the traceback[/]")
     return exit_code(exc)
 

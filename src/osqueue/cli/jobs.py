@@ -32,6 +32,7 @@ from osqueue.cli import exits
 from osqueue.cli.console import printable, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_blob
+from osqueue.cli.status import age_text
 from osqueue.errors import JobNotFound
 from osqueue.state import Document, StoredJob, decode
 from osqueue.storage import from_url
@@ -219,7 +220,7 @@ def _table(selected: list[Listed], now: float) -> Table:
         age = now - job.created_at.timestamp()
         status: str = job.status
         if job.status == "queued" and job.run_at is not None and job.run_at.timestamp() > now:
-            status = f"queued (in {job.run_at.timestamp() - now:.0f}s)"
+            status = f"queued (in {age_text(job.run_at.timestamp() - now)})"
         elif listed.segment is not None:
             status = "queued (spilled)"
         elif job.status == "waiting":
@@ -230,7 +231,7 @@ def _table(selected: list[Listed], now: float) -> Table:
             Text(status, style=_STYLE[job.status]),
             str(job.priority),
             f"{job.attempts}/{job.max_attempts}",
-            f"{age:.0f}s",
+            age_text(age),
             shown(job.claim.worker if job.claim else ""),
             shown(exits.one_line(job.last_error or "")[:200]),
         )

@@ -87,7 +87,7 @@ MetricsListen = Annotated[
         "--metrics-listen",
         envvar="OSQUEUE_METRICS_LISTEN",
         help="host:port to serve Prometheus metrics on at /metrics, no token needed"
-        " (port 0: any free port; needs osqueue[metrics]).",
+        " (port 0: any free port; needs osqueue\\[metrics]).",
     ),
 ]
 Queue = Annotated[str, typer.Option("--queue", "-q", envvar="OSQUEUE_QUEUE", help="Queue name.")]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.cli.options import (
     AllowPlaintextToken,
@@ -355,7 +356,7 @@ def verify(root: Root) -> None:
     for line in result.differences:
         console.print(f"[red]{line}[/]")
     console.print(f"[bold red]verify: FAILED[/] ({len(result.differences)} differences)")
-    raise typer.Exit(1)
+    raise typer.Exit(exits.ERROR)
 
 
 if __name__ == "__main__":  # python -m osqueue.cli.pipeline (the demo's worker processes)

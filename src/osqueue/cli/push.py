@@ -2,9 +2,19 @@
 
 Job ids are chosen here, before the first send, so a push retried after a lost
 answer or a broker failover is applied once.  With ``--lines`` every stdin line
-is a job; lines are pushed in batches as they arrive (whatever accumulated
-while the previous batch was in flight), and ids are printed batch by batch,
-in input order, only after the broker acknowledged them.
+is a job.  Every line is read and checked first (its size against the
+broker's payload limit, and every field as the broker would check it), so a
+bad line anywhere pushes nothing and the error names its line number.  Then
+the jobs are pushed in batches of ``--batch-max``, and ids are printed batch by
+batch, in input order, only after the broker acknowledged them.  With
+``--stream`` lines are pushed as they arrive instead (whatever accumulated
+while the previous batch was in flight), each batch checked before it is sent.
+
+If a send fails for good midway (no broker answers within ``--retry-for-s``),
+the ids of every job committed before are on standard output, and one more
+line on stderr says from which line to resend: a retry of the rest makes no
+duplicates.  The batch in flight when the broker went away may or may not have
+been committed; its line numbers are named.
 
 Before the first send it looks at the queue document once (reads only): with
 no document there is no queue, and it says so at once (how to start one)
@@ -44,15 +54,20 @@ from osqueue.cli.options import (
 from osqueue.cli.snapshot import read_blob
 from osqueue.errors import (
     InvalidInput,
+    MaybeCommitted,
     NotFound,
+    OsqueueError,
+    OutcomeUnknown,
     Retryable,
     StorageError,
 )
 from osqueue.ids import new_id
+from osqueue.server.limits import MIB, Limits, RequestChecker
 from osqueue.state import DOCUMENT_KEY
 from osqueue.state.codec import decode_owner
 from osqueue.state.model import BrokerInfo
 from osqueue.storage import from_url
+from osqueue.wire.convert import new_job_to_pb
 
 #: Errors after which the same batch (same ids) is sent again.
 _BACKOFF_MIN_S = 0.05
@@ -120,7 +135,7 @@ def push(
         list[str] | None,
         typer.Option(
             "--after",
-            envvar="OSQUEUE_AFTER",
+            envvar="OSQUEUE_PUSH_AFTER",
             help="A parent job's id (repeat it): the job waits until every parent completed.",
         ),
     ] = None,
@@ -139,7 +154,16 @@ def push(
         typer.Option(
             "--lines",
             envvar="OSQUEUE_LINES",
-            help="One job per stdin line, batched as they arrive.",
+            help="One job per stdin line: every line is checked before any is pushed.",
+        ),
+    ] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            envvar="OSQUEUE_PUSH_STREAM",
+            help="With --lines: push lines as they arrive (each batch checked before it is"
+            " sent) instead of reading stdin to its end first.",
         ),
     ] = False,
     batch_max: Annotated[
@@ -187,6 +211,8 @@ def push(
             + (f" (got {', '.join(given)})" if given else ""),
             field="data",
         )
+    if stream and not lines:
+        raise InvalidInput("--stream goes with --lines", field="stream")
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
     template = JobTemplate(
@@ -209,8 +235,13 @@ def push(
         tls_fingerprint=tls_fingerprint,
         allow_plaintext_token=allow_plaintext_token,
     )
-    pusher = Pusher(template, batch_max=batch_max, retry_for_s=retry_for_s)
-    if lines:
+    pusher = Pusher(
+        template, batch_max=batch_max, retry_for_s=retry_for_s, limits=_limits(embedded)
+    )
+    if lines and not stream:
+        jobs = pusher.check([_strip(raw) for raw in sys.stdin.buffer], first_line=1)
+        asyncio.run(pusher.push_checked(options, jobs))
+    elif lines:
         asyncio.run(pusher.push_lines(options, sys.stdin.buffer))
     else:
         payload = data.encode() if data is not None else _read_file(file)
@@ -268,12 +299,101 @@ def _read_file(path: Path | None) -> bytes:
         raise InvalidInput(f"cannot read {str(path)!r}: {exc.strerror}", field="file") from exc
 
 
+def _limits(embedded: bool) -> Limits:
+    """What the broker will accept: a gRPC server's limits, or with ``--embedded``
+    the broker's own payload bound (no message carries the payload)."""
+    if not embedded:
+        return Limits()
+    from osqueue.broker import BrokerConfig
+
+    most = BrokerConfig().max_payload_bytes
+    return Limits(max_payload_bytes=most, max_message_bytes=most + MIB)
+
+
+def _strip(raw: bytes) -> bytes:
+    """A line without its ``\n`` (or ``\r\n``)."""
+    line = raw[:-1] if raw.endswith(b"\n") else raw
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def _span(first: int, last: int) -> str:
+    return f"line {first}" if first == last else f"lines {first}-{last}"
+
+
+def _were(first: int, last: int) -> str:
+    return f"{_span(first, last)} {'was' if first == last else 'were'}"
+
+
 class Pusher:
-    def __init__(self, template: JobTemplate, *, batch_max: int, retry_for_s: float) -> None:
+    def __init__(
+        self,
+        template: JobTemplate,
+        *,
+        batch_max: int,
+        retry_for_s: float,
+        limits: Limits | None = None,
+    ) -> None:
         self.template = template
         self.batch_max = batch_max
         self.retry_for_s = retry_for_s
         self.pushed = 0
+        #: checks each job as the broker will (``limits``: what it accepts)
+        self.checker = RequestChecker(limits or Limits())
+
+    def check(self, payloads: Sequence[bytes], *, first_line: int) -> list[NewJob]:
+        """The jobs of these lines, each checked as the broker will check it;
+        InvalidInput naming the first bad line (nothing is sent)."""
+        jobs = []
+        for n, payload in enumerate(payloads, start=first_line):
+            job = self.template.job(payload)
+            try:
+                self.checker.new_job(new_job_to_pb(job, job.id or "", payload, job.delay_s), "j")
+            except InvalidInput as exc:
+                what = (exc.field or "").removeprefix("j.")
+                message = str(exc).removeprefix(f"{exc.field}: ")
+                pushed = (
+                    "nothing was pushed"
+                    if self.pushed == 0
+                    else f"only {_were(1, first_line - 1)} pushed"
+                )
+                raise InvalidInput(
+                    f"line {n}: {what}: {message} ({pushed})", field=f"line {n}"
+                ) from None
+            jobs.append(job)
+        return jobs
+
+    async def push_checked(self, options: ClientOptions, jobs: list[NewJob]) -> None:
+        """Push checked jobs in batches; ids printed batch by batch once acknowledged."""
+        if not jobs:
+            return
+        if not options.embedded:
+            await check_queue(options.url, self.retry_for_s)
+        async with open_client(options) as client:
+            for start in range(0, len(jobs), self.batch_max):
+                batch = jobs[start : start + self.batch_max]
+                ids = await self._send_lines(client, batch, start + 1, len(jobs))
+                _print_ids(ids)
+
+    async def _send_lines(
+        self, client: QueueClient, jobs: Sequence[NewJob], first: int, total: int | None
+    ) -> list[str]:
+        """``_send`` for the lines from ``first``; a failure for good says on stderr
+        which lines were committed and from which line to resend."""
+        try:
+            return await self._send(client, jobs)
+        except OsqueueError as exc:
+            last = first + len(jobs) - 1
+            committed = "no line" if first == 1 else f"{_span(1, first - 1)} (ids above)"
+            of = f" of {total}" if total is not None else ""
+            maybe = isinstance(exc, MaybeCommitted | OutcomeUnknown)
+            ids = ", ".join(j.id or "" for j in jobs)
+            in_flight = f"; {_span(first, last)} may or may not be queued (ids {ids})"
+            in_flight = in_flight if maybe else ""
+            exits.warn(
+                f"pushed {committed}{of}{in_flight}; resend from line "
+                f"{last + 1 if maybe else first}"
+            )
+            raise
 
     async def push_one(self, options: ClientOptions, payload: bytes) -> None:
         if not options.embedded:
@@ -295,7 +415,9 @@ class Pusher:
                 while not done:
                     batch, done = await _next_batch(lines, self.batch_max)
                     if batch:
-                        ids = await self._send(client, [self.template.job(p) for p in batch])
+                        first = self.pushed + 1
+                        jobs = self.check(batch, first_line=first)
+                        ids = await self._send_lines(client, jobs, first, None)
                         _print_ids(ids)
                     if progress is not None and task is not None:
                         rate = self.pushed / max(1e-9, time.monotonic() - started)
@@ -345,10 +467,7 @@ def _start_reader(
     def read() -> None:
         try:
             for raw in stream:
-                line = raw[:-1] if raw.endswith(b"\n") else raw
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                loop.call_soon_threadsafe(lines.put_nowait, line)
+                loop.call_soon_threadsafe(lines.put_nowait, _strip(raw))
             loop.call_soon_threadsafe(lines.put_nowait, None)
         except RuntimeError:
             return  # the event loop closed: the command ended (an error was reported)

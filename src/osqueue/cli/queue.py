@@ -1,7 +1,10 @@
 """``osqueue queue URL NAME``: a queue's settings: pause, rate, caps on claimed jobs.
 
 With no option it shows the settings (read from the document, no broker
-needed); with options it changes them through the broker, in one op.
+needed); with options it changes them through the broker, in one op.  The
+setting options have variables of their own (``OSQUEUE_QUEUE_RATE``,
+``OSQUEUE_QUEUE_BURST``...), so a variable meant for another command (the
+worker's ``OSQUEUE_BURST``) never changes a queue that was only to be shown.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def queue(
         str | None,
         typer.Option(
             "--rate",
-            envvar="OSQUEUE_RATE",
+            envvar="OSQUEUE_QUEUE_RATE",
             help="Claims per second at most: 50/s, 3000/m, 100/h (0 or off: no limit).",
         ),
     ] = None,
@@ -50,7 +53,7 @@ def queue(
         int | None,
         typer.Option(
             "--burst",
-            envvar="OSQUEUE_BURST",
+            envvar="OSQUEUE_QUEUE_BURST",
             min=0,
             help="Claims allowed at once after a quiet spell (default: one second's rate).",
         ),
@@ -59,7 +62,7 @@ def queue(
         int | None,
         typer.Option(
             "--max-claimed",
-            envvar="OSQUEUE_MAX_CLAIMED",
+            envvar="OSQUEUE_QUEUE_MAX_CLAIMED",
             min=0,
             help="Jobs claimed at once across all workers (0: no cap).",
         ),
@@ -68,7 +71,7 @@ def queue(
         int | None,
         typer.Option(
             "--max-claimed-per-group",
-            envvar="OSQUEUE_MAX_CLAIMED_PER_GROUP",
+            envvar="OSQUEUE_QUEUE_MAX_CLAIMED_PER_GROUP",
             min=0,
             help="Jobs of one group (push --group) claimed at once (0: no cap).",
         ),
@@ -88,7 +91,7 @@ def queue(
         bool | None,
         typer.Option(
             "--pause/--resume",
-            envvar="OSQUEUE_PAUSED",
+            envvar="OSQUEUE_QUEUE_PAUSED",
             help="Stop claims from the queue (pushes still land), or let them go on.",
             show_default=False,
         ),

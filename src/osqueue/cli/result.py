@@ -14,8 +14,8 @@ from osqueue.api import JobResult
 from osqueue.cli import exits
 from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
 
-#: The wait ran out before the job finished (sysexits' EX_TEMPFAIL: ask again later).
-NOT_FINISHED = 75
+#: The wait ran out before the job finished (the table is in :mod:`osqueue.cli.exits`).
+NOT_FINISHED = exits.NOT_FINISHED
 
 
 def result(
@@ -24,12 +24,18 @@ def result(
     wait_s: Annotated[
         float,
         typer.Option(
-            "--wait",
-            envvar="OSQUEUE_WAIT",
+            "--wait-s",
+            envvar="OSQUEUE_RESULT_WAIT_S",
             min=0.0,
             help="Wait up to this many seconds for the job to finish (0: answer at once).",
         ),
     ] = 0.0,
+    wait_old: Annotated[
+        float | None,
+        typer.Option(
+            "--wait", envvar="OSQUEUE_WAIT", min=0.0, hidden=True, help="The old --wait-s."
+        ),
+    ] = None,
     raw: Annotated[
         bool,
         typer.Option(
@@ -49,10 +55,12 @@ def result(
     JSON by default: {"id", "status", "value", "error", "attempts", "finished_at"},
     a bytes value as base64 (with "encoding": "base64").  Exit codes: 0 when
     answered, 5 for an id the queue does not know (never pushed, or finished
-    longer than its result_ttl_s ago), 75 when --wait ran out before the job
+    longer than its result_ttl_s ago), 75 when --wait-s ran out before the job
     finished (the status is then its live one).
     """
     options = ClientOptions(url, token, token_file, tls_ca, embedded)
+    if wait_old is not None and not wait_s:
+        wait_s = wait_old
     answer = asyncio.run(_result(options, job_id, wait_s))
     if raw:
         _print_raw(job_id, answer)

@@ -30,7 +30,8 @@ from osqueue.cli.options import (
     open_client,
 )
 from osqueue.cli.snapshot import read_document
-from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.cli.status import age_text
+from osqueue.errors import InvalidInput, NotFound, OsqueueError
 from osqueue.state.schedules import schedule_info
 
 
@@ -129,11 +130,15 @@ def schedule(
     if action is ScheduleAction.remove:
         removed = asyncio.run(_remove(options, name))
         if not removed:
-            raise OsqueueError(f"no schedule {name!r}")
+            raise NotFound(
+                f"no schedule {name!r} at {url} (`osqueue schedule {url} list` shows them)"
+            )
         typer.echo(f"removed schedule {name}")
         return
     if queue is None:
         raise InvalidInput("add needs --queue", field="queue")
+    if (cron is None) == (every is None):
+        raise InvalidInput("give exactly one of --cron and --every", field="cron")
     every_s = parse_every(every) if every is not None else None
     spec: dict[str, Any] = {
         "queue": queue,
@@ -197,7 +202,7 @@ def _when(ts: float | None) -> str:
         return "-"
     text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
     delta = ts - time.time()
-    rel = f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
+    rel = f"in {age_text(delta)}" if delta >= 0 else f"{age_text(-delta)} ago"
     return f"{text}Z ({rel})"
 
 

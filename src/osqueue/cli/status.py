@@ -155,9 +155,9 @@ def render(snapshot: dict[str, Any]) -> Group:
     else:
         remaining = broker["lease_remaining_s"]
         lease = (
-            f"lease {remaining:.1f}s left"
+            f"lease {age_text(remaining)} left"
             if remaining > 0
-            else f"lease expired {-remaining:.1f}s ago"
+            else f"lease expired {age_text(-remaining)} ago"
         )
         style = "green" if broker["live"] else "yellow"
         address = broker["address"] or "(stopped: no address)"
@@ -218,14 +218,23 @@ def set_aside_text(entries: list[dict[str, Any]]) -> Text | None:
 
 
 def age_text(seconds: float | None) -> str:
-    """An age as people read it: 12.3s, 4.5m, 6.7h (or "-" for none)."""
+    """An age or a span, one way everywhere: ``4.2s``, ``43s``, ``1m43s``, ``2m0s``,
+    ``15m27s``, ``3h5m``, ``2d4h`` (or ``-`` for none)."""
     if seconds is None:
         return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
 
 
 def _iso(ts: float) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -102,6 +102,7 @@ def render(
     figures: CommitFigures | None,
     now: float,
     problem: str | None = None,
+    screen_of: Console | None = None,
 ) -> Group:
     status = snapshot.status(now)
     head = Text()
@@ -116,11 +117,12 @@ def render(
     if problem:
         head.append(f"\nlast read failed: {printable(problem)}", style="red")
     aside = set_aside_text(status["set_aside_segments"])
-    queues = _queue_table(status, rates)
-    workers = _worker_table(snapshot, now)
-    if aside is None:
-        return Group(head, queues, workers)
-    return Group(head, queues, aside, workers)
+    upper = Group(head, _queue_table(status, rates), *([aside] if aside is not None else []))
+    room: int | None = None
+    if screen_of is not None:  # the rows left for workers below the rest and their header
+        used = len(screen_of.render_lines(upper, screen_of.options, pad=False))
+        room = screen_of.height - used - 2
+    return Group(upper, _worker_table(snapshot, now, room))
 
 
 def _broker_line(
@@ -134,7 +136,7 @@ def _broker_line(
         left = broker["lease_remaining_s"]
         style = "green" if broker["live"] else "yellow"
         line.append(f"broker {printable(broker['address'] or '(stopped)')}", style=style)
-        lease = f"{left:.1f}s left" if left > 0 else f"expired {-left:.1f}s ago"
+        lease = f"{age_text(left)} left" if left > 0 else f"expired {age_text(-left)} ago"
         line.append(f"  epoch {broker['epoch']}  lease {lease}")
     commits = "-" if commit_rate is None else f"{commit_rate:.1f}"
     ops = (
@@ -181,14 +183,25 @@ def _queue_table(status: dict[str, Any], rates: Rates) -> Table:
     return table
 
 
-def _worker_table(snapshot: Snapshot, now: float) -> Table | Text:
+def _worker_table(snapshot: Snapshot, now: float, room: int | None = None) -> Table | Text:
+    """The workers holding jobs, busiest first: at most ``MAX_WORKERS`` rows and at
+    most ``room`` lines (the screen's), the last saying how many were left out."""
     holders = snapshot.holders(now)
     if not holders:
         return Text("no worker holds a job", style="dim")
+    fits = MAX_WORKERS if room is None else max(0, min(MAX_WORKERS, room))
+    shown_n = len(holders) if len(holders) <= fits else max(0, fits - 1)
+    if shown_n == 0 and fits < 1:
+        return Text(f"… {len(holders)} workers (no room: a taller terminal shows them)")
     table = Table(show_edge=False, pad_edge=False)
     for column in ("worker", "jobs", "queues", "oldest heartbeat", "newest heartbeat"):
-        table.add_column(column, justify="left" if column in ("worker", "queues") else "right")
-    for h in holders[:MAX_WORKERS]:
+        table.add_column(
+            column,
+            justify="left" if column in ("worker", "queues") else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    for h in holders[:shown_n]:
         table.add_row(
             shown(h.worker),
             f"{h.jobs:,}",
@@ -196,8 +209,8 @@ def _worker_table(snapshot: Snapshot, now: float) -> Table | Text:
             age_text(h.oldest_heartbeat_age_s),
             age_text(h.newest_heartbeat_age_s),
         )
-    if len(holders) > MAX_WORKERS:
-        table.add_row(f"... {len(holders) - MAX_WORKERS} more", "", "", "", "")
+    if len(holders) > shown_n:
+        table.add_row(Text(f"… {len(holders) - shown_n} more", style="dim"), "", "", "", "")
     return table
 
 
@@ -247,7 +260,13 @@ async def _run(url: str, interval_s: float, metrics: CommitMetrics | None = None
             while True:
                 figures = await metrics.figures()
                 frame = render(
-                    snapshot, rates, brokerlog.commit_rate(), figures, time.time(), problem
+                    snapshot,
+                    rates,
+                    brokerlog.commit_rate(),
+                    figures,
+                    time.time(),
+                    problem,
+                    screen_of=live.console,
                 )
                 live.update(frame, refresh=True)
                 with contextlib.suppress(TimeoutError):

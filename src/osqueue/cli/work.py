@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import sys
 import time
@@ -37,9 +38,11 @@ from osqueue.cli.options import (
     open_client,
 )
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
-from osqueue.errors import InvalidInput, MissingExtra
+from osqueue.errors import BrokerUnavailable, InvalidInput, MissingExtra
 
 _SPARK = "Spark"
+
+log = logging.getLogger(__name__)
 
 
 def work(
@@ -141,6 +144,16 @@ def work(
             rich_help_panel=_SPARK,
         ),
     ] = None,
+    retry_for_s: Annotated[
+        float,
+        typer.Option(
+            "--retry-for-s",
+            envvar="OSQUEUE_RETRY_FOR_S",
+            min=0.001,
+            help="Keep retrying a call this long (broker failover) before giving up; with"
+            " --burst the worker exits (code 8) when no broker answered for this long.",
+        ),
+    ] = 30.0,
     metrics_listen: MetricsListen = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -173,6 +186,7 @@ def work(
         token_file,
         tls_ca,
         embedded,
+        timeout_s=retry_for_s,
         tls_fingerprint=tls_fingerprint,
         allow_plaintext_token=allow_plaintext_token,
     )
@@ -203,11 +217,14 @@ async def _run(
             f"worker {worker.worker_id}: queues {', '.join(worker.queues)}, "
             f"concurrency {config.concurrency}"
         )
-        with _Progress(worker) as progress:
+        watch = BrokerWatch(client, options.url, config.burst)
+        with _Progress(worker, watch) as progress:
             runner = asyncio.create_task(worker.run(), name="osqueue-cli-worker")
             if config.metrics_listen is not None:
                 await _announce_metrics(worker, runner)
             await progress.follow(runner)
+        if watch.gave_up is not None:
+            raise watch.gave_up
         return worker
 
 
@@ -220,11 +237,71 @@ async def _announce_metrics(worker: Worker, runner: asyncio.Task[None]) -> None:
         exits.info(f"metrics at http://{worker.metrics_address}/metrics")
 
 
+class BrokerWatch:
+    """Tells when no broker is serving: a WARNING once the client's calls have found
+    none for ``FIRST_S`` (naming the URL and what was tried), again every
+    ``EVERY_S`` while it lasts, and an INFO line once a broker answers again.  With
+    ``--burst`` it stops the worker once no broker answered for a whole call's time
+    (``--retry-for-s``): nobody to ask ends the run, with exit code 8."""
+
+    FIRST_S = 3.0
+    EVERY_S = 60.0
+
+    def __init__(self, client: object, url: str, burst: bool) -> None:
+        self.failover = getattr(client, "failover", None)  # a remote client's; embedded: none
+        self.url = url
+        self.burst = burst
+        self.told_at: float | None = None
+        #: with ``burst``: why the worker was stopped (nobody to ask)
+        self.gave_up: BrokerUnavailable | None = None
+
+    def check(self, worker: Worker) -> None:
+        """Tell what is due; with ``burst``, stop ``worker`` once no broker answered
+        for a whole call's time (``gave_up`` then says why)."""
+        failover = self.failover
+        if failover is None:
+            return
+        now = failover.clock.monotonic()
+        since = failover.failing_since
+        limit = failover.config.timeout_s
+        if self.burst and since is not None and now - since >= limit and not self.gave_up:
+            self.gave_up = BrokerUnavailable(
+                f"no broker for {self.url} answered within {limit:g}s; last error: "
+                f"{exits.one_line(str(failover.last_error))}"
+            )
+            worker.stop()
+            return
+        if since is None:
+            if self.told_at is not None:
+                log.info("a broker is serving %s again", self.url, extra={"action": "broker_back"})
+                self.told_at = None
+            return
+        if now - since < self.FIRST_S or (
+            self.told_at is not None and now - self.told_at < self.EVERY_S
+        ):
+            return
+        self.told_at = now
+        then = (
+            f"the worker exits (code 8) if none answers within {limit:g} s"
+            if self.burst
+            else f"still trying; told again every {self.EVERY_S:g} s"
+        )
+        log.warning(
+            "no broker is serving %s for %.0f s (tried: %s); %s",
+            self.url,
+            now - since,
+            exits.one_line(str(failover.last_error)),
+            then,
+            extra={"action": "no_broker", "url": self.url},
+        )
+
+
 class _Progress:
     """A live line of counters on stderr while the worker runs (terminals only)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, watch: BrokerWatch) -> None:
         self.worker = worker
+        self.watch = watch
         self.started = time.monotonic()
         console = stderr()
         self.live = Live(console=console, transient=True) if console.is_terminal else None
@@ -240,6 +317,7 @@ class _Progress:
 
     async def follow(self, runner: asyncio.Task[None]) -> None:
         while not runner.done():
+            self.watch.check(self.worker)
             if self.live is not None:
                 self.live.update(self.line(self.worker.counters))
             await asyncio.wait({runner}, timeout=0.5)
@@ -267,7 +345,15 @@ def load_handler(spec: str) -> Mapping[str, Handler] | Handler:
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
+        missing = exc.name or ""
+        if module_name != missing and not module_name.startswith(f"{missing}."):
+            # the module exists and its own imports failed
+            raise exits.UserCodeFailed(
+                f"handler module {module_name!r} failed to import", exc
+            ) from exc
         raise InvalidInput(f"cannot import {module_name!r}: {exc}", field="handler") from exc
+    except Exception as exc:  # the user's module raised, or does not compile
+        raise exits.UserCodeFailed(f"handler module {module_name!r} failed to import", exc) from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)

@@ -51,7 +51,7 @@ def age(seconds: float | None) -> str:
 
 
 def until(at: float | None, now: float) -> str:
-    """A time ahead as people read it: ``in 10.0m`` (``due`` once it has passed)."""
+    """A time ahead as people read it: ``in 10m0s`` (``due`` once it has passed)."""
     if at is None:
         return "-"
     if at <= now:
@@ -60,7 +60,7 @@ def until(at: float | None, now: float) -> str:
 
 
 def ago(at: float | None, now: float) -> str:
-    """A time past as people read it: ``10.0m ago``."""
+    """A time past as people read it: ``10m0s ago``."""
     if at is None:
         return "-"
     return f"{age_text(max(0.0, now - at))} ago"

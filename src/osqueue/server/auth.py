@@ -140,7 +140,10 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """None when the call may go on, else why not."""
         presented = [v for k, v in (metadata or ()) if k == METADATA_KEY]
         if not presented:
-            return Unauthenticated("no bearer token: pass token= (or set OSQUEUE_TOKEN)")
+            return Unauthenticated(
+                "no bearer token: give --token, --token-file or OSQUEUE_TOKEN (osqueue CLI),"
+                " or connect(token=...) from Python"
+            )
         value = presented[0]
         given = value.encode("utf-8", "replace") if isinstance(value, str) else bytes(value)
         access = self.tokens.access_of(given) if len(presented) == 1 else None

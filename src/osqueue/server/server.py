@@ -19,7 +19,9 @@ connection past the cap is closed as it arrives.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -224,6 +226,30 @@ class RunningServer:
         await self.stop()
 
 
+def _check_free(listen: str) -> None:
+    """Refuse an address another process listens on, in one line, before gRPC core
+    tries it (and logs its own line about it)."""
+    host, port = split_host_port(listen)
+    if not port:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError:
+        return  # gRPC says what is wrong with the address
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OsqueueError(
+                    f"cannot listen on {listen}: the address is in use (another process"
+                    " listens there; a port of 0 takes any free one)"
+                ) from None
+
+
 async def serve(client: QueueClient | None, config: ServerConfig | None = None) -> RunningServer:
     """Serve ``client`` over gRPC; return once the server listens.
 
@@ -246,6 +272,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     )
     server.add_generic_rpc_handlers((service.rpc_handler(),))
     health = add_health(server, queue_serving=client is not None)
+    _check_free(config.listen)
     try:
         if credentials is None:
             port = server.add_insecure_port(config.listen)

@@ -86,6 +86,40 @@ def check_tz(value: str | None, field: str = "tz") -> str | None:
     return value
 
 
+#: The five cron fields: name, lowest and highest number, the names it takes.
+_CRON_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    (
+        "month",
+        1,
+        12,
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+    ),
+    ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+_CRON_ATOM = re.compile(r"^(\*|[0-9a-z]+(?:-[0-9a-z]+)?)(?:/([0-9]+))?$")
+
+
+def _bad_cron_field(fields: list[str]) -> str | None:
+    """Which field of a five-field expression is wrong, and why (None: none found)."""
+    for text, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for part in text.split(","):
+            m = _CRON_ATOM.match(part.lower())
+            if m is None:
+                return f"{name} field: {part!r} is not a number, a range, a step or *"
+            if m[2] is not None and int(m[2]) == 0:
+                return f"{name} field: a step of 0 never moves"
+            for bound in m[1].split("-") if m[1] != "*" else ():
+                if bound.isdigit():
+                    if not low <= int(bound) <= high:
+                        return f"{name} field: {bound} is out of range {low}-{high}"
+                elif bound not in names:
+                    return f"{name} field: {part!r} is not a number in {low}-{high}"
+    return None
+
+
 def check_cron(value: str, tz: str | None, field: str = "cron") -> str:
     """A five-field cron expression croniter accepts (and that fires at all)."""
     if not isinstance(value, str) or len(value) > 256:
@@ -103,7 +137,11 @@ def check_cron(value: str, tz: str | None, field: str = "cron") -> str:
     except (CroniterError, ValueError, KeyError, TypeError):
         valid = False
     if not valid:
-        raise InvalidInput(f"{value!r} is not a valid cron expression", field=field)
+        where = _bad_cron_field(fields)
+        raise InvalidInput(
+            f"{value!r}: {where}" if where else f"{value!r} is not a valid cron expression",
+            field=field,
+        )
     try:
         _cron_after(expr, tz, 0.0)
     except (CroniterError, ValueError, KeyError, TypeError) as exc:

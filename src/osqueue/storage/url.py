@@ -105,8 +105,10 @@ def from_url(url: str) -> Storage:
     if url.lower().startswith(LATENCY_PREFIX):
         return _open_latency(url)
     if "://" not in url:
+        hint = f" (did you mean file://{url}?)" if url.startswith("/") else ""
         raise InvalidInput(
-            f"{url!r} is not a URL; expected <scheme>://..., scheme one of {', '.join(KNOWN)}",
+            f"{url!r} is not a URL; expected <scheme>://..., scheme one of {', '.join(KNOWN)}"
+            + hint,
             field="url.scheme",
         )
     try:

@@ -66,6 +66,11 @@ class Failover:
         self.clock = clock
         self._url = url
         self._backoff = config.backoff
+        #: since when (monotonic) attempts have failed with none answered, and the
+        #: last error (None while the broker answers): how a worker tells that no
+        #: broker is serving while its calls keep trying
+        self.failing_since: float | None = None
+        self.last_error: OsqueueError | None = None
 
     def deadline(self, extra_s: float = 0.0) -> float:
         """A new call's deadline (on the clock's monotonic time): ``timeout_s`` + ``extra_s``."""
@@ -84,6 +89,9 @@ class Failover:
     async def backoff(self, tries: int, deadline: float, why: OsqueueError) -> None:
         """Sleep before try ``tries + 1``; raise ``BrokerUnavailable`` past the deadline."""
         now = self.clock.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        self.last_error = why
         if now >= deadline:
             raise BrokerUnavailable(
                 f"no broker for {self._url} answered within "
@@ -131,10 +139,13 @@ class Failover:
             self.check_open()
             conn = await self.connect(deadline)
             try:
-                return await attempt(conn, deadline), conn
+                answer = await attempt(conn, deadline), conn
+                self.failing_since = None
+                return answer
             except grpc.aio.AioRpcError as exc:
                 failure = classify(exc, conn.address)
                 if failure.action is Action.RAISE:
+                    self.failing_since = None  # a broker answered (with an error)
                     raise failure.error from exc
             if failure.unknown and on_unknown is not None:
                 on_unknown()
@@ -192,11 +203,14 @@ class Failover:
             try:
                 async for message in call:
                     received = True
+                    self.failing_since = None
                     yield message
+                self.failing_since = None  # answered (an empty stream too)
                 return
             except grpc.aio.AioRpcError as exc:
                 failure = classify(exc, conn.address)
                 if failure.action is Action.RAISE:
+                    self.failing_since = None  # a broker answered (with an error)
                     raise failure.error from exc
                 if received:
                     if failure.action is not Action.BACKOFF:

@@ -103,8 +103,8 @@ class Settler:
                     job.id,
                     line,
                     extra={"action": "fail", "job": job.id, "error": line},
-                    # The traceback only when debugging: failures are routine.
-                    exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
+                    # The handler's traceback, once per failure: what its author needs.
+                    exc_info=error,
                 )
                 await self._client.fail(job, error=line)
                 self._counters.job(job.queue, "failed")

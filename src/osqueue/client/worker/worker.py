@@ -192,11 +192,15 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         def on_signal(signum: int) -> None:
-            log.warning(
-                "signal received",
+            hard = self._stop.is_set()  # a second signal: the grace period is skipped
+            log.log(
+                logging.WARNING if hard else logging.INFO,
+                "%s received: stopping%s",
+                signal.Signals(signum).name,
+                " now (a second signal)" if hard else " gracefully",
                 extra={"action": "signal", "signal": signal.Signals(signum).name},
             )
-            self.stop(hard=self._stop.is_set())
+            self.stop(hard=hard)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
