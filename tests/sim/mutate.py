@@ -38,8 +38,9 @@ from sim.mutations import MIN_KILLS, MUTATIONS, Mutation
 
 #: ``src/osqueue`` of this checkout (what is copied and mutated)
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "osqueue"
-#: ``tests/sim``: the simulator (copied once per run)
-SIM = Path(__file__).resolve().parent
+#: ``tests/``, and the packages of it the simulator runs on (copied once per run)
+TESTS_DIR = Path(__file__).resolve().parents[1]
+SIMULATOR = ("sim", "chaos")
 DEFAULT_SEEDS = 600  # the sweep of ``make test`` (tests/simulation/conftest.py)
 
 
@@ -86,17 +87,19 @@ def _env(first: Path, simulator: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(path))
 
 
-def _check_import(env: dict[str, str], first: Path) -> None:
-    """The sweeps must import the mutated copy, not the tree or an installed one."""
+def _check_import(env: dict[str, str], first: Path, simulator: Path) -> None:
+    """The sweeps must import the mutated copy (not the tree or an installed one) and
+    the simulator's copy."""
     got = subprocess.run(
-        [sys.executable, "-c", "import osqueue; print(osqueue.__file__)"],
+        [sys.executable, "-c", "import osqueue, sim; print(osqueue.__file__, sim.__file__)"],
         env=env,
+        cwd=simulator,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.strip()
-    if not got.startswith(str(first)):
-        raise DoesNotApply(f"the sweep would import {got}, not the mutated copy in {first}")
+    ).stdout.split()
+    if not (got[0].startswith(str(first)) and got[1].startswith(str(simulator))):
+        raise DoesNotApply(f"the sweep would import {got}, not the copies in {first}")
 
 
 def _rule_of(violation: str) -> str:
@@ -105,8 +108,11 @@ def _rule_of(violation: str) -> str:
     return head.split(" ", 1)[-1][:40]
 
 
-def sweep(env: dict[str, str], seeds: range, processes: int) -> list[dict[str, object]]:
-    """The seeds' reports, from ``processes`` ``python -m sim sweep`` at once."""
+def sweep(
+    env: dict[str, str], seeds: range, processes: int, simulator: Path
+) -> list[dict[str, object]]:
+    """The seeds' reports, from ``processes`` ``python -m sim sweep`` at once (run in
+    ``simulator``: ``python -m`` puts the working folder first on the path)."""
     size = -(-len(seeds) // processes)
     parts = [seeds[i : i + size] for i in range(0, len(seeds), size)]
     procs = [
@@ -115,6 +121,7 @@ def sweep(env: dict[str, str], seeds: range, processes: int) -> list[dict[str, o
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
+            cwd=simulator,
             text=True,
         )
         for p in parts
@@ -140,8 +147,8 @@ def run_one(mutation: Mutation, seeds: range, processes: int, simulator: Path) -
         try:
             first = apply(mutation, Path(tmp))
             env = _env(first, simulator)
-            _check_import(env, first)
-            reports = sweep(env, seeds, processes) if len(seeds) else []
+            _check_import(env, first, simulator)
+            reports = sweep(env, seeds, processes, simulator) if len(seeds) else []
         except (DoesNotApply, RuntimeError) as exc:
             outcome.error = str(exc)
             outcome.seconds = time.monotonic() - started
@@ -197,7 +204,12 @@ def main(argv: Sequence[str]) -> int:
     started = time.monotonic()
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="osqueue-mutate-sim-") as simulator:
-        shutil.copytree(SIM, Path(simulator) / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+        for package in SIMULATOR:
+            shutil.copytree(
+                TESTS_DIR / package,
+                Path(simulator) / package,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
         for mutation in chosen:
             o = run_one(mutation, seeds, args.processes, Path(simulator))
             outcomes.append(o)
