@@ -62,14 +62,12 @@ class Outcome:
         return self.error is None and len(self.killed) >= min_kills
 
 
-def apply(mutation: Mutation, root: Path) -> Path:
-    """Copy the package under ``root`` with ``mutation`` applied; returns the folder to
-    put first on ``PYTHONPATH``."""
-    target = root / "osqueue"
-    shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
-    path = target / mutation.file
+def patched(mutation: Mutation, package: Path = PACKAGE) -> str:
+    """The text of ``mutation.file`` in ``package`` with the mutation applied (checked
+    to compile); :class:`DoesNotApply` unless its snippet occurs there exactly once."""
+    path = package / mutation.file
     if not path.is_file():
-        raise DoesNotApply(f"{mutation.name}: no file {mutation.file} in {PACKAGE}")
+        raise DoesNotApply(f"{mutation.name}: no file {mutation.file} in {package}")
     text = path.read_text(encoding="utf-8")
     found = text.count(mutation.original)
     if found != 1:
@@ -77,7 +75,21 @@ def apply(mutation: Mutation, root: Path) -> Path:
             f"{mutation.name}: its snippet occurs {found} times in {mutation.file} "
             f"(must be once):\n{mutation.original}"
         )
-    path.write_text(text.replace(mutation.original, mutation.replacement), encoding="utf-8")
+    out = text.replace(mutation.original, mutation.replacement)
+    try:
+        compile(out, str(path), "exec")
+    except SyntaxError as exc:
+        raise DoesNotApply(f"{mutation.name}: the mutated file does not compile: {exc}") from exc
+    return out
+
+
+def apply(mutation: Mutation, root: Path) -> Path:
+    """Copy the package under ``root`` with ``mutation`` applied; returns the folder to
+    put first on ``PYTHONPATH``."""
+    text = patched(mutation)
+    target = root / "osqueue"
+    shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / mutation.file).write_text(text, encoding="utf-8")
     return root
 
 
