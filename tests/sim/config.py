@@ -327,7 +327,7 @@ def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
         max_claimed_per_group=rng.choice((None, 1, 2)),
         group_rate=rng.choice((0.3, 0.7)),
         group_pool=rng.randint(1, 4),
-        after_rate=rng.choice((0.2, 0.4)),
+        after_rate=rng.choice((0.4, 0.6)),
         pauses=rng.randint(0, 2),
         answer_lost=max(0.03, c.answer_lost),
         rates=_rates(c, lost_after=max(0.05, c.rates.lost_after), spurious_conflict=0.05),
