@@ -328,6 +328,9 @@ def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
         group_rate=rng.choice((0.3, 0.7)),
         group_pool=rng.randint(1, 4),
         after_rate=rng.choice((0.4, 0.6)),
+        # parents that end dead or cancelled: their children are cancelled or run
+        poison_rate=max(0.1, c.poison_rate),
+        cancel_rate=max(0.1, c.cancel_rate),
         pauses=rng.randint(0, 2),
         answer_lost=max(0.03, c.answer_lost),
         rates=_rates(c, lost_after=max(0.05, c.rates.lost_after), spurious_conflict=0.05),
