@@ -206,6 +206,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         original='        if s.catch_up == "skip" and now - tick > grace_s:\n',
         replacement='        if s.catch_up == "skip" and now - tick > 0:\n',
         family="schedules",
-        models="a catch_up=skip schedule skips a tick that is late but within its grace",
+        models="a catch_up=skip schedule skips every late tick, even one within its grace",
     ),
 )
