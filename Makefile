@@ -10,7 +10,7 @@ REAL_SEEDS ?= 32
 CHAOS_ROUNDS ?= 24
 CHAOS_SEED ?=
 
-.PHONY: setup test lint typecheck unit demo soak chaos bench proto clean
+.PHONY: setup test lint typecheck unit demo soak mutate chaos bench proto clean
 
 setup: $(VENV)/.installed
 
@@ -56,6 +56,12 @@ demo: setup
 # the simulation: SEEDS seeds in memory, REAL_SEEDS seeds over moto's S3 and over Azurite
 soak: setup
 	$(BIN)/pytest -q tests/simulation --seeds $(SEEDS) --real-seeds $(REAL_SEEDS) -p no:randomly
+
+# Bugs planted in the real code, one at a time, each against the 600 seeds of
+# `make test` (tests/sim/mutations.py; docs/reliability.md has the table and the
+# run time).  Fails if a mutation does not apply or fewer than 10 seeds catch it.
+mutate: setup
+	PYTHONPATH=tests $(PY) -m sim.mutate
 
 # Real processes, longer: CHAOS_ROUNDS rounds per backend (file, moto S3, Azurite);
 # CHAOS_SEED replays a seed a failure printed.  Each backend prints a line of figures.

@@ -32,7 +32,7 @@ from osqueue.errors import (
     Retryable,
 )
 from osqueue.state import BrokerInfo
-from sim.history import Kind
+from sim.history import Kind, Rule, Violation
 from sim.node import Gate, NodeClock
 from sim.results import sim_result
 from sim.store import DOCUMENT_KEY, NodeStorage
@@ -393,11 +393,8 @@ class Worker(Client):
                     ),
                     timeout_s=wait_s + 8.0,
                 )
-            except NotFound:
-                # A claimed job's payload object was deleted before it could be read (the
-                # job was cancelled, or reclaimed and finished elsewhere, meanwhile); the
-                # whole claim is lost and its other jobs come back after the timeout.
-                sim.faults["claim_payload_gone"] += 1
+            except NotFound as exc:
+                self.payload_gone(exc)
                 continue
             except Retryable:
                 await self.backoff(attempt)
@@ -410,6 +407,15 @@ class Worker(Client):
                 taken = jobs  # worked at the top of the loop
             elif wait_s == 0.0:
                 await self.clock.sleep(sim.rng.uniform(0.2, 1.0))
+
+    def payload_gone(self, exc: NotFound) -> None:
+        """A claim raised ``NotFound``: a payload object was missing.  The broker leaves
+        out a job that left meanwhile (cancelled, its object deleted with it) and
+        fails one whose object went while it lived, so no claim raises it, and no
+        fault the simulator injects deletes an object: a violation (I1)."""
+        self.sim.problems.append(
+            Violation(Rule.PAYLOAD_KEPT, f"{self.name}'s claim raised {exc!r}")
+        )
 
     async def _work(self, job: Job) -> list[Job]:
         """Work on ``job`` and settle it; the jobs claimed along with its completion."""
@@ -464,8 +470,8 @@ class Worker(Client):
                         results=[result],
                     )
                 )
-            except NotFound:  # a claimed job's payload object vanished (see run)
-                sim.faults["claim_payload_gone"] += 1
+            except NotFound as exc:
+                self.payload_gone(exc)
                 return []
             except Retryable:
                 if self.clock.monotonic() > give_up:

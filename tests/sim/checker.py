@@ -19,6 +19,7 @@ version for every rule.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
 
@@ -73,6 +74,7 @@ def judge(
     orphaned = check_parents(history, chain, outcome, f)
     _check_no_loss(history, chain, outcome, f, orphaned)
     _check_payloads(outcome, f)
+    _check_payload_reads(chain, f)
     check_keys(chain, f)
     check_attempts(chain, f)
     check_claim_order(history, chain, f)
@@ -354,6 +356,36 @@ def _check_payloads(outcome: Outcome, f: Findings) -> None:
         ref = job.payload_ref
         if ref is not None and ref not in outcome.payload_objects:
             f.add(Rule.PAYLOAD_KEPT, f"job {job_id} ({job.status}) lost its payload object {ref}")
+
+
+#: the error a claim fails a job with when its payload object is gone
+#: (:class:`osqueue.broker.payloads.BadPayload`, ``missing``)
+_MISSING_PAYLOAD = re.compile(r"payload object (\S+) is missing")
+
+
+def _check_payload_reads(chain: Chain, f: Findings) -> None:
+    """PAYLOAD_KEPT, on the way: no claim found a job's payload object missing.
+
+    A claim that finds its job's object gone fails the job (with an error naming
+    the object) unless the job left meanwhile (it was cancelled, and its object
+    deleted with it).  So a landed version holding a job failed that way means the
+    object went while the job lived: no fault the simulator injects deletes an
+    object (it loses answers and delays writes, never data), so nothing but a bug
+    of the broker (a sweep, a delete after a commit) explains it."""
+    told: set[str] = set()
+    for doc in chain.docs:
+        for job_id, job in doc.jobs.items():
+            error = job.last_error
+            if error is None or job_id in told or not error.startswith("payload object "):
+                continue
+            missing = _MISSING_PAYLOAD.match(error)
+            if missing is not None:
+                told.add(job_id)
+                f.add(
+                    Rule.PAYLOAD_KEPT,
+                    f"job {job_id} ({job.status}, version {doc.version}) was failed by a claim "
+                    f"that found its payload object {missing[1]} missing",
+                )
 
 
 def _objects_of(outcome: Outcome) -> dict[str, list[StoredJob]]:

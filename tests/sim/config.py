@@ -89,6 +89,8 @@ class SimConfig:
     all_start_active: bool = False
     #: the brokers' payload sweep interval (the default never comes round in a run)
     payload_sweep_s: float | None = 3600.0
+    #: payloads above this many bytes go to objects (None: drawn by the run, 64 or 4096)
+    inline_max: int | None = None
     # Scheduling (the "scheduling" family; docs/scheduling.md)
     #: periodic jobs: (name, every_s, catch_up)
     schedules: tuple[tuple[str, float, str], ...] = ()
@@ -117,6 +119,12 @@ class SimConfig:
 
 
 # --------------------------------------------------------------------------- families
+
+
+def _side(seed: int, knob: str) -> random.Random:
+    """The RNG of a knob added after the seeds' main draws were fixed: drawing it
+    from ``rng`` would shift every later draw, and so every seed's run."""
+    return random.Random(f"osqueue-sim-side/{knob}/{seed}")
 
 
 def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
@@ -151,6 +159,7 @@ def _base(seed: int, family: str, rng: random.Random) -> SimConfig:
             echo=rng.choice((0.0, 0.01, 0.03)),
             spurious_conflict=rng.choice((0.0, 0.01, 0.03)),
             delayed=rng.choice((0.0, 0.0, 0.01, 0.02)),
+            brownout=_side(seed, "brownout").choice((0.0, 0.0, 0.01, 0.02)),
             spike=rng.choice((0.0, 0.005, 0.02)),
             read_error=rng.choice((0.0, 0.02)),
             latency_max_s=rng.choice((0.005, 0.02, 0.08)),
@@ -196,7 +205,7 @@ def cas_storm(c: SimConfig, rng: random.Random) -> SimConfig:
 
 
 def lost_response(c: SimConfig, rng: random.Random) -> SimConfig:
-    return _mix(c, answer_lost=0.05, rates=_rates(c, lost_after=0.2))
+    return _mix(c, answer_lost=0.05, rates=_rates(c, lost_after=0.2, brownout=0.05))
 
 
 def retry_echo(c: SimConfig, rng: random.Random) -> SimConfig:
@@ -223,7 +232,12 @@ def paused_broker(c: SimConfig, rng: random.Random) -> SimConfig:
 
 
 def commit_crash(c: SimConfig, rng: random.Random) -> SimConfig:
-    return _mix(c, brokers=2, nemesis=_nemesis(c, broker_crash_in_commit=0.08))
+    return _mix(
+        c,
+        brokers=2,
+        nemesis=_nemesis(c, broker_crash_in_commit=0.08),
+        rates=_rates(c, brownout=0.05),
+    )
 
 
 def zombie_worker(c: SimConfig, rng: random.Random) -> SimConfig:
@@ -313,7 +327,10 @@ def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
         max_claimed_per_group=rng.choice((None, 1, 2)),
         group_rate=rng.choice((0.3, 0.7)),
         group_pool=rng.randint(1, 4),
-        after_rate=rng.choice((0.2, 0.4)),
+        after_rate=rng.choice((0.4, 0.6)),
+        # parents that end dead or cancelled: their children are cancelled or run
+        poison_rate=max(0.1, c.poison_rate),
+        cancel_rate=max(0.1, c.cancel_rate),
         pauses=rng.randint(0, 2),
         answer_lost=max(0.03, c.answer_lost),
         rates=_rates(c, lost_after=max(0.05, c.rates.lost_after), spurious_conflict=0.05),
@@ -324,7 +341,9 @@ def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
 
 
 def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
-    """Tiny segment thresholds: every few pushes spill, every few claims load."""
+    """Tiny segment thresholds: every few pushes spill, every few claims load; most
+    payloads in objects, and the payload sweep every half to two leases, so it races
+    the spills, loads and claims of jobs whose objects sit behind segments."""
     return _mix(
         c,
         spill_above_jobs=rng.randint(1, 3),
@@ -333,7 +352,8 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         load_jobs=rng.randint(1, 4),
         jobs_per_producer=rng.randint(12, 30),
         push_batch_max=rng.randint(1, 6),
-        payload_sweep_s=rng.choice((None, c.lease_s, 2 * c.lease_s)),
+        payload_sweep_s=rng.choice((0.5, 1.0, 2.0)) * c.lease_s,
+        inline_max=_side(c.seed, "inline_max").choice((16, 64)),
         # not drawn from rng (the seeds' other draws stay as they were): a third
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],

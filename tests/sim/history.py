@@ -122,7 +122,11 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "every acknowledged push ends archived, dead, or cancelled (it left the "
         "document before it was done, after a cancel was sent)",
     ),
-    Rule.PAYLOAD_KEPT: ("I1", "every job in the last version still has its payload object"),
+    Rule.PAYLOAD_KEPT: (
+        "I1",
+        "every job in the last version still has its payload object, and no claim found "
+        "a live job's object missing",
+    ),
     Rule.PUSHED_FIRST: ("I2", "every job in a version or in the archive was pushed"),
     Rule.NOT_RECREATED: (
         "I2",

@@ -166,6 +166,8 @@ class Sim:
         self.faults = self.store.faults
         self.rates: FaultRates = cfg.rates
         self.inline_max = rng.choice((64, 4096))
+        if cfg.inline_max is not None:  # the family's choice (the draw above stays)
+            self.inline_max = cfg.inline_max
         self.nodes_by_id: dict[str, BrokerNode] = {}
         self.brokers: list[BrokerNode] = []
         #: every broker incarnation of the run (for their counters)
@@ -402,6 +404,7 @@ class Sim:
             if node.storage is not None:
                 node.storage.rates = self.rates
                 node.storage.triggers.clear()
+                node.storage.scripted.clear()
         for worker in self.workers.values():
             worker.gate.resume()
 

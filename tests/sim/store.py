@@ -21,6 +21,10 @@ backends really show, each drawn from the run's one RNG:
 * ``delayed``: the request is held in the network; the caller times out with
   ``OutcomeUnknown`` and the write is applied (or refused by its If-Match)
   seconds later, after the caller has moved on;
+* ``brownout``: a storage brownout (seed 331's shape): the request is held like
+  a delayed one but lands a moment after the caller gave up, while the node's
+  next write of the key (its retry) fails with a 503, so the first attempt
+  lands between the retry and the read that resolves it;
 * ``spike``: a latency spike of seconds on one call;
 * ``read_error``: a read fails.
 
@@ -73,6 +77,7 @@ class FaultRates:
     echo: float = 0.0
     spurious_conflict: float = 0.0
     delayed: float = 0.0
+    brownout: float = 0.0
     spike: float = 0.0
     read_error: float = 0.0
     #: each call waits uniform(latency_min_s, latency_max_s)
@@ -82,6 +87,8 @@ class FaultRates:
     #: a delayed request: the caller gives up after this, the write lands later
     timeout_s: float = 2.0
     delay_max_s: float = 20.0
+    #: a brownout's held write lands this long (at most) after the caller gave up
+    brownout_land_max_s: float = 0.4
 
     @property
     def any_fault(self) -> bool:
@@ -91,6 +98,7 @@ class FaultRates:
             + self.echo
             + self.spurious_conflict
             + self.delayed
+            + self.brownout
             + self.spike
             + self.read_error
         ) > 0
@@ -106,6 +114,7 @@ class Fault(Enum):
     ERROR_BEFORE = "error_before"
     SPURIOUS_CONFLICT = "spurious_conflict"
     DELAYED = "delayed"
+    BROWNOUT = "brownout"
     LOST_AFTER = "lost_after"
     ECHO = "echo"
 
@@ -444,6 +453,7 @@ class NodeStorage:
             (Fault.ERROR_BEFORE, r.error_before),
             (Fault.SPURIOUS_CONFLICT, r.spurious_conflict),
             (Fault.DELAYED, r.delayed),
+            (Fault.BROWNOUT, r.brownout),
             (Fault.LOST_AFTER, r.lost_after),
             (Fault.ECHO, r.echo),
         ):
@@ -460,6 +470,12 @@ class NodeStorage:
             raise StorageError(f"injected: 503 before write {key!r} applied")
         if fault is Fault.SPURIOUS_CONFLICT:
             raise Conflict(f"injected: 409 ConditionalRequestConflict on {key!r}")
+        if fault is Fault.BROWNOUT:
+            self.scripted.insert(0, (key, Fault.ERROR_BEFORE, None))  # the retry fails
+            fault = Fault.DELAYED
+            if lands_after_s is None:
+                r = self.rates
+                lands_after_s = r.timeout_s + self.rng.uniform(0.05, r.brownout_land_max_s)
         if fault is Fault.DELAYED:
             r = self.rates
             delay = lands_after_s

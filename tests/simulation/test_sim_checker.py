@@ -25,12 +25,14 @@ from sim.history import ArchiveRecord, History, Kind, Outcome, Rule
 from sim.store import Landed
 
 from osqueue.api import EncodedResult
+from osqueue.broker.payloads import BadPayload
 from osqueue.state import (
     BrokerInfo,
     Cancel,
     ClaimOp,
     Complete,
     Document,
+    Fail,
     MarkArchived,
     Op,
     Policy,
@@ -282,6 +284,27 @@ def payload_kept() -> Story:
     s.apply(Push(id="j1", payload=None, payload_ref="payloads/j1=u1", payload_size=9))
     s.pushed("j1", acked=False)  # its object is gone (not in payload_objects)
     return s
+
+
+def test_a_claim_that_found_a_live_jobs_payload_missing_is_payload_kept() -> None:
+    """A claim found j1's object gone and failed j1 (how the broker answers a missing
+    object: :mod:`osqueue.broker.claimed`); j1 is completed on a later claim and its
+    object is there at the end, so only the failed read shows the loss."""
+    s = Story()
+    ref = "payloads/j1=u1"
+    s.apply(Push(id="j1", payload=None, payload_ref=ref, payload_size=9))
+    s.pushed("j1")
+    s.payloads.add(ref)
+    s.apply(ClaimOp("w", ("default",), 1))
+    gone = BadPayload(ref, "9 bytes", "no object", missing=True)
+    s.apply(Fail("j1", 1, str(gone), retry_after_s=0.0))
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 2)
+    s.apply(Complete("j1", 2))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 2)
+    s.archive_done()
+    assert s.rules() == {Rule.PAYLOAD_KEPT}
+    assert s.rules(disabled={Rule.PAYLOAD_KEPT}) == set()
 
 
 # --------------------------------------------------------------------------- I2

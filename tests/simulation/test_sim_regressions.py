@@ -67,13 +67,16 @@ def test_storage_error_on_inherited_archive_write_does_not_kill_takeover_seed_40
     assert run_virtual(scenario()) == ["j1"]
 
 
-def test_a_late_landing_earlier_attempt_is_the_one_committed_seed_331() -> None:
-    """Seed 331: a commit's write timed out while still in flight; the broker re-read
-    (not landed yet), re-applied the batch at a later time (so its claim now got a job
-    that had become due), and that second write failed.  Meanwhile the first write
-    landed.  The broker saw its own version and took the *second* attempt as committed:
-    it answered the claim with a job and token the stored document never gave out, then
-    overwrote that version (I4: token 15 belonged to two jobs in the document chain)."""
+def test_a_late_landing_earlier_attempt_is_the_one_committed_seed_44() -> None:
+    """Seed 44 (found as seed 331, whose run has changed since): a commit's write
+    timed out while still in flight; the broker re-read (not landed yet), re-applied
+    the batch at a later time (so its claim now got a job that had become due), and
+    that second write failed.  Meanwhile the first write landed.  The broker saw its
+    own version and took the *second* attempt as committed: it answered the claim with
+    a job and token the stored document never gave out, then overwrote that version
+    (I4: token 15 belonged to two jobs in the document chain).  With that bug planted
+    back (``commit-answers-last-attempt`` of :mod:`sim.mutations`), seed 44 shows it
+    today: token 3 belongs to p0-3 and to p1-2 in version 11."""
 
     async def scenario() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         bench = Bench("regression-late-attempt")

@@ -10,30 +10,39 @@ two at a time, so a failing seed replays exactly with the command it prints;
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sim
 from sim import FAMILY_NAMES, quiet_logs, run_seed
 from sim.run import REPLAY, sim_env
 
 #: subprocesses at a time (the machine has two cores)
 PARALLEL = 2
-#: what the checker counts as it judges (``Report.checked``); each must occur in a chunk
+#: everything the checker counts as it judges (``Report.checked``): each must occur in
+#: a chunk, so a change that stops the simulator generating a kind of case fails the
+#: sweep (``test_the_guard_covers_every_count_of_the_checker`` keeps the list whole)
 EXERCISED = (
     "versions",
     "claims",
     "claims of delayed jobs",
     "claims while others waited",
+    "claims of children",
     "live keyed jobs",
     "dead jobs",
     "cancels",
     "payload objects",
+    "results",
     "schedule ticks",
+    "schedule steps",
     "claims under limits",
+    "segment objects",
     "segment references",
     "segment deletes",
 )
@@ -84,16 +93,41 @@ def test_seeds(seed_chunk: range, keep_reports: Callable[[Iterable[str]], None])
     families = Counter(r["family"] for r in reports)
     assert faults >= 10 * len(reports), "the faults did not happen; the sweep proves nothing"
     assert all(r["acknowledged"] for r in reports), "a run acknowledged no push at all"
-    checked: Counter[str] = Counter()
-    for r in reports:
-        checked.update(r["checked"])
-    for case in EXERCISED if len(reports) >= EXERCISED_MIN_SEEDS else ():  # rules had cases
-        assert checked[case] > 0, f"no {case} in {len(reports)} seeds: {dict(checked)}"
+    if len(reports) >= EXERCISED_MIN_SEEDS:  # every rule had cases to judge
+        checked = unexercised(reports)
+        assert not checked, f"no {', '.join(checked)} in {len(reports)} seeds"
     assert bad == [], "\n\n".join(str(r["summary"]) for r in bad[:10]) + (
         f"\n\n{len(bad)} of {len(reports)} seeds broke an invariant; replay one with: "
         + REPLAY.format(seed=bad[0]["seed"])
     )
     assert set(families) <= set(FAMILY_NAMES)
+
+
+def unexercised(reports: Iterable[dict[str, Any]]) -> list[str]:
+    """The kinds of case of :data:`EXERCISED` that no report's checker counted."""
+    checked: Counter[str] = Counter()
+    for r in reports:
+        checked.update(r["checked"])
+    return [case for case in EXERCISED if not checked[case]]
+
+
+def test_the_guard_covers_every_count_of_the_checker() -> None:
+    """Every ``checked["..."]`` the simulator's rules count is in :data:`EXERCISED`
+    (a new count joins the guard with its rule), and nothing else is."""
+    counted = set()
+    for path in Path(sim.__file__).parent.glob("*.py"):
+        counted |= set(re.findall(r'checked\["([^"]+)"\]', path.read_text(encoding="utf-8")))
+    assert counted == set(EXERCISED)
+
+
+def test_the_guard_names_a_kind_of_case_no_seed_had() -> None:
+    """A chunk whose runs never claimed a child (its generator removed) fails the
+    guard, naming what is missing."""
+    every = {case: 1 for case in EXERCISED}
+    reports = [{"checked": every}, {"checked": {**every, "claims of children": 0}}]
+    assert unexercised(reports) == []
+    without = {case: n for case, n in every.items() if case != "claims of children"}
+    assert unexercised([{"checked": without}] * EXERCISED_MIN_SEEDS) == ["claims of children"]
 
 
 def test_replay(replay_seed: int) -> None:
