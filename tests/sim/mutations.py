@@ -61,11 +61,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="archive-key-per-write",
         file="broker/archive.py",
-        original="    return archive_key(first.done_version, first.done_at), body\n",
+        original="    return archive_key(first.done_version, first.done_at, queue_id), body\n",
         replacement=(
-            "    unique = __import__('osqueue.ids', fromlist=['new_id']).new_id()\n"
-            "    key = archive_key(first.done_version, first.done_at)\n"
-            "    return key.replace('/hour=', f'/w={unique}/hour='), body\n"
+            "    unique = __import__('os').urandom(8).hex()\n"
+            "    key = archive_key(first.done_version, first.done_at, queue_id)\n"
+            "    return key.replace('.jsonl', f'-{unique}.jsonl'), body\n"
         ),
         family="archive exactly once",
         models="the archive key is unique per write, so a repeated write is not deduplicated",
@@ -73,8 +73,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="archive-409-as-exists",
         file="broker/archive.py",
-        original="        try:\n            await storage.get(key)\n        except NotFound:\n",
-        replacement="        try:\n            pass\n        except NotFound:\n",
+        original="        try:\n            held = await storage.get(key)\n        except NotFound:\n",
+        replacement="        try:\n            return True\n        except NotFound:\n",
         family="archive exactly once",
         models="a 409 on the create-if-absent archive write is taken as 'the object exists'",
     ),
@@ -158,7 +158,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="takeover-skips-inherited-archive",
         file="broker/lease.py",
-        original="                await archiver.write_inherited(inherited, archived)\n",
+        original="                await archiver.write_inherited(inherited, archived, incarnation)\n",
         replacement="                pass\n",
         family="leases and takeover",
         models="a broker taking over prunes the done jobs it inherits without writing "

@@ -296,7 +296,7 @@ def test_a_claim_that_found_a_live_jobs_payload_missing_is_payload_kept() -> Non
     s.pushed("j1")
     s.payloads.add(ref)
     s.apply(ClaimOp("w", ("default",), 1))
-    gone = BadPayload(ref, "9 bytes", "no object", missing=True)
+    gone = BadPayload("j1", ref, "9 bytes", "no object", missing=True)
     s.apply(Fail("j1", 1, str(gone), retry_after_s=0.0))
     s.apply(ClaimOp("w", ("default",), 1))
     s.said(Kind.CLAIMED, "w", "j1", 2)
