@@ -68,6 +68,8 @@ from cluster import (
     Observation,
 )
 
+from osqueue.storage.cloud import DEFAULT_TIMEOUT_S as STORAGE_TIMEOUT_S
+
 TAKEOVER_KINDS = ("broker-kill", "broker-freeze", "clock-step")
 OTHER_KINDS = (
     "standby-kill",
@@ -91,16 +93,21 @@ CALL_S = CLIENT_TIMEOUT_S + CLAIM_WAIT_S
 #: work; plus the longest delay a client-network fault holds a chunk back
 #: = PUSH_PAUSE_MAX_S + 2 * 2 * (CALL_S + RETRY_S) + WORK_MAX_S + DELAY_MAX_S
 WORKLOAD_S = PUSH_PAUSE_MAX_S + 4 * (CALL_S + RETRY_S) + WORK_MAX_S + DELAY_MAX_S
+#: a call's deadline does not bound the read of the queue document that finds the
+#: broker again after a lost connection: that storage request ends within the storage
+#: client's own timeout (the chaos URLs keep the default)
+DISCOVERY_S = STORAGE_TIMEOUT_S
 #: a worker frozen past the heartbeat timeout hears LeaseLost within this of SIGCONT
 #: (chaos_node's _work and _holder): the next heartbeat is due (HEARTBEAT_S), then at
 #: most four calls in a row, each ended by its deadline (CLIENT_TIMEOUT_S): the one open
 #: when it froze, a heartbeat that fails transiently, a completion answered
 #: MaybeCommitted (an earlier attempt's answer was lost) and, after a retry pause each,
-#: the completion that hears it.  The claim ended before SIGCONT, so any answer the
-#: broker gives is LeaseLost; a longer wait means a call outlived its own deadline or
-#: the worker died (the failure says which)
-#: = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S
-LOST_S = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S
+#: the completion that hears it; one of them may have to find the broker again
+#: (DISCOVERY_S).  The claim ended before SIGCONT, so any answer the broker gives is
+#: LeaseLost; a longer wait means a call outlived its bounds or the worker died (the
+#: failure says which).  The figures show how long it took (well under a second).
+#: = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S + DISCOVERY_S
+LOST_S = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S + DISCOVERY_S
 #: a broker stands by (again) within the supervisor's pace and one broker start
 STANDBY_S = SUPERVISE_S + READY_TIMEOUT_S
 #: a frozen broker on file:// may hold the lock the taker needs: how long to wait
