@@ -23,9 +23,11 @@ serves afterwards:
   be acknowledged again;
 * ``worker-kill``: SIGKILL a worker holding a job; the broker must take the
   job back from it (the claim under that token ends);
-* ``worker-freeze``: SIGSTOP a worker holding a job until the broker has taken
-  the job back, then SIGCONT: the worker must hear ``LeaseLost`` (within
-  ``LOST_S``, which follows from the client's own deadlines);
+* ``worker-freeze``: SIGSTOP a worker holding a job until its claim has ended,
+  then SIGCONT: if the broker took the job back, the worker must hear
+  ``LeaseLost`` (within ``LOST_S``, which follows from the client's own
+  deadlines); a completion or a fail() (poison job) that landed as it froze
+  ends the claim too, and the worker's log says so;
 * ``client-network``: the proxies between clients and brokers drop answers,
   delay and reset connections for a few seconds; work must go on;
 * ``storage-network`` (cloud backends): the proxy between brokers and storage
@@ -113,6 +115,8 @@ STANDBY_S = SUPERVISE_S + READY_TIMEOUT_S
 #: a frozen broker on file:// may hold the lock the taker needs: how long to wait
 #: before checking that a standby is blocked on it
 FROZEN_TAKEOVER_S = LEASE_S + 1.0 + 8.0
+#: the events that end a worker's hold of a job (chaos_node.py)
+HOLD_ENDS = ("complete", "fail", "lost")
 #: a takeover round ends once the same epoch has held this long
 SETTLE_S = LEASE_S / 2
 
@@ -373,15 +377,23 @@ class Rounds:
         held = f"held {job_id} (token {token}); frozen {resumed - frozen:.1f} s"
         if how == "finished":  # its completion landed before it froze
             return name, f"{held}; finished before the freeze"
+        # The claim ended without a completion: the broker took the job back, or the
+        # worker's own fail() (a poison job) landed as it froze.  Its log tells which.
         try:
-            heard = await self._until(
-                lambda: self._event(name, "lost", job_id, token),
+            event, t = await self._until(
+                lambda: self._outcome(name, job_id, token),
                 f"{name} to hear LeaseLost",
                 LOST_S,
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {self._since(name, proc, frozen)}") from None
-        return name, f"{held}; taken back; it heard LeaseLost {heard - resumed:.1f} s after SIGCONT"
+        assert event != "complete", (
+            f"{name}'s completion of {job_id} (token {token}) was accepted after its claim "
+            f"ended: {self._since(name, proc, frozen)}"
+        )
+        if event == "fail":
+            return name, f"{held}; its own fail landed as it froze (nothing to hear)"
+        return name, f"{held}; taken back; it heard LeaseLost {t - resumed:.1f} s after SIGCONT"
 
     def _since(self, name: str, proc: asyncio.subprocess.Process, t: float) -> str:
         """What a node did since ``t`` (its log) and whether it still runs."""
@@ -440,11 +452,12 @@ class Rounds:
         names = [*self.cluster.producers, *self.cluster.workers]
         return sum(self._count(n, "ack") + self._count(n, "complete") for n in names)
 
-    def _event(self, name: str, event: str, job_id: str, token: int) -> float | None:
-        """When ``name`` logged ``event`` for ``job_id`` under ``token`` (None: not yet)."""
+    def _outcome(self, name: str, job_id: str, token: int) -> tuple[str, float] | None:
+        """How worker ``name`` ended its hold of ``job_id`` under ``token``, and when:
+        ``lost`` (LeaseLost), ``complete`` or ``fail`` (accepted); None: not yet."""
         for e in self.cluster.tail(name).refresh():
-            if e["ev"] == event and e["id"] == job_id and e["token"] == token:
-                return float(e["t"])
+            if e["ev"] in HOLD_ENDS and e["id"] == job_id and e["token"] == token:
+                return str(e["ev"]), float(e["t"])
         return None
 
     def _producer_in_flight(self) -> tuple[str, set[str]] | None:
@@ -469,7 +482,7 @@ class Rounds:
             for e in self.cluster.tail(name).refresh():
                 if e["ev"] == "claim":
                     held[e["id"]] = e["token"]
-                elif e["ev"] in ("complete", "fail", "lost"):
+                elif e["ev"] in HOLD_ENDS:
                     held.pop(e["id"], None)
             for job_id, token in held.items():
                 job = doc.jobs.get(job_id)
