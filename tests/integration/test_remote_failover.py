@@ -270,11 +270,10 @@ async def test_a_call_cut_off_by_the_close_of_its_dropped_channel_is_retried(
 ) -> None:
     """A call still open on a channel the client dropped (another call on it
     failed over) is cancelled by gRPC when the close's grace (``rpc_timeout_s``)
-    runs out: here a long poll, after a SIGSTOP any call.  That is a lost
-    answer, retried on a new channel, not a ``CancelledError`` in a task nobody
-    cancelled (a worker's heartbeat task ended of it, and with it the heartbeats
-    that would have told it LeaseLost); the caller's own cancellation still
-    propagates."""
+    runs out, as a long poll waiting longer is.  That is a lost answer, retried
+    on a new channel, not a ``CancelledError`` in a task nobody cancelled (a
+    Worker's claim loop would take a claim ended so for its own stop); the
+    caller's own cancellation still propagates."""
     async with BrokerServer(
         memory_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
     ) as server:

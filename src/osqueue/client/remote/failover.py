@@ -13,11 +13,10 @@ the last error as its cause.
 A call still open on a channel the client has dropped (another call on it
 failed over) is left ``rpc_timeout_s`` to finish; past that gRPC cancels it,
 which surfaces as :class:`asyncio.CancelledError` in a task nobody cancelled.
-A long poll can outlive that grace, and so can any call of a process paused
-(SIGSTOP, a stopped container) across both its deadline and the grace: on
-resume the grace's timer fires first.  Such an attempt is a lost answer,
-retried on the next channel like a cut connection (:func:`cut_off`); a
-cancellation of the caller's own task still propagates.
+A long poll outlives that grace when its wait is longer (its attempt may last
+``rpc_timeout_s`` plus the wait).  Such an attempt is a lost answer, retried on
+the next channel like a cut connection (:func:`cut_off`); a cancellation of the
+caller's own task still propagates.
 
 Deadlines and waits are read from the injected :class:`~osqueue.clock.Clock`,
 so a test drives them with a :class:`~osqueue.clock.ManualClock`.
