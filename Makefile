@@ -63,11 +63,12 @@ soak: setup
 mutate: setup
 	PYTHONPATH=tests $(PY) -m sim.mutate
 
-# Real processes, longer: CHAOS_ROUNDS rounds per backend (file, moto S3, Azurite);
+# Real processes, longer: CHAOS_ROUNDS rounds per backend (file, moto S3, Azurite) on a
+# fresh seed (`make test` runs the fixed seeds of tests/chaos/seeds.py instead);
 # CHAOS_SEED replays a seed a failure printed.  Each backend prints a line of figures.
 chaos: setup
 	$(BIN)/pytest -q tests/chaos -p no:randomly -s --chaos-rounds $(CHAOS_ROUNDS) \
-		$(if $(CHAOS_SEED),--chaos-seed $(CHAOS_SEED))
+		--chaos-seed $(or $(CHAOS_SEED),random)
 
 bench: setup
 	$(BIN)/osqueue bench --json

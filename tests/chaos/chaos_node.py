@@ -36,6 +36,14 @@ import osqueue
 from osqueue.api import Job, NewJob
 from osqueue.errors import LeaseLost, OsqueueError
 
+#: every call's failover deadline (``osqueue.connect(timeout_s=...)``): past it a call
+#: raises BrokerUnavailable; a claim adds its long poll
+CLIENT_TIMEOUT_S = 5.0
+CLAIM_WAIT_S = 1.0
+#: the pause before a producer or a worker tries a failed call again
+RETRY_S = 0.2
+#: a producer pauses between two pushes for up to this
+PUSH_PAUSE_MAX_S = 0.45
 HEARTBEAT_S = 0.5
 WORK_MAX_S = 0.6
 BIG_PAD = 70 * 1024  # above the default 64 KiB inline limit
@@ -95,7 +103,7 @@ async def producer(url: str, name: str, stop_file: str, log: Log) -> None:
     pending = [new_job(name, int(job_id.rsplit("-", 1)[1])) for job_id in unacked]
     if unacked:
         log.write("resume", unacked=len(unacked), next=next_index)
-    async with osqueue.connect(url, timeout_s=5.0) as q:
+    async with osqueue.connect(url, timeout_s=CLIENT_TIMEOUT_S) as q:
         while not (stopped := _exists(stop_file)) or pending:
             if not stopped and len(pending) < 3:
                 for _ in range(rng.randint(1, 3)):
@@ -108,13 +116,13 @@ async def producer(url: str, name: str, stop_file: str, log: Log) -> None:
                 results = await q.push_results(batch)
             except OsqueueError as exc:
                 log.write("retry", error=type(exc).__name__)
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(RETRY_S)
                 continue
             for job, result in zip(batch, results, strict=True):
                 if isinstance(result, str):
                     log.write("ack", id=job.id)
                     pending.remove(job)
-            await asyncio.sleep(rng.uniform(0.15, 0.45))
+            await asyncio.sleep(rng.uniform(0.15, PUSH_PAUSE_MAX_S))
     log.write("done")
 
 
@@ -131,7 +139,7 @@ async def _holder(q: Any, job: Job, log: Log, call: str) -> None:
             return
         except OsqueueError as exc:
             log.write("retry", error=type(exc).__name__, id=job.id)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(RETRY_S)
             continue
         log.write(call, id=job.id, token=job.token)
         return
@@ -149,20 +157,20 @@ async def _work(q: Any, job: Job, log: Log, rng: random.Random) -> None:
         except LeaseLost:
             log.write("lost", id=job.id, token=job.token, call="heartbeat")
             return
-        except OsqueueError:
-            pass
+        except OsqueueError as exc:
+            log.write("retry", error=type(exc).__name__, id=job.id, call="heartbeat")
     await _holder(q, job, log, "fail" if job.payload.startswith(b"poison") else "complete")
 
 
 async def worker(url: str, name: str, log: Log) -> None:
     rng = random.Random(name)
-    async with osqueue.connect(url, timeout_s=5.0) as q:
+    async with osqueue.connect(url, timeout_s=CLIENT_TIMEOUT_S) as q:
         while True:
             try:
-                jobs = await q.claim(name, ["default"], max_jobs=2, wait_s=1.0)
+                jobs = await q.claim(name, ["default"], max_jobs=2, wait_s=CLAIM_WAIT_S)
             except OsqueueError as exc:
                 log.write("retry", error=type(exc).__name__)
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(RETRY_S)
                 continue
             for job in jobs:
                 log.write("claim", id=job.id, token=job.token)

@@ -21,6 +21,9 @@ import contextlib
 import random
 from collections import Counter
 
+#: the longest a ``delay`` fault holds a chunk back
+DELAY_MAX_S = 0.8
+
 
 class FaultyProxy:
     def __init__(
@@ -31,7 +34,7 @@ class FaultyProxy:
         drop: float = 0.02,
         delay: float = 0.05,
         reset: float = 0.01,
-        delay_max_s: float = 0.8,
+        delay_max_s: float = DELAY_MAX_S,
     ) -> None:
         self.upstream_port = upstream_port
         self.rng = random.Random(seed)

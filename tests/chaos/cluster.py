@@ -48,6 +48,8 @@ PRODUCERS = 2
 WORKERS = 3
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.04
+#: the supervisor's pace: how soon it notices a dead broker or worker
+SUPERVISE_S = 0.2
 
 
 class LogTail:
@@ -342,7 +344,7 @@ class Cluster:
                 if proc.returncode is not None:
                     del self.workers[name]
                     await self.start_worker()
-            await asyncio.sleep(0.2)  # the supervisor's pace, as systemd's restart delay
+            await asyncio.sleep(SUPERVISE_S)  # the supervisor's pace, as systemd's restart delay
 
     def send(self, proc: asyncio.subprocess.Process, sig: signal.Signals, what: str) -> None:
         if proc.returncode is None:
@@ -353,6 +355,10 @@ class Cluster:
     def broker_signal(self, node: BrokerNode, sig: signal.Signals, what: str) -> None:
         if node.signal(sig):
             self.signals[what] += 1
+
+    def nodes_stderr(self) -> str:
+        """What producers and workers printed on stderr (the traceback of one that died)."""
+        return (self.workdir / "nodes.err").read_text(errors="replace")
 
     def client_proxies(self) -> list[FaultyProxy]:
         return [b.proxy for b in self.brokers.values()]

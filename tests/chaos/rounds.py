@@ -27,8 +27,11 @@ serves afterwards:
   be acknowledged again;
 * ``worker-kill``: SIGKILL a worker holding a job; the broker must take the
   job back from it (the claim under that token ends);
-* ``worker-freeze``: SIGSTOP a worker holding a job until the broker has taken
-  the job back, then SIGCONT: the worker must hear ``LeaseLost``;
+* ``worker-freeze``: SIGSTOP a worker holding a job until its claim has ended,
+  then SIGCONT: if the broker took the job back, the worker must hear
+  ``LeaseLost`` (within ``LOST_S``, which follows from the client's own
+  deadlines); a completion or a fail() (poison job) that landed as it froze
+  ends the claim too, and the worker's log says so;
 * ``client-network``: the proxies between clients and brokers drop answers,
   delay and reset connections for a few seconds; work must go on;
 * ``storage-network`` (cloud backends): the proxy between brokers and storage
@@ -37,7 +40,9 @@ serves afterwards:
 
 During the broker-kill and broker-freeze rounds the storage proxy (cloud
 backends) injects faults at its background rate too.  Victims are never picked at random among all
-processes: each rule waits (with a deadline) until a process fits it.
+processes: each rule waits (with a deadline) until a process fits it.  The
+waits on producers and workers are derived from their timeouts (``CALL_S``,
+``WORKLOAD_S``, ``LOST_S`` below, each with its formula), not fixed.
 """
 
 from __future__ import annotations
@@ -49,8 +54,27 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chaos_proxy import FaultyProxy
-from cluster import HEARTBEAT_TIMEOUT_S, LEASE_S, BrokerNode, Cluster, DocRecorder, Observation
+from chaos_node import (
+    CLAIM_WAIT_S,
+    CLIENT_TIMEOUT_S,
+    HEARTBEAT_S,
+    PUSH_PAUSE_MAX_S,
+    RETRY_S,
+    WORK_MAX_S,
+)
+from chaos_proxy import DELAY_MAX_S, FaultyProxy
+from cluster import (
+    HEARTBEAT_TIMEOUT_S,
+    LEASE_S,
+    READY_TIMEOUT_S,
+    SUPERVISE_S,
+    BrokerNode,
+    Cluster,
+    DocRecorder,
+    Observation,
+)
+
+from osqueue.storage.cloud import DEFAULT_TIMEOUT_S as STORAGE_TIMEOUT_S
 
 TAKEOVER_KINDS = ("broker-kill", "broker-freeze", "clock-step")
 #: the takeover rounds that end with another broker serving (clock-step must not)
@@ -66,11 +90,39 @@ OTHER_KINDS = (
 #: how long a takeover may take: the lease, the skew margin, a standby's poll, slack
 TAKEOVER_S = LEASE_S + 1.0 + 20.0
 STEP_DOWN_S = 20.0
-VICTIM_S = 20.0
 NETWORK_FAULT_S = 4.0
+# The waits on producers and workers follow from their own timeouts (chaos_node.py):
+#: one call of a node returns, answered or BrokerUnavailable, within its failover
+#: deadline (a claim adds its long poll)
+CALL_S = CLIENT_TIMEOUT_S + CLAIM_WAIT_S
+#: the workload shows what a round waits for (a push in flight, a job held, work done)
+#: within: a producer's pause, then its push and a worker's claim, each of which may
+#: fail once (a deadline and a retry pause) before it goes through, then the job's
+#: work; plus the longest delay a client-network fault holds a chunk back
+#: = PUSH_PAUSE_MAX_S + 2 * 2 * (CALL_S + RETRY_S) + WORK_MAX_S + DELAY_MAX_S
+WORKLOAD_S = PUSH_PAUSE_MAX_S + 4 * (CALL_S + RETRY_S) + WORK_MAX_S + DELAY_MAX_S
+#: a call's deadline does not bound the read of the queue document that finds the
+#: broker again after a lost connection: that storage request ends within the storage
+#: client's own timeout (the chaos URLs keep the default)
+DISCOVERY_S = STORAGE_TIMEOUT_S
+#: a worker frozen past the heartbeat timeout hears LeaseLost within this of SIGCONT
+#: (chaos_node's _work and _holder): the next heartbeat is due (HEARTBEAT_S), then at
+#: most four calls in a row, each ended by its deadline (CLIENT_TIMEOUT_S): the one open
+#: when it froze, a heartbeat that fails transiently, a completion answered
+#: MaybeCommitted (an earlier attempt's answer was lost) and, after a retry pause each,
+#: the completion that hears it; one of them may have to find the broker again
+#: (DISCOVERY_S).  The claim ended before SIGCONT, so any answer the broker gives is
+#: LeaseLost; a longer wait means a call outlived its bounds or the worker died (the
+#: failure says which).  The figures show how long it took (well under a second).
+#: = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S + DISCOVERY_S
+LOST_S = HEARTBEAT_S + 4 * CLIENT_TIMEOUT_S + 2 * RETRY_S + DISCOVERY_S
+#: a broker stands by (again) within the supervisor's pace and one broker start
+STANDBY_S = SUPERVISE_S + READY_TIMEOUT_S
 #: a frozen broker on file:// may hold the lock the taker needs: how long to wait
 #: before checking that a standby is blocked on it
 FROZEN_TAKEOVER_S = LEASE_S + 1.0 + 8.0
+#: the events that end a worker's hold of a job (chaos_node.py)
+HOLD_ENDS = ("complete", "fail", "lost")
 #: a takeover round ends once the same epoch has held this long
 SETTLE_S = LEASE_S / 2
 #: a standby whose clock stepped forward must leave a live lease alone this long:
@@ -208,7 +260,7 @@ class Rounds:
 
     async def _standby(self, serving: Observation) -> BrokerNode:
         """A broker standing by (waits for the supervisor to have started one)."""
-        standbys = await self.cluster.wait_standby(serving.address, VICTIM_S * 3)
+        standbys = await self.cluster.wait_standby(serving.address, STANDBY_S)
         return self.rng.choice(standbys)
 
     # -- takeover rounds --------------------------------------------------------------
@@ -305,41 +357,73 @@ class Rounds:
         self.cluster.broker_signal(victim, signal.SIGKILL, "standby-sigkill")
         await victim.proc.wait()
         (replacement, *_) = await self.cluster.wait_standby(
-            before.address, VICTIM_S * 3, exclude=victim
+            before.address, STANDBY_S, exclude=victim
         )
         return victim.name, f"replaced by {replacement.name}"
 
     async def _producer_kill(self, before: Observation) -> tuple[str, str]:
-        name, in_flight = await self._until(self._producer_in_flight, "a push in flight")
+        name, in_flight = await self._until(
+            self._producer_in_flight, "a push in flight", WORKLOAD_S
+        )
         self.cluster.send(self.cluster.producers[name], signal.SIGKILL, "producer-sigkill")
         await self.cluster.producers[name].wait()
         acked_before = self._count(name, "ack")
         await self.cluster.start_producer(name)
-        await self._until(
-            lambda: self._count(name, "ack") > acked_before or None, f"{name} acknowledged again"
+        await self._until(  # it starts (as a broker does), resumes and pushes
+            lambda: self._count(name, "ack") > acked_before or None,
+            f"{name} acknowledged again",
+            READY_TIMEOUT_S + WORKLOAD_S,
         )
         return name, f"killed with {len(in_flight)} pushes in flight; restarted"
 
     async def _worker_kill(self, before: Observation) -> tuple[str, str]:
-        name, (job_id, token) = await self._until(self._holder, "a worker holding a job")
+        name, (job_id, token) = await self._until(
+            self._holder, "a worker holding a job", WORKLOAD_S
+        )
         self.cluster.send(self.cluster.workers[name], signal.SIGKILL, "worker-sigkill")
         how = await self._released(job_id, token)
         return name, f"held {job_id} (token {token}); {how}"
 
     async def _worker_freeze(self, before: Observation) -> tuple[str, str]:
-        name, (job_id, token) = await self._until(self._holder, "a worker holding a job")
+        name, (job_id, token) = await self._until(
+            self._holder, "a worker holding a job", WORKLOAD_S
+        )
         proc = self.cluster.workers[name]
         self.cluster.send(proc, signal.SIGSTOP, "worker-sigstop")
+        frozen = time.time()
         try:
             how = await self._released(job_id, token)
         finally:
             self.cluster.send(proc, signal.SIGCONT, "worker-sigcont")
+        resumed = time.time()
+        held = f"held {job_id} (token {token}); frozen {resumed - frozen:.1f} s"
         if how == "finished":  # its completion landed before it froze
-            return name, f"held {job_id} (token {token}); finished before the freeze"
-        await self._until(
-            lambda: self._event(name, "lost", job_id, token), f"{name} to hear LeaseLost"
+            return name, f"{held}; finished before the freeze"
+        # The claim ended without a completion: the broker took the job back, or the
+        # worker's own fail() (a poison job) landed as it froze.  Its log tells which.
+        try:
+            event, t = await self._until(
+                lambda: self._outcome(name, job_id, token),
+                f"{name} to hear LeaseLost",
+                LOST_S,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self._since(name, proc, frozen)}") from None
+        assert event != "complete", (
+            f"{name}'s completion of {job_id} (token {token}) was accepted after its claim "
+            f"ended: {self._since(name, proc, frozen)}"
         )
-        return name, f"held {job_id} (token {token}); taken back; it heard LeaseLost"
+        if event == "fail":
+            return name, f"{held}; its own fail landed as it froze (nothing to hear)"
+        return name, f"{held}; taken back; it heard LeaseLost {t - resumed:.1f} s after SIGCONT"
+
+    def _since(self, name: str, proc: asyncio.subprocess.Process, t: float) -> str:
+        """What a node did since ``t`` (its log) and whether it still runs."""
+        state = "running" if proc.returncode is None else f"exited with {proc.returncode}"
+        events = [e for e in self.cluster.tail(name).refresh() if e["t"] >= t]
+        return f"{name} is {state}; its log since it froze: {events[-20:]}; " + (
+            "the nodes' stderr ends: " + self.cluster.nodes_stderr()[-2000:]
+        )
 
     async def _client_network(self, before: Observation) -> tuple[str, str]:
         proxies = self.cluster.client_proxies()
@@ -366,16 +450,20 @@ class Rounds:
                 p.drop, p.delay, p.reset, p.enabled = d, dl, r, on
         faults = sum(sum(p.faults.values()) for p in proxies) - faults_before
         assert faults > 0, "the network round injected no fault"
-        await self._until(lambda: self._progress() > done_before or None, "work to go on")
+        await self._until(
+            lambda: self._progress() > done_before or None, "work to go on", WORKLOAD_S
+        )
         return f"{faults} faults injected"
 
     # -- reading the logs -------------------------------------------------------------
 
-    async def _until(self, probe: Any, what: str) -> Any:
+    async def _until(self, probe: Any, what: str, timeout_s: float) -> Any:
         """Poll ``probe`` (the nodes' logs and the recorder) until it returns a value."""
-        deadline = asyncio.get_running_loop().time() + VICTIM_S
+        deadline = asyncio.get_running_loop().time() + timeout_s
         while (found := probe()) is None:
-            assert asyncio.get_running_loop().time() < deadline, f"waited {VICTIM_S} s for {what}"
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"waited {timeout_s:.1f} s for {what}"
+            )
             await asyncio.sleep(0.05)  # the logs are files written by other processes
         return found
 
@@ -386,10 +474,12 @@ class Rounds:
         names = [*self.cluster.producers, *self.cluster.workers]
         return sum(self._count(n, "ack") + self._count(n, "complete") for n in names)
 
-    def _event(self, name: str, event: str, job_id: str, token: int) -> bool | None:
+    def _outcome(self, name: str, job_id: str, token: int) -> tuple[str, float] | None:
+        """How worker ``name`` ended its hold of ``job_id`` under ``token``, and when:
+        ``lost`` (LeaseLost), ``complete`` or ``fail`` (accepted); None: not yet."""
         for e in self.cluster.tail(name).refresh():
-            if e["ev"] == event and e["id"] == job_id and e["token"] == token:
-                return True
+            if e["ev"] in HOLD_ENDS and e["id"] == job_id and e["token"] == token:
+                return str(e["ev"]), float(e["t"])
         return None
 
     def _producer_in_flight(self) -> tuple[str, set[str]] | None:
@@ -414,11 +504,12 @@ class Rounds:
             for e in self.cluster.tail(name).refresh():
                 if e["ev"] == "claim":
                     held[e["id"]] = e["token"]
-                elif e["ev"] in ("complete", "fail", "lost"):
+                elif e["ev"] in HOLD_ENDS:
                     held.pop(e["id"], None)
             for job_id, token in held.items():
                 job = doc.jobs.get(job_id)
-                if job is not None and job.claim is not None and job.claim.token == token:
+                claim = job.claim if job is not None and job.status == "claimed" else None
+                if claim is not None and claim.token == token:
                     return name, (job_id, token)
         return None
 

@@ -12,9 +12,10 @@ serves after it.  Then the producers finish, the queue drains, and
 ``checks.py`` checks I1 to I5 on the logs, the archive and the stored
 version chain (on S3, the bucket's own version history).
 
-``--chaos-seed`` fixes the seed (a new one every run otherwise; a failure
+Each backend runs the seeds listed for it in ``seeds.py`` (``--chaos-seed S``
+runs ``S`` on every backend, ``--chaos-seed random`` a new one; a failure
 prints it) and ``--chaos-rounds`` the rounds per backend (4; ``make chaos``
-runs more).
+runs more, on a fresh seed).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import pytest
 from chaos_proxy import FaultyProxy
 from checks import ChainFigures, JobFigures, check_chain, check_jobs
 from cluster import Cluster, DocRecorder, LogTail
-from rounds import TAKES_OVER, RoundReport, Rounds, schedule
+from rounds import OTHER_KINDS, TAKEOVER_KINDS, TAKES_OVER, RoundReport, Rounds, schedule
+from seeds import DEFAULT_ROUNDS, SEEDS
 
 from osqueue.state import Document
 from osqueue.storage import from_url
@@ -50,6 +52,8 @@ DRAIN_LIMIT_S = 120.0
 #: background storage faults during takeover rounds (cloud backends)
 STORAGE_FAULTS = {"drop": 0.03, "delay": 0.05, "reset": 0.01}
 CHAOS_BUCKET = "osqueue-chaos"
+#: which third of the default rounds each backend runs (``schedule``'s ``backend``)
+INDEX = {"file": 0, "s3": 1, "azure": 2}
 
 
 @dataclass
@@ -251,18 +255,18 @@ def _assert_figures(figures: Figures, rounds: int) -> None:
 def file_backend(tmp_path: Path) -> Backend:
     queue = tmp_path / "queue"
     queue.mkdir()
-    return Backend("file", 0, queue.as_uri(), queue.as_uri())
+    return Backend("file", INDEX["file"], queue.as_uri(), queue.as_uri())
 
 
 @pytest.fixture
 async def s3_backend(moto_server: MotoS3Server, chaos_seed: int) -> AsyncIterator[Backend]:
-    async with _cloud_backend("s3", 1, moto_server, chaos_seed) as backend:
+    async with _cloud_backend("s3", INDEX["s3"], moto_server, chaos_seed) as backend:
         yield backend
 
 
 @pytest.fixture
 async def azure_backend(azurite_server: AzuriteServer, chaos_seed: int) -> AsyncIterator[Backend]:
-    async with _cloud_backend("azure", 2, azurite_server, chaos_seed) as backend:
+    async with _cloud_backend("azure", INDEX["azure"], azurite_server, chaos_seed) as backend:
         yield backend
 
 
@@ -286,3 +290,13 @@ async def test_chaos_on_azure_through_a_faulty_network(
 ) -> None:
     figures = await run_chaos(azure_backend, tmp_path, chaos_seed, chaos_rounds)
     _assert_figures(figures, chaos_rounds)
+
+
+def test_the_listed_seeds_cover_every_kind() -> None:
+    """The first seed listed for each backend: together their rounds cover every kind."""
+    covered = {
+        kind
+        for name, seeds in SEEDS.items()
+        for kind in schedule(seeds[0], INDEX[name], DEFAULT_ROUNDS, storage_faults=name != "file")
+    }
+    assert covered == {*TAKEOVER_KINDS, *OTHER_KINDS}

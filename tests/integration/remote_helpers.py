@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import socket
@@ -15,6 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from osqueue.broker import BrokerConfig
 from osqueue.client.remote import RemoteConfig
+from osqueue.server.runner import BrokerServer
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage import from_url
 
@@ -50,6 +52,33 @@ async def read_document(url: str) -> Document:
         return decode((await storage.read(DOCUMENT_KEY)).data)
     finally:
         await storage.close()
+
+
+class Parkings:
+    """Counts the ``result()`` calls that reached ``server``'s waiters (each parks
+    before it next yields, if its job has not finished)."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        broker = server.broker
+        assert broker is not None
+        self.count = 0
+        self._arrived = asyncio.Condition()
+        waiters = broker._waiters
+        original = waiters.finished
+
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            call = original(*args, **kwargs)
+            async with self._arrived:
+                self.count += 1
+                self._arrived.notify_all()
+            return await call
+
+        waiters.finished = watched  # type: ignore[method-assign]
+
+    async def wait(self, n: int) -> None:
+        """Until ``n`` calls have reached the waiters."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: self.count >= n)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from remote_helpers import fast_config, quiet_broker_config, read_document
+from remote_helpers import Parkings, fast_config, quiet_broker_config, read_document
 
 from osqueue.api import Job, NewJob
 from osqueue.broker import BrokerConfig
@@ -261,5 +261,45 @@ async def test_a_storage_error_while_discovering_is_retried_not_fatal(queue_url:
             job_id = await client.push(b"x")  # the call rediscovers, with backoff
             assert client.address == server.address
             assert job_id in (await read_document(queue_url)).jobs
+        finally:
+            await client.close()
+
+
+async def test_a_call_cut_off_by_the_close_of_its_dropped_channel_is_retried(
+    memory_url: str,
+) -> None:
+    """A call still open on a channel the client dropped (another call on it
+    failed over) is cancelled by gRPC when the close's grace (``rpc_timeout_s``)
+    runs out, as a long poll waiting longer is.  That is a lost answer, retried
+    on a new channel, not a ``CancelledError`` in a task nobody cancelled (a
+    Worker's claim loop would take a claim ended so for its own stop); the
+    caller's own cancellation still propagates."""
+    async with BrokerServer(
+        memory_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
+    ) as server:
+        client = await connect(memory_url, config=fast_config(rpc_timeout_s=0.5))
+        assert isinstance(client, RemoteClient)
+        try:
+            job_id = await client.push(b"p", result_ttl_s=600.0)
+            (job,) = await client.claim("w")
+            parkings = Parkings(server)
+            waiting = asyncio.ensure_future(client.result(job_id, wait_s=30.0))
+            await parkings.wait(1)
+            conn = client.connection.current
+            assert conn is not None
+            client.connection.drop(conn)  # what a failed call on it does
+            parked_again = asyncio.ensure_future(parkings.wait(2))
+            await asyncio.wait({waiting, parked_again}, return_when=asyncio.FIRST_COMPLETED)
+            assert not waiting.done(), "the cut-off long poll ended instead of being retried"
+            assert client.connects == 2
+            await client.complete(job, result="after the cut")
+            assert (await asyncio.wait_for(waiting, 10.0)).value == "after the cut"
+
+            other = await client.push(b"q", result_ttl_s=600.0)
+            mine = asyncio.ensure_future(client.result(other, wait_s=30.0))
+            await parkings.wait(3)
+            mine.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await mine
         finally:
             await client.close()

@@ -4,11 +4,10 @@ compatibility with clients and brokers that predate results, failover, the sync 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import grpc
 import pytest
-from remote_helpers import fast_config, quiet_broker_config, read_document
+from remote_helpers import Parkings, fast_config, quiet_broker_config, read_document
 
 import osqueue
 import osqueue.sync
@@ -43,33 +42,15 @@ async def test_the_long_poll_answers_when_the_job_completes(
     remote: RemoteClient, broker_server: BrokerServer
 ) -> None:
     job_id = await remote.push(b"p", result_ttl_s=600.0)
-    entered = watch_parking(broker_server)
+    parked = Parkings(broker_server)
     waiting = asyncio.ensure_future(remote.result(job_id, wait_s=30.0))
     (job,) = await remote.claim("w")
-    await entered.wait()
+    await parked.wait(1)
     assert broker_server.broker is not None
     assert job_id in broker_server.broker._waiters.results
     await remote.complete(job, result=[1, 2, 3])
     answer = await asyncio.wait_for(waiting, 10.0)
     assert answer.value == [1, 2, 3]
-
-
-def watch_parking(server: BrokerServer) -> asyncio.Event:
-    """An event set once a ``result()`` call has reached the broker's waiters (it
-    parks before it next yields, if its job has not finished)."""
-    broker = server.broker
-    assert broker is not None
-    entered = asyncio.Event()
-    waiters = broker._waiters
-    original = waiters.finished
-
-    async def watched(*args: Any, **kwargs: Any) -> Any:
-        call = original(*args, **kwargs)
-        entered.set()
-        return await call
-
-    waiters.finished = watched  # type: ignore[method-assign]
-    return entered
 
 
 async def test_a_wait_that_runs_out_answers_the_live_status(remote: RemoteClient) -> None:
@@ -175,9 +156,9 @@ async def test_a_result_survives_a_failover(queue_url: str) -> None:
         await client.complete(job, result="before the failover")
         assert (await waiting).value == "before the failover"
         other = await client.push(b"q", result_ttl_s=600.0)
-        entered = watch_parking(first)
+        parkings = Parkings(first)
         parked = asyncio.ensure_future(client.result(other, wait_s=30.0))
-        await entered.wait()
+        await parkings.wait(1)
         await first.stop()  # the parked call is told to find the broker again
         async with BrokerServer(
             queue_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()

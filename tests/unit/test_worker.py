@@ -40,7 +40,7 @@ from osqueue.client.worker import (
 )
 from osqueue.client.worker.settle import RIDE_MAX_RESULT_BYTES
 from osqueue.clock import ManualClock
-from osqueue.errors import BrokerUnavailable, InvalidInput
+from osqueue.errors import BrokerUnavailable, InvalidInput, LeaseLost
 from osqueue.ids import new_id
 from osqueue.state import StoredJob
 from osqueue.state.validate import MAX_CLAIM
@@ -541,6 +541,60 @@ async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: En
     assert env.client.completions() == []
     assert env.client.named("fail") == []
     assert env.status(job_id) == "claimed"
+
+
+async def held_until_stolen(env: Env, client: Recorder) -> tuple[Worker, asyncio.Task[None], Job]:
+    """A worker (concurrency 1) on ``client`` whose handler returns only once its job
+    was taken back and claimed by another worker, before any heartbeat of ours went
+    out (a worker frozen past the heartbeat timeout, resumed just as it finishes)."""
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await finish.wait()
+
+    worker = Worker(client, handler, clock=env.clock, concurrency=1, wait_s=5.0)
+    task = start(worker)
+    await started.wait()
+    stolen = await env.steal()
+    finish.set()
+    return worker, task, stolen
+
+
+async def test_a_completion_sent_alone_after_the_claim_was_taken_back_hears_lease_lost(
+    env: Env,
+) -> None:
+    (job_id,) = await env.push(1)
+    client = Recorder(env.broker.client())  # no complete_and_claim: it completes alone
+    worker, task, stolen = await held_until_stolen(env, client)
+    await client.wait_for(lambda: client.count("complete") == 1)
+    worker.stop()
+    await task
+    (call,) = client.named("complete")
+    assert isinstance(call.error, LeaseLost)
+    assert worker.counters.lost == 1
+    assert client.completed() == 0
+    assert env.status(job_id) == "claimed"  # still the thief's
+    await env.broker.client().complete(stolen)
+
+
+async def test_a_completion_relayed_on_a_claim_after_the_claim_was_taken_back_hears_lease_lost(
+    env: Env,
+) -> None:
+    (job_id,) = await env.push(1)
+    worker, task, stolen = await held_until_stolen(env, env.client)
+    await env.client.wait_for(lambda: env.client.count("complete_and_claim") == 1)
+    worker.stop()
+    await task
+    (call,) = env.client.named("complete_and_claim")
+    errors, _ = call.result
+    assert [type(e) for e in errors] == [LeaseLost]
+    assert env.client.count("complete") == 0  # it rode the claim, not sent again alone
+    assert worker.counters.lost == 1
+    assert env.client.completed() == 0
+    assert env.status(job_id) == "claimed"
+    await env.broker.client().complete(stolen)
 
 
 async def test_graceful_stop_finishes_quick_jobs_and_releases_the_rest(env: Env) -> None:

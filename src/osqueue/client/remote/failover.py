@@ -10,12 +10,21 @@ jitter), and past the call's deadline (``timeout_s`` from its start, plus a
 claim's own wait) it raises :class:`~osqueue.errors.BrokerUnavailable` with
 the last error as its cause.
 
+A call still open on a channel the client has dropped (another call on it
+failed over) is left ``rpc_timeout_s`` to finish; past that gRPC cancels it,
+which surfaces as :class:`asyncio.CancelledError` in a task nobody cancelled.
+A long poll outlives that grace when its wait is longer (its attempt may last
+``rpc_timeout_s`` plus the wait).  Such an attempt is a lost answer, retried on
+the next channel like a cut connection (:func:`cut_off`); a cancellation of the
+caller's own task still propagates.
+
 Deadlines and waits are read from the injected :class:`~osqueue.clock.Clock`,
 so a test drives them with a :class:`~osqueue.clock.ManualClock`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -55,6 +64,19 @@ class StreamCall(Protocol[R_co]):
     def __aiter__(self) -> AsyncIterator[R_co]: ...
 
     def cancel(self) -> bool: ...
+
+
+def caller_cancelled() -> bool:
+    """Whether the running task is being cancelled (by its caller, a timeout, a stop)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def cut_off(conn: Conn) -> Failure:
+    """An attempt on ``conn`` that gRPC cancelled by closing its channel (the
+    caller's task was not cancelled): its answer is lost; find the broker again."""
+    error = BrokerUnavailable(f"broker at {conn.address}: the call was cut off (channel closed)")
+    return Failure(Action.REDISCOVER, error, unknown=True)
 
 
 class Failover:
@@ -147,6 +169,10 @@ class Failover:
                 if failure.action is Action.RAISE:
                     self.failing_since = None  # a broker answered (with an error)
                     raise failure.error from exc
+            except asyncio.CancelledError:
+                if caller_cancelled():
+                    raise
+                failure = cut_off(conn)
             if failure.unknown and on_unknown is not None:
                 on_unknown()
             await self.recover(conn, failure, tries, deadline)
@@ -215,6 +241,12 @@ class Failover:
                 if received:
                     if failure.action is not Action.BACKOFF:
                         self.connection.drop(conn)
+                    return
+            except asyncio.CancelledError:
+                if caller_cancelled():
+                    raise
+                failure = cut_off(conn)
+                if received:
                     return
             finally:
                 call.cancel()
