@@ -73,7 +73,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="archive-409-as-exists",
         file="broker/archive.py",
-        original="        try:\n            held = await storage.get(key)\n        except NotFound:\n",
+        original=(
+            "        try:\n            held = await storage.get(key)\n        except NotFound:\n"
+        ),
         replacement="        try:\n            return True\n        except NotFound:\n",
         family="archive exactly once",
         models="a 409 on the create-if-absent archive write is taken as 'the object exists'",
@@ -158,7 +160,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="takeover-skips-inherited-archive",
         file="broker/lease.py",
-        original="                await archiver.write_inherited(inherited, archived, incarnation)\n",
+        original=(
+            "                await archiver.write_inherited(inherited, archived, incarnation)\n"
+        ),
         replacement="                pass\n",
         family="leases and takeover",
         models="a broker taking over prunes the done jobs it inherits without writing "
