@@ -179,6 +179,12 @@ class QueueStats:
     waiting: int = 0
     #: the queue is paused (nothing of it is claimed)
     paused: bool = False
+    #: jobs pushed, completed, failed (attempts) and dead (jobs that ran out of
+    #: attempts) over the queue's life, carried across failovers
+    pushed_total: int = 0
+    completed_total: int = 0
+    failed_total: int = 0
+    dead_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +369,13 @@ class Scheduling(Protocol):
         max_claimed: int | None = None,
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
+        remove: bool = False,
     ) -> QueueSettings:
         """Change a queue's settings: ``None`` leaves one as it is, ``0`` removes a
-        limit.  Enforced at claim time on the broker's clock; returns them all."""
+        limit.  Enforced at claim time on the broker's clock; returns them all.
+
+        ``remove=True`` (with no setting) forgets the queue instead: a queue is
+        listed (stats, metrics, dashboard) from its first push or setting until
+        it is removed; refused (``InvalidInput``) while it holds live jobs or
+        schedules."""
         ...

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from osqueue.api import Stats
+from osqueue.api import QueueStats, Stats
 from osqueue.cli.console import printable, screen, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_document
@@ -97,6 +97,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
             "oldest_age_s": None if q.oldest_age_s is None else round(q.oldest_age_s, 3),
             "waiting": q.waiting,
             "paused": q.paused,
+            **_totals(q),
         }
         for name, q in sorted(stats.queues.items())
     }
@@ -119,6 +120,24 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "reclaimed": doc.stats.reclaimed,
         "queues": queues,
     }
+
+
+def _totals(q: QueueStats) -> dict[str, int]:
+    """A queue's counters over its life (kept by the document per known queue)."""
+    return {
+        "pushed_total": q.pushed_total,
+        "completed_total": q.completed_total,
+        "failed_total": q.failed_total,
+        "dead_total": q.dead_total,
+    }
+
+
+def queue_cell(name: str, q: dict[str, Any]) -> Text:
+    """A queue's name as the tables show it, marked when the queue is paused."""
+    cell = shown(name)
+    if q.get("paused"):
+        cell.append(" paused", style="bold yellow")
+    return cell
 
 
 def render(snapshot: dict[str, Any]) -> Group:
@@ -157,7 +176,7 @@ def render(snapshot: dict[str, Any]) -> Group:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in snapshot["queues"].items():
         table.add_row(
-            shown(name),
+            queue_cell(name, q),
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['delayed']:,}",

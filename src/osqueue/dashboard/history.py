@@ -12,8 +12,7 @@ process itself (its charts start empty and cover only the time it has run).
 
 A provider implements :class:`History`; the web app and ``osqueue top`` use
 nothing else.  :func:`flows_of` is the one place that says which cumulative
-counters a snapshot carries (totals today; per queue once the document has
-them).
+counters a snapshot carries (the totals, and each known queue's).
 """
 
 from __future__ import annotations
@@ -44,18 +43,17 @@ class Flow:
         return value
 
 
-def flows_of(snapshot: Snapshot) -> tuple[Flow, dict[str, Flow] | None]:
-    """The totals, and per queue when the document carries per-queue counters.
-
-    Today the document counts for the whole queue only, so the second value is
-    None.  The per-minute history ring will carry per-queue counts: read them
-    here and every view shows per-queue rates.
-    """
+def flows_of(snapshot: Snapshot) -> tuple[Flow, dict[str, Flow]]:
+    """The totals, and per known queue (the document's ``queue_totals``)."""
     stats = snapshot.doc.stats
     total = Flow(
         pushed=stats.pushed, completed=stats.completed, failed=stats.failed, dead=stats.dead
     )
-    return total, None
+    per_queue = {
+        q: Flow(pushed=t.pushed, completed=t.completed, failed=t.failed, dead=t.dead)
+        for q, t in snapshot.doc.queue_totals.items()
+    }
+    return total, per_queue
 
 
 @dataclass(frozen=True, slots=True)

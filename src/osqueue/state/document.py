@@ -19,6 +19,7 @@ falls below what is written and is within a few dozen bytes of it.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,6 +37,7 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
+    QueueTotals,
     StoredJob,
     StoredSettings,
 )
@@ -77,6 +79,7 @@ class Document:
         "next_seq",
         "next_token",
         "queue_settings",
+        "queue_totals",
         "recent",
         "schedules",
         "segments",
@@ -108,6 +111,7 @@ class Document:
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
         dependencies_at: datetime | None = None,
+        queue_totals: dict[str, QueueTotals] | None = None,
     ) -> None:
         self.format = format
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
@@ -127,6 +131,8 @@ class Document:
         self.queue_settings: dict[str, StoredSettings] = (
             queue_settings if queue_settings is not None else {}
         )
+        #: the known queues and their counters (a queue stays listed until removed)
+        self.queue_totals: dict[str, QueueTotals] = queue_totals if queue_totals is not None else {}
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
@@ -182,6 +188,7 @@ class Document:
             schedules=self.schedules.copy(),
             finished=self.finished.copy(),
             dependencies_at=self.dependencies_at,
+            queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -274,6 +281,7 @@ class Document:
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
+                queue_totals=self.queue_totals,
             )
         )
         self._head_len = len(head)
@@ -295,6 +303,20 @@ class Document:
         else:
             self.queue_settings[queue] = settings
         self._head_len = None
+
+    def totals(self, queue: str) -> QueueTotals:
+        """``queue``'s counters; a queue not known yet becomes known (the header's
+        length is stale then).  A known queue costs one dict lookup."""
+        totals = self.queue_totals.get(queue)
+        if totals is None:
+            totals = self.queue_totals[queue] = QueueTotals()
+            self._head_len = None
+        return totals
+
+    def forget_queue(self, queue: str) -> None:
+        """``queue`` is known no more: its counters and settings leave the document."""
+        self.queue_totals.pop(queue, None)
+        self.set_queue_settings(queue, None)
 
     def note_dependencies(self, now_dt: datetime) -> None:
         """A push named parents at ``now_dt`` (the header's length is stale then)."""
@@ -420,6 +442,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.recent == b.recent
         and a.segments == b.segments
         and a.queue_settings == b.queue_settings
+        and a.queue_totals == b.queue_totals
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished

@@ -160,6 +160,21 @@ class Counters(msgspec.Struct, frozen=True):
     finished_evicted: int = 0
 
 
+class QueueTotals(msgspec.Struct, array_like=True, gc=False):
+    """One queue's counters over its life (``[pushed, completed, failed, dead]`` in
+    the document).  A queue is *known* while it has an entry: the first push or
+    setting that names it adds one, and only ``set_queue(..., remove=True)``
+    drops it, so a queue with no jobs at the moment stays listed with zeros.
+
+    Mutable on purpose: a commit adds one to a field per op (the transition owns
+    its document; :meth:`~osqueue.state.document.Document.copy` copies these)."""
+
+    pushed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    completed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    failed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    dead: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
 class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """The document's reference to one segment object: a run of ready queued jobs
     of one stream (queue and priority), in seq order, that lives outside the
@@ -280,6 +295,8 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     #: broker time of the last push that named parents (any format; a release
     #: that does not know it ignores it)
     dependencies_at: datetime | None = None
+    #: the known queues and their counters (:class:`QueueTotals`)
+    queue_totals: dict[str, QueueTotals] = {}
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -308,3 +325,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     dependencies_at: datetime | None = None
     #: the record of finished jobs (any format; older releases ignore it)
     finished: list[FinishedJob] = []
+    #: the known queues and their counters
+    queue_totals: dict[str, QueueTotals] = {}

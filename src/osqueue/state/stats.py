@@ -8,19 +8,23 @@ from datetime import datetime
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
 from osqueue.state.limits import held_count
+from osqueue.state.model import QueueTotals
 
 
 def stats_of(doc: Document, now: float) -> Stats:
     """Counts per queue and for the whole document, as of ``doc.version``.
 
     Jobs in segments count from their references (``depth`` includes them,
-    ``spilled`` counts them), so no segment object is read."""
+    ``spilled`` counts them), so no segment object is read.  Every known queue is
+    listed (:attr:`Document.queue_totals`), with zeros when it holds no job."""
     index, segments = doc.index, doc.segments
-    names = index.queues()
-    if segments or doc.queue_settings:
-        names = sorted(set(names) | segments.queues() | set(doc.queue_settings))
+    names = sorted(
+        set(index.queues()) | segments.queues() | set(doc.queue_settings) | set(doc.queue_totals)
+    )
     queues: dict[str, QueueStats] = {}
+    no_totals = QueueTotals()
     for q in names:
+        totals = doc.queue_totals.get(q, no_totals)
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
@@ -33,6 +37,10 @@ def stats_of(doc: Document, now: float) -> Stats:
             spilled=spilled,
             waiting=index.count(q, "waiting"),
             paused=_paused(doc, q),
+            pushed_total=totals.pushed,
+            completed_total=totals.completed,
+            failed_total=totals.failed,
+            dead_total=totals.dead,
         )
     owner = doc.broker
     return Stats(

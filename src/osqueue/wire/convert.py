@@ -172,6 +172,10 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.waiting = q.waiting
         entry.paused = q.paused
         entry.spilled = q.spilled
+        entry.pushed_total = q.pushed_total
+        entry.completed_total = q.completed_total
+        entry.failed_total = q.failed_total
+        entry.dead_total = q.dead_total
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -194,6 +198,10 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             waiting=q.waiting,
             paused=q.paused,
             spilled=q.spilled,
+            pushed_total=q.pushed_total,
+            completed_total=q.completed_total,
+            failed_total=q.failed_total,
+            dead_total=q.dead_total,
         )
         for name, q in sorted(msg.queues.items())
     }

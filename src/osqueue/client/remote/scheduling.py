@@ -120,6 +120,7 @@ class SchedulingRpcs:
         max_claimed: int | None = None,
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
+        remove: bool = False,
     ) -> QueueSettings:
         fields = {
             "rate_per_s": rate_per_s,
@@ -129,7 +130,10 @@ class SchedulingRpcs:
             "paused": paused,
         }
         check_settings(queue, **fields)  # type: ignore[arg-type]
-        request = pb.SetQueueRequest(settings=settings_to_pb(queue, **fields))  # type: ignore[arg-type]
+        request = pb.SetQueueRequest(
+            settings=settings_to_pb(queue, **fields),  # type: ignore[arg-type]
+            remove=remove,
+        )
 
         async def attempt(conn: Conn, deadline: float) -> QueueSettings:
             response = await conn.stub.SetQueue(
