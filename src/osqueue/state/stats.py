@@ -18,9 +18,9 @@ def stats_of(doc: Document, now: float) -> Stats:
     ``spilled`` counts them), so no segment object is read.  Every known queue is
     listed (:attr:`Document.queue_totals`), with zeros when it holds no job."""
     index, segments = doc.index, doc.segments
-    names = sorted(
-        set(index.queues()) | segments.queues() | set(doc.queue_settings) | set(doc.queue_totals)
-    )
+    # (a queue's done jobs wait only for their archive object: they keep no queue listed)
+    live = {q for q, status in index.counts if status != "done"}
+    names = sorted(live | segments.queues() | set(doc.queue_settings) | set(doc.queue_totals))
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
     for q in names:
