@@ -101,6 +101,40 @@ def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
         )
     if not became["dead"] <= dead <= became["dead"] + len(left):
         problems.append(f"dead +{dead} but {became['dead']} jobs became dead")
+    problems.extend(_queue_counter_step(before, after))
+    return problems
+
+
+_QUEUE_COUNTERS = ("pushed", "completed", "failed", "dead")
+
+
+def _queue_counter_step(before: Document, after: Document) -> list[str]:
+    """Each step adds to the known queues' counters what it adds to the totals (the
+    simulated run removes no queue), and a queue's completions are its jobs that
+    became done."""
+    a, b = before.stats, after.stats
+    totals = tuple(getattr(b, n) - getattr(a, n) for n in _QUEUE_COUNTERS)
+    per_queue = tuple(
+        sum(getattr(t, n) for t in after.queue_totals.values())
+        - sum(getattr(t, n) for t in before.queue_totals.values())
+        for n in _QUEUE_COUNTERS
+    )
+    problems = []
+    if per_queue != totals:
+        problems.append(
+            f"the queues' counters moved by {per_queue}, the totals by {totals} "
+            "(pushed, completed, failed, dead)"
+        )
+    done: dict[str, int] = defaultdict(int)
+    for job in after.jobs.values():
+        old = before.jobs.get(job.id)
+        if job.status == "done" and (old is None or old.status != "done"):
+            done[job.queue] += 1
+    for q, t in after.queue_totals.items():
+        old_t = before.queue_totals.get(q)
+        moved = t.completed - (old_t.completed if old_t is not None else 0)
+        if moved != done.get(q, 0):
+            problems.append(f"queue {q!r}: completed +{moved} but {done.get(q, 0)} became done")
     return problems
 
 

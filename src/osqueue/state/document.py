@@ -128,11 +128,9 @@ class Document:
         #: the segment references (deep backlogs; see :mod:`osqueue.state.segments`)
         self.segments = segments if segments is not None else Segments()
         #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
-        self.queue_settings: dict[str, StoredSettings] = (
-            queue_settings if queue_settings is not None else {}
-        )
+        self.queue_settings: dict[str, StoredSettings] = queue_settings or {}
         #: the known queues and their counters (a queue stays listed until removed)
-        self.queue_totals: dict[str, QueueTotals] = queue_totals if queue_totals is not None else {}
+        self.queue_totals: dict[str, QueueTotals] = queue_totals or {}
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
@@ -304,20 +302,6 @@ class Document:
             self.queue_settings[queue] = settings
         self._head_len = None
 
-    def totals(self, queue: str) -> QueueTotals:
-        """``queue``'s counters; a queue not known yet becomes known (the header's
-        length is stale then).  A known queue costs one dict lookup."""
-        totals = self.queue_totals.get(queue)
-        if totals is None:
-            totals = self.queue_totals[queue] = QueueTotals()
-            self._head_len = None
-        return totals
-
-    def forget_queue(self, queue: str) -> None:
-        """``queue`` is known no more: its counters and settings leave the document."""
-        self.queue_totals.pop(queue, None)
-        self.set_queue_settings(queue, None)
-
     def note_dependencies(self, now_dt: datetime) -> None:
         """A push named parents at ``now_dt`` (the header's length is stale then)."""
         if self.dependencies_at != now_dt:
@@ -426,6 +410,22 @@ class Document:
             f"Document(version={self.version}, jobs={len(self.jobs)}, "
             f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
         )
+
+
+def totals(doc: Document, queue: str) -> QueueTotals:
+    """``queue``'s counters in ``doc``; a queue not known yet becomes known (the
+    header's measured length is stale then).  A known queue costs one dict lookup."""
+    found = doc.queue_totals.get(queue)
+    if found is None:
+        found = doc.queue_totals[queue] = QueueTotals()
+        doc._head_len = None
+    return found
+
+
+def forget_queue(doc: Document, queue: str) -> None:
+    """``queue`` is known no more: its counters and settings leave the document."""
+    doc.queue_totals.pop(queue, None)
+    doc.set_queue_settings(queue, None)
 
 
 def same_value(a: Document, b: Document) -> bool:

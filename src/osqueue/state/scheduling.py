@@ -19,7 +19,7 @@ from osqueue.api import FinishedStatus
 from osqueue.errors import InvalidInput, QueueFull
 from osqueue.state import deps, limits, schedules, validate
 from osqueue.state import results as finishing
-from osqueue.state.document import Document
+from osqueue.state.document import Document, forget_queue, totals
 from osqueue.state.model import Schedule, StoredJob, StoredSettings, to_datetime
 from osqueue.state.ops import (
     Counted,
@@ -66,7 +66,7 @@ def set_queue(tx: Tx, op: SetQueue) -> OpResult:
     doc = tx.doc
     new = limits.updated(doc.queue_settings.get(op.queue), now=tx.now, **fields)  # type: ignore[arg-type]
     doc.set_queue_settings(op.queue, None if limits.is_default(new) else new)
-    doc.totals(op.queue)  # a queue with a setting is known from now on
+    totals(doc, op.queue)  # a queue with a setting is known from now on
     return QueueSet(op.queue, new)
 
 
@@ -92,7 +92,7 @@ def _remove_queue(doc: Document, op: SetQueue) -> OpResult:
         )
     if queue not in doc.queue_totals and queue not in doc.queue_settings:
         raise InvalidInput(f"no queue {queue!r} is known", field="queue")
-    doc.forget_queue(queue)
+    forget_queue(doc, queue)
     return QueueSet(queue, StoredSettings())
 
 
@@ -197,7 +197,7 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     doc.note_dependencies(tx.now_dt)
     if placed is None:
         tx.stats["pushed"] += 1
-        doc.totals(job.queue).pushed += 1
+        totals(doc, job.queue).pushed += 1
         tx.stats["cancelled"] += 1
         finishing.record(tx, job, "cancelled")
         if job.dedupe:

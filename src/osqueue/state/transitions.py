@@ -33,7 +33,7 @@ from osqueue.errors import (
 )
 from osqueue.state import deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
-from osqueue.state.document import Document, encode_job
+from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
@@ -212,7 +212,7 @@ class _Tx:
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
-            self.doc.totals(job.queue).dead += 1
+            totals(self.doc, job.queue).dead += 1
             finishing.record(self, job, "dead", error=error)
             return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
@@ -295,7 +295,7 @@ class _Tx:
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
-        doc.totals(op.queue).pushed += 1
+        totals(doc, op.queue).pushed += 1
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
@@ -377,7 +377,7 @@ class _Tx:
         self._put(done)
         self.completed.append(done)
         self.stats["completed"] += 1
-        self.doc.totals(job.queue).completed += 1
+        totals(self.doc, job.queue).completed += 1
         return _OK
 
     def fail(self, op: Fail) -> OpResult:
@@ -385,7 +385,7 @@ class _Tx:
         job = self._held(op.job_id, op.token)
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
-        self.doc.totals(job.queue).failed += 1
+        totals(self.doc, job.queue).failed += 1
         self._put(self._requeue(job, error, retry_after))
         return _OK
 
