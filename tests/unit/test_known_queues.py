@@ -12,6 +12,7 @@ from osqueue.state import (
     Complete,
     Document,
     Fail,
+    Policy,
     Push,
     PutSchedule,
     QueueSet,
@@ -143,3 +144,23 @@ def test_a_stored_known_queue_with_a_bad_name_is_refused() -> None:
     )
     with pytest.raises(CorruptDocument, match=r"\$\.queue_totals"):
         decode(raw)
+
+
+def test_pushes_to_new_queues_never_take_the_document_past_its_cap() -> None:
+    """A new queue grows the header by its counters: a push admits them too, so the
+    document stays under ``max_document_bytes`` once every job is claimed and done."""
+    limit = 30_000
+    policy = Policy(max_document_bytes=limit)
+    names = [f"{i:03d}" + "q" * 125 for i in range(200)]
+    pushes = [Push(id=f"j{i:03d}", payload=b"p", queue=name) for i, name in enumerate(names)]
+    # this minute's history sample first (a sample's depths are not what this checks)
+    doc, results = apply(apply(Document.empty(), [], T0)[0], pushes, T0, policy)
+    taken = [n for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
+    assert 0 < len(taken) < len(names)  # the cap stopped the batch part way
+    worker = "w" * 24  # the longest name the claim reserve is sized for
+    doc, claims = apply(doc, [ClaimOp(worker, (n,), 1) for n in taken], T0 + 1, policy)
+    done = [j for c in claims if isinstance(c, Claimed) for j in c.jobs]
+    assert len(done) == len(taken)
+    doc, _ = apply(doc, [Complete(j.id, j.claim.token) for j in done if j.claim], T0 + 2, policy)
+    assert doc.stats.completed == len(taken)
+    assert len(encode(doc)) <= limit

@@ -78,6 +78,9 @@ _OK = Ok()
 #: queued job grown by this, so claims and completions never take a written
 #: document past the cap (a failure's error text still can).
 CLAIM_RESERVE_BYTES = 280
+#: What a new known queue adds to the header besides its name (checked to need no
+#: escapes): ``"":[1,0,0,0],``
+_KNOWN_QUEUE_BYTES = 13
 
 
 @dataclass(slots=True)
@@ -290,7 +293,10 @@ class _Tx:
             job = placed
         # the job's encoding, made here once and kept for the commit's encode
         frag = encode_job(job)
-        self._admit(len(frag), cache=not op.after)
+        if op.queue in doc.queue_totals:
+            self._admit(len(frag), cache=not op.after)
+        else:  # the header grows by the new queue's counters too: measured afresh next
+            self._admit(len(frag) + len(op.queue) + _KNOWN_QUEUE_BYTES, cache=False)
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
