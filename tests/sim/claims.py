@@ -81,12 +81,15 @@ def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
     was = [*before.jobs.values(), *chain.spilled_in(before).values()]
     left = [j for j in was if j.status != "done" and not chain.holds(after, j.id)]
     became: dict[str, int] = defaultdict(int)  # (a job back after it left is NOT_REVIVED's)
+    done_in: dict[str, int] = defaultdict(int)  # queue -> its jobs that became done
     for job in after.jobs.values():
         old = before.jobs.get(job.id)
         if old is None and chain.first_seen.get(job.id) != after.version:
             continue
         if old is None or old.status != job.status:
             became[job.status] += 1
+            if job.status == "done":
+                done_in[job.queue] += 1
     a, b = before.stats, after.stats
     pushed, completed = b.pushed - a.pushed, b.completed - a.completed
     dead, cancelled = b.dead - a.dead, b.cancelled - a.cancelled
@@ -101,14 +104,14 @@ def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
         )
     if not became["dead"] <= dead <= became["dead"] + len(left):
         problems.append(f"dead +{dead} but {became['dead']} jobs became dead")
-    problems.extend(_queue_counter_step(before, after))
+    problems.extend(_queue_counter_step(before, after, done_in))
     return problems
 
 
 _QUEUE_COUNTERS = ("pushed", "completed", "failed", "dead")
 
 
-def _queue_counter_step(before: Document, after: Document) -> list[str]:
+def _queue_counter_step(before: Document, after: Document, done_in: dict[str, int]) -> list[str]:
     """Each step adds to the known queues' counters what it adds to the totals (the
     simulated run removes no queue), and a queue's completions are its jobs that
     became done."""
@@ -125,16 +128,11 @@ def _queue_counter_step(before: Document, after: Document) -> list[str]:
             f"the queues' counters moved by {per_queue}, the totals by {totals} "
             "(pushed, completed, failed, dead)"
         )
-    done: dict[str, int] = defaultdict(int)
-    for job in after.jobs.values():
-        old = before.jobs.get(job.id)
-        if job.status == "done" and (old is None or old.status != "done"):
-            done[job.queue] += 1
     for q, t in after.queue_totals.items():
         old_t = before.queue_totals.get(q)
         moved = t.completed - (old_t.completed if old_t is not None else 0)
-        if moved != done.get(q, 0):
-            problems.append(f"queue {q!r}: completed +{moved} but {done.get(q, 0)} became done")
+        if moved != done_in.get(q, 0):
+            problems.append(f"queue {q!r}: completed +{moved} but {done_in.get(q, 0)} became done")
     return problems
 
 
