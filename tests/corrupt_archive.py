@@ -11,6 +11,7 @@ from osqueue.broker.archive import ArchiveRecord, archive_key
 from osqueue.state.model import to_datetime
 
 T0 = 1_800_000_000.0
+QUEUE_ID = "01jd0000000000000000000000"
 
 
 def line(job_id: str, version: int) -> bytes:
@@ -38,7 +39,7 @@ def line(job_id: str, version: int) -> bytes:
 def write_corrupt_archive(directory: Path) -> tuple[int, list[tuple[str, int]]]:
     """Three archive objects under ``directory`` (a file:// queue's root): one good,
     two with bad lines.  Returns the good lines' count and every bad (key, line)."""
-    keys = [archive_key(v, to_datetime(T0)) for v in (1, 2, 3)]
+    keys = [archive_key(v, to_datetime(T0), QUEUE_ID) for v in (1, 2, 3)]
     objects = {
         keys[0]: line("a1", 1) + line("a2", 1),
         keys[1]: (

@@ -56,7 +56,8 @@ class NewJob(msgspec.Struct, frozen=True):
     #: what a parent that ends dead or cancelled does to this job
     on_parent_failure: ParentFailure = "cancel"
     #: How long the job's result (and how it finished) is kept after it finishes;
-    #: None: the broker's ``result_ttl_s``.  0 keeps nothing.
+    #: None: its queue's ``result_ttl_s``, else the broker's, else a result given
+    #: is kept an hour (docs/results.md).  0 keeps nothing.
     result_ttl_s: float | None = None
 
 
@@ -179,6 +180,11 @@ class QueueStats:
     waiting: int = 0
     #: the queue is paused (nothing of it is claimed)
     paused: bool = False
+    #: live jobs in segments set aside (their object was missing or failed its
+    #: check): not in ``depth``, not claimable until ``osqueue segments readmit``
+    set_aside: int = 0
+    #: the segments set aside that hold them
+    set_aside_segments: int = 0
     #: jobs pushed, completed, failed (attempts) and dead (jobs that ran out of
     #: attempts) over the queue's life, carried across failovers
     pushed_total: int = 0
@@ -227,6 +233,9 @@ class QueueSettings:
     burst: int | None = None
     max_claimed: int | None = None
     max_claimed_per_group: int | None = None
+    #: how long the queue's finished jobs keep their answers unless their push
+    #: says (None: the broker's; see docs/results.md)
+    result_ttl_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +281,8 @@ class QueueClient(Protocol):
 
     async def complete(self, job: Job, *, result: object = None) -> None:
         """Mark ``job`` done.  ``result`` (bytes, str, or anything JSON-serialisable;
-        see :class:`EncodedResult`) is kept as its result for its ``result_ttl_s``."""
+        see :class:`EncodedResult`) is kept as its result for its ``result_ttl_s``
+        (an hour when none is set; docs/results.md)."""
         ...
 
     async def fail(
@@ -291,7 +301,7 @@ class QueueClient(Protocol):
         Answered by the commit that finishes the job.  Raises
         :class:`~osqueue.errors.JobNotFound` for an id the queue does not know
         (never pushed, finished longer than its ``result_ttl_s`` ago, or finished
-        keeping no result: ``result_ttl_s`` 0, the default); a
+        keeping no entry: without a result and no TTL set, or ``result_ttl_s`` 0); a
         wait that runs out first answers the job's live status."""
         ...
 
@@ -369,10 +379,13 @@ class Scheduling(Protocol):
         max_claimed: int | None = None,
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
+        result_ttl_s: float | None = None,
         remove: bool = False,
     ) -> QueueSettings:
         """Change a queue's settings: ``None`` leaves one as it is, ``0`` removes a
         limit.  Enforced at claim time on the broker's clock; returns them all.
+        ``result_ttl_s`` is how long the queue's finished jobs keep their answers
+        unless their push says (0: the broker's setting applies again).
 
         ``remove=True`` (with no setting) forgets the queue instead: a queue is
         listed (stats, metrics, dashboard) from its first push or setting until

@@ -15,15 +15,16 @@ docs show).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from dashboard_helpers import TOKEN, Seeded
+from dashboard_helpers import TOKEN, Seeded, dashboard_config, seed_stopped
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -31,8 +32,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from osqueue.api import NewJob
-from osqueue.client.remote import RemoteClient
+from osqueue.broker import BrokerConfig
+from osqueue.client.remote import RemoteClient, connect
 from osqueue.dashboard.web import Dashboard
+from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -130,8 +134,8 @@ async def test_overview_job_pages_retry_and_refusal(
         assert cell(browser, "reports", "dead") == "1"
         assert (total(browser, "depth"), total(browser, "claimed")) == ("4", "2")
         assert (total(browser, "dead"), total(browser, "completed")) == ("1", "3")
-        holders = browser.find_element(By.ID, "holders").text
-        assert "worker-1" in holders
+        workers = browser.find_element(By.ID, "workers").text
+        assert "worker-1" in workers
 
     await step(overview)
 
@@ -142,7 +146,6 @@ async def test_overview_job_pages_retry_and_refusal(
         wait_for(browser, '#chart-depth path.line[data-series="emails"]')
         wait_for(browser, '#chart-rate path.line[data-series="completed"]')
         WebDriverWait(browser, WAIT_S).until(lambda d: total(d, "completed") == "53")
-        screenshot(browser, tmp_path, "dashboard-overview.png")
 
     await step(charts)
 
@@ -210,3 +213,232 @@ async def test_overview_job_pages_retry_and_refusal(
 
     assert await step(resume_emails) == "resumed queue emails"
     assert len(await client.claim("worker-9", ["emails"], max_jobs=3)) == 3
+
+
+# --------------------------------------------------------------------------- issue 26
+
+
+def texts(driver: WebDriver, css: str) -> list[str]:
+    """The text of every match, read in one step (the charts are redrawn on each poll)."""
+    found: list[str] = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent.trim())",
+        css,
+    )
+    return found
+
+
+async def test_schedules_run_at_died_at_workers_and_a_legend_of_sixteen_queues(
+    browser: WebDriver,
+    board: Dashboard,
+    seeded: Seeded,
+    client: RemoteClient,
+    tmp_path: Path,
+) -> None:
+    """What issue 26 found missing, as a person sees it: a schedules page, when a
+    delayed job runs, when a dead job died (and its age from then), idle workers,
+    and a depth chart whose legend names all of sixteen queues on round ticks."""
+    base = board.address
+    assert base is not None
+    await client.schedule("nightly-report", queue="reports", cron="0 3 * * *", tz="Europe/Paris")
+    await client.schedule("beat", queue="health", every_s=2.0, payload=b"ping")
+    await client.push(b"first", queue="health")  # the queue the beat pushes to, listed already
+    queues = [f"q{i:02d}" for i in range(16)]
+    await client.push_many(
+        [NewJob(b"x", queue=q) for q in queues for _ in range(queues.index(q) % 7 + 1)]
+    )
+    assert await client.claim("idle-worker", ["nothing-here"]) == []  # heard from, holds nothing
+    await traffic(client, 10)
+
+    def overview() -> None:
+        browser.get(base + "/")
+        workers = browser.find_element(By.ID, "workers")
+        idle = workers.find_element(By.CSS_SELECTOR, 'tr[data-worker="idle-worker"]')
+        assert "idle" in idle.text
+        assert "nothing-here" in idle.text
+        assert idle.find_element(By.CSS_SELECTOR, '[data-field="last-seen"]').text.endswith(" ago")
+        # per-queue throughput over the last minute: emails had completions, q00 none
+        emails = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
+        completed = emails.find_element(By.CSS_SELECTOR, '[data-rate="completed"]').text
+        assert float(completed) > 0
+        q00 = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="q00"]')
+        assert q00.find_element(By.CSS_SELECTOR, '[data-rate="completed"]').text in ("-", "0.0")
+        busy = workers.find_element(By.CSS_SELECTOR, 'tr[data-worker="worker-1"]')
+        assert "busy" in busy.text
+        # every queue in the legend, none cut: 16 q-queues besides emails, reports, ...
+        wait_for(browser, '#chart-depth-legend li[data-series="q15"]')
+        legend = browser.find_element(By.ID, "chart-depth-legend")
+        names = texts(browser, "#chart-depth-legend li")
+        assert set(queues) <= set(names)
+        for item in legend.find_elements(By.CSS_SELECTOR, "li"):
+            assert item.is_displayed()
+            assert item.size["width"] > 0
+        box = legend.rect
+        last = legend.find_element(By.CSS_SELECTOR, 'li[data-series="q15"]').rect
+        assert last["x"] + last["width"] <= box["x"] + box["width"] + 1  # wraps, not cut
+        # round ticks only: 1, 2 or 5 times a power of ten apart, from 0
+        wait_for(browser, "#chart-depth text.tick")
+        for chart in ("chart-depth", "chart-rate"):
+            ticks = [float(t.replace(",", "")) for t in texts(browser, f"#{chart} text.tick")]
+            assert ticks[0] == 0
+            assert len(ticks) >= 2
+            step = ticks[1] - ticks[0]
+            mantissa = step / 10 ** math.floor(math.log10(step))
+            assert round(mantissa, 6) in (1.0, 2.0, 5.0), (chart, ticks)
+        browser.set_window_size(1280, 2300)  # the whole page: queues, charts, workers
+        try:
+            screenshot(browser, tmp_path, "dashboard-overview.png")
+        finally:
+            browser.set_window_size(1280, 900)
+
+    await step(overview)
+
+    def schedules() -> None:
+        browser.get(base + "/")
+        browser.find_element(By.LINK_TEXT, "Schedules").click()
+        nightly = browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule="nightly-report"]')
+        assert "0 3 * * *" in nightly.text
+        assert "Europe/Paris" in nightly.text
+        assert "reports" in nightly.text
+        when = nightly.find_element(By.CSS_SELECTOR, '[data-field="next"] time')
+        assert when.text.startswith("in ")
+        assert when.get_attribute("title").endswith(" UTC")
+        assert nightly.find_element(By.CSS_SELECTOR, '[data-field="last"]').text == "never"
+
+        def ticked(driver: WebDriver) -> bool:
+            driver.refresh()
+            row = driver.find_element(By.CSS_SELECTOR, 'tr[data-schedule="beat"]')
+            return row.find_element(By.CSS_SELECTOR, '[data-field="last"]').text.endswith(" ago")
+
+        WebDriverWait(browser, WAIT_S).until(ticked)
+        beat = browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule="beat"]')
+        assert "every 2.0s" in beat.text
+        assert "active" in beat.text
+        assert (
+            "no pause for a single schedule"
+            in browser.find_element(By.ID, "schedule-pause-note").text
+        )
+        screenshot(browser, tmp_path, "dashboard-schedules.png")
+        # the last tick's job is one click away
+        beat.find_element(By.CSS_SELECTOR, '[data-field="last-job"] a').click()
+        assert browser.find_element(By.CSS_SELECTOR, "#job-fields a").text == "health"
+
+    await step(schedules)
+
+    def delayed_job() -> None:
+        browser.get(f"{base}/jobs?queue=reports")
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{seeded.delayed}"]')
+        assert row.find_element(By.CSS_SELECTOR, "[data-status]").text == "delayed"
+        runs = row.find_element(By.CSS_SELECTOR, '[data-field="when"] time')
+        assert runs.text.startswith("runs in ")
+        assert runs.text.endswith("m")
+        assert runs.get_attribute("title").endswith(" UTC")
+        row.find_element(By.LINK_TEXT, seeded.delayed).click()
+        assert browser.find_element(By.ID, "job-status").text == "delayed"  # as the list said
+        detail = browser.find_element(By.ID, "job-runs")
+        assert detail.text.startswith("in ")
+        assert detail.text.endswith(" UTC)")
+        assert detail.find_element(By.CSS_SELECTOR, "time").get_attribute("title").endswith(" UTC")
+        screenshot(browser, tmp_path, "dashboard-job-delayed.png")
+
+    await step(delayed_job)
+
+    def dead_job() -> None:
+        browser.get(f"{base}/dead")
+        header = browser.find_element(By.CSS_SELECTOR, "#jobs thead").text
+        assert "since it died" in header
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{seeded.dead}"]')
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="when"]').text.startswith("died ")
+        row.find_element(By.LINK_TEXT, seeded.dead).click()
+        assert browser.find_element(By.ID, "job-status").text == "dead"
+        died = browser.find_element(By.ID, "job-died").text
+        assert " UTC (" in died
+        assert died.endswith(" ago)")
+        screenshot(browser, tmp_path, "dashboard-job-dead.png")
+
+    await step(dead_job)
+    died_at = seeded.document().jobs[seeded.dead].done_at
+    assert died_at is not None  # the page's "died at" is the document's
+
+
+@pytest.fixture
+async def open_broker(queue_dir: Path) -> AsyncIterator[BrokerServer]:
+    """A broker on loopback without a token (a developer's own machine)."""
+    config = BrokerConfig(lease_s=3600.0, heartbeat_timeout_s=600.0)
+    server = BrokerServer(queue_dir.as_uri(), ServerConfig(listen="127.0.0.1:0"), config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_on_loopback_actions_need_no_token_and_csrf_still_holds(
+    browser: WebDriver, queue_dir: Path, open_broker: BrokerServer
+) -> None:
+    async with await connect(queue_dir.as_uri(), timeout_s=20.0) as remote:
+        await remote.push_many([NewJob(b"e", queue="emails") for _ in range(3)])
+    async with Dashboard(dashboard_config(queue_dir.as_uri(), token=None)) as dashboard:
+        base = dashboard.address
+        assert base is not None
+
+        def pause_without_a_login() -> str:
+            browser.delete_all_cookies()
+            browser.get(base + "/")
+            assert browser.find_element(By.ID, "local-actions").text == "local"
+            note = browser.execute_script("return document.getElementById('read-only-note')")
+            assert note is None
+            button = browser.find_element(
+                By.CSS_SELECTOR, 'tr[data-queue="emails"] button[data-action="pause"]'
+            )
+            assert button.is_enabled()
+            button.click()
+            text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
+            return text
+
+        assert await step(pause_without_a_login) == "paused queue emails"
+        doc = Seeded(queue_dir.as_uri(), queue_dir, [], [], "", "", []).document()
+        assert doc.queue_settings["emails"].paused
+
+        def forged_form() -> str:
+            # a form without this session's CSRF token is still refused
+            browser.execute_script("document.querySelector('input[name=csrf]').value = 'forged';")
+            browser.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]').click()
+            text: str = browser.find_element(By.ID, "message").text
+            return text
+
+        assert "CSRF" in await step(forged_form)
+        assert (
+            Seeded(queue_dir.as_uri(), queue_dir, [], [], "", "", [])
+            .document()
+            .queue_settings["emails"]
+            .paused
+        )
+
+
+async def test_a_read_only_dashboard_shows_its_buttons_disabled_and_says_why(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    directory = tmp_path / "queue"
+    directory.mkdir()
+    ids = await asyncio.to_thread(seed_stopped, directory)  # no broker serves it now
+    async with Dashboard(dashboard_config(directory.as_uri(), token=None)) as dashboard:
+        base = dashboard.address
+        assert base is not None
+
+        def look() -> None:
+            browser.delete_all_cookies()
+            browser.get(base + "/")
+            assert browser.find_element(By.ID, "read-only").text == "read only"
+            note = browser.find_element(By.ID, "read-only-note").text
+            assert "no broker is serving" in note
+            for button in browser.find_elements(By.CSS_SELECTOR, "#queues button"):
+                assert not button.is_enabled()
+                assert "no broker is serving" in (button.get_attribute("title") or "")
+            browser.get(f"{base}/jobs/{ids['dead']}")
+            for name in ("cancel", "retry-one"):
+                assert not browser.find_element(By.ID, name).is_enabled()
+            browser.get(f"{base}/dead")
+            for name in ("retry-selected", "purge-selected", "retry-all", "purge-all"):
+                assert not browser.find_element(By.ID, name).is_enabled()
+
+        await step(look)

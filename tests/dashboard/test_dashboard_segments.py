@@ -3,8 +3,15 @@ in claim order, reading only what they fall in; totals count spilled jobs."""
 
 from __future__ import annotations
 
-from backends import Wrapped
+from pathlib import Path
 
+import aiohttp
+from backends import Wrapped
+from dashboard_helpers import dashboard_config
+from rich.console import Console
+
+from osqueue.broker import Broker, BrokerConfig
+from osqueue.cli.top import Rates, render
 from osqueue.dashboard.queries import (
     DocumentJobs,
     JobFilter,
@@ -13,12 +20,16 @@ from osqueue.dashboard.queries import (
     encode_cursor,
     sort_key,
 )
+from osqueue.dashboard.snapshot import Snapshot
+from osqueue.dashboard.web import Dashboard
 from osqueue.state import (
+    DOCUMENT_KEY,
     ClaimOp,
     Document,
     Policy,
     Push,
     StoredJob,
+    decode,
     decode_segment,
     plan_spills,
     transition,
@@ -112,3 +123,45 @@ async def test_get_and_search_find_spilled_jobs_by_id_and_key() -> None:
     assert await source.get("nope") is None
     assert (await source.page(JobFilter(text="nope"), None, 5)).total == 0
     assert await DocumentJobs(doc).get("a13") is None  # the document alone has not
+
+
+async def test_the_overview_and_top_show_a_set_aside_segment_with_its_key_and_jobs(
+    tmp_path: Path,
+) -> None:
+    url = f"file://{tmp_path}"
+    cfg = BrokerConfig(
+        segment_jobs=4,
+        head_jobs=2,
+        load_jobs=3,
+        spill_above_jobs=3,
+        payload_sweep_interval_s=None,
+        stats_log_interval_s=None,
+    )
+    async with Broker(url, cfg) as broker:
+        q = broker.client()
+        for i in range(8):
+            await q.push(b"p%d" % i, queue="mail")
+        await broker.segments.settled()
+        first = next(iter(broker.document.segments))
+        (tmp_path / first.key).unlink()
+        broker.segments.cache.evict(first.key)  # (it was read ahead)
+        while await q.claim("w", ["mail"], max_jobs=5):
+            await broker.segments.settled()
+        assert first.key in broker.document.segments.aside
+    board = Dashboard(dashboard_config(url))
+    await board.start()
+    try:
+        async with aiohttp.ClientSession(base_url=board.address) as http, http.get("/") as answer:
+            html = await answer.text()
+    finally:
+        await board.stop()
+    assert "Segments set aside" in html
+    row = html[html.index(f'data-key="{first.key}"') :]
+    assert f'data-field="jobs">{first.count}<' in row
+    doc = decode((tmp_path / DOCUMENT_KEY).read_bytes())
+    snap = Snapshot(url, doc, "e", 0.0, 0.0, 0)
+    console = Console(width=300, record=True)
+    console.print(render(snap, Rates(), None, None, 0.0))
+    text = console.export_text()
+    assert first.key in text
+    assert f"{first.count} jobs" in text

@@ -85,6 +85,7 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "oldest_age_s": None,
         "waiting": 0,
         "paused": False,
+        "set_aside": 0,
         "pushed_total": 2,
         "completed_total": 0,
         "failed_total": 1,
@@ -93,7 +94,14 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
     assert data["status"]["completed"] == 3
     series = data["series"]
     assert series["source"].startswith("kept by the brokers in the queue document")
-    assert [h["worker"] for h in data["holders"]] == ["worker-1"]
+    workers = {w["worker"]: (w["jobs"], w["queues"]) for w in data["workers"]}
+    # worker-1 holds two jobs; worker-2 and worker-3 claimed and hold nothing now (idle)
+    assert workers == {
+        "worker-1": (2, ["emails"]),
+        "worker-2": (0, ["reports"]),
+        "worker-3": (0, ["done"]),
+    }
+    assert next(w["worker"] for w in data["workers"]) == "worker-1"
     assert len(series["times"]) >= 2  # this minute's sample, then the live counters
     assert series["depth"]["emails"][-1] == 3
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import msgspec
 import pytest
+from corrupt_archive import QUEUE_ID
 from typer.main import get_command
 from typer.testing import CliRunner, Result
 
@@ -36,7 +37,7 @@ from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import exits
 from osqueue.cli.app import _import_extra, app
 from osqueue.cli.push import _no_live_broker
-from osqueue.errors import BrokerUnavailable, MissingExtra, NotFound
+from osqueue.errors import BrokerUnavailable, MissingExtra, NotBroker, NotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.model import BrokerInfo
 
@@ -141,9 +142,14 @@ def test_every_option_has_an_osqueue_env_var_shown_in_help() -> None:
     # would remove a queue the user only meant to look at)
     no_env = {("queue", "remove")}
     checked = 0
-    for name, command in group.commands.items():  # type: ignore[attr-defined]
-        if name in lazy:
-            continue
+    leaves = [
+        ((name, *((sub,) if sub else ())), leaf)
+        for name, command in group.commands.items()  # type: ignore[attr-defined]
+        if name not in lazy
+        for sub, leaf in (getattr(command, "commands", None) or {"": command}).items()
+    ]
+    for path, command in leaves:
+        name = " ".join(path)
         for param in command.params:
             if param.name == "help" or param.param_type_name != "option":
                 continue
@@ -154,7 +160,7 @@ def test_every_option_has_an_osqueue_env_var_shown_in_help() -> None:
             assert isinstance(envvar, str), f"{name} {param.name} has no env var"
             assert envvar.startswith("OSQUEUE_"), (name, param.name, envvar)
             checked += 1
-        result = invoke(name, "--help")
+        result = invoke(*path, "--help")
         assert result.exit_code == 0
         assert "OSQUEUE_" in result.stdout
     for param in group.params:
@@ -199,6 +205,7 @@ def test_status_table_and_json_read_storage_without_a_broker(qdir: Path) -> None
         "oldest_age_s": status["queues"]["a"]["oldest_age_s"],
         "waiting": 0,
         "paused": False,
+        "set_aside": 0,
         "pushed_total": 3,
         "completed_total": 0,
         "failed_total": 0,
@@ -284,7 +291,7 @@ def test_archive_lists_days_and_deletes_only_those_past_the_cut_off(qdir: Path) 
     archive = qdir / "archive"
     for i, day in enumerate(days):
         for hour in ("03", "17"):
-            path = archive / f"date={day}" / f"hour={hour}" / f"{i:020d}.jsonl"
+            path = archive / f"date={day}" / f"hour={hour}" / f"{i:020d}-{QUEUE_ID}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text('{"id": "x"}\n')
     (archive / "README").write_text("not an archive object")
@@ -754,3 +761,42 @@ def test_status_watch_refreshes_until_interrupted(qdir: Path, procs: list[Proc])
     assert first["version"] == second["version"] == read_doc(qdir).version
     watch.popen.send_signal(signal.SIGINT)
     assert watch.wait() == 0
+
+
+@pytest.mark.slow
+def test_a_standby_that_served_stands_by_again_when_a_primary_comes(
+    qdir: Path, procs: list[Proc]
+) -> None:
+    """Issue 26: a standby on an empty prefix serves (epoch 1); a primary started
+    after it takes the queue (epoch 2) and the standby stands by again instead of
+    exiting; it takes over once the primary is killed.  A broker started without
+    --standby that loses the queue exits 9 (NotBroker)."""
+    lease = ("--lease-s", "1")
+    standby = spawn(
+        procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", "--standby", *lease
+    )
+    served = standby.expect(standby.err, r"serving \S+ at (127\.0\.0\.1:\d+) \(epoch 1\)")
+    address = served.group(1)
+    primary = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    primary.expect(primary.err, r"serving \S+ at 127\.0\.0\.1:\d+ \(epoch 2\)")
+    standby.expect(standby.err, r"standing by again")
+    assert standby.popen.poll() is None
+
+    primary.popen.kill()  # kill -9: the standby takes over once the lease ran out
+    primary.wait()
+    standby.expect(standby.err, rf"serving \S+ at {re.escape(address)} \(epoch 3\)")
+    owner = read_doc(qdir).broker
+    assert owner is not None
+    assert (owner.address, owner.epoch) == (address, 3)
+
+    # Taken over again, it stands by again; a broker without --standby exits 9.
+    other = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    other.expect(other.err, r"\(epoch 4\)")
+    standby.expect(standby.err, r"standing by again")
+    last = spawn(procs, qdir, "broker", url_of(qdir), "--listen", "127.0.0.1:0", *lease)
+    last.expect(last.err, r"\(epoch 5\)")
+    assert other.wait() == exits.EXIT_CODES[NotBroker] == 9
+    assert "NotBroker" in "\n".join(other.rest(other.err))
+    assert standby.popen.poll() is None
+    standby.popen.send_signal(signal.SIGTERM)
+    assert standby.wait() == 0

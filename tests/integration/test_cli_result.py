@@ -117,3 +117,47 @@ def test_exit_codes_for_unknown_and_unfinished_jobs(qdir: Path) -> None:
     bad = invoke("result", url, "not an id", "--embedded")
     assert bad.exit_code == 3
     assert "job_id" in bad.stderr
+
+
+def test_push_result_ttl_s_then_result(qdir: Path) -> None:
+    """Issue 26: a result given is kept unless ``push --result-ttl-s 0`` says not."""
+    url = url_of(qdir)
+    help_text = invoke("push", "--help").stdout
+    assert "--result-ttl-s" in help_text
+    assert "OSQUEUE_PUSH_RESULT_TTL_S" in help_text
+    ids = {}
+    for name, extra in (
+        ("plain", ()),
+        ("none", ("--result-ttl-s", "0")),
+        ("two", ("--result-ttl-s", "120")),
+    ):
+        out = invoke("push", url, "--embedded", "--data", name, *extra)
+        assert out.exit_code == 0, out.stderr
+        ids[name] = out.stdout.strip()
+
+    async def work() -> dict[str, float | None]:
+        async with Broker(url_of(qdir), BrokerConfig(address="127.0.0.1:1")) as broker:
+            q = broker.client()
+            for job in await q.claim("w", max_jobs=3):
+                await q.complete(job, result="42")
+            kept = {n: broker.document.finished.get(i) for n, i in ids.items()}
+            return {n: e.ttl_s if e is not None else None for n, e in kept.items()}
+
+    assert asyncio.run(work()) == {"plain": 3600.0, "none": None, "two": 120.0}
+    plain = json.loads(invoke("result", url, ids["plain"], "--embedded").stdout)
+    assert (plain["status"], plain["value"]) == ("done", "42")
+    assert invoke("result", url, ids["two"], "--raw", "--embedded").stdout == "42"
+    none = invoke("result", url, ids["none"], "--embedded")  # archived, keeping nothing
+    assert none.exit_code == 5
+    assert "result_ttl_s set on its push, its queue or the broker; 0 keeps none" in " ".join(
+        none.stderr.split()
+    )
+
+
+def test_queue_result_ttl_s_is_shown_and_kept(qdir: Path) -> None:
+    url = url_of(qdir)
+    out = invoke("queue", url, "img", "--result-ttl-s", "600", "--embedded")
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.strip() == "img: running, no limits, results kept 600s"
+    shown = json.loads(invoke("queue", url, "img", "--json").stdout)
+    assert shown["result_ttl_s"] == 600.0

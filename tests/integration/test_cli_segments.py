@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli.app import app
+from osqueue.cli.exits import counted
 from osqueue.state import DOCUMENT_KEY, Document, decode
 
 DEEP = BrokerConfig(
@@ -119,3 +120,48 @@ def test_jobs_refuses_a_cursor_that_is_not_one(deep: tuple[str, list[str]]) -> N
     result = invoke("jobs", url, "--after", "nonsense")
     assert result.exit_code != 0
     assert "QUEUE:PRIORITY:SEQ" in result.stderr
+
+
+def test_status_lists_a_set_aside_segment_and_readmit_brings_it_back(
+    deep: tuple[str, list[str]],
+) -> None:
+    url, order = deep
+    path = Path(url.removeprefix("file://"))
+    first = next(iter(read_doc(path).segments))
+    obj = path / first.key
+    original = obj.read_bytes()
+    obj.unlink()  # lost from outside
+
+    async def serve() -> list[str]:
+        async with Broker(url, DEEP) as broker:
+            q = broker.client()
+            got: list[str] = []
+            await broker.segments.settled()
+            while jobs := await q.claim("w-cli", ["a"], max_jobs=5):
+                got.extend(job.id for job in jobs)
+                await broker.segments.settled()
+            return got
+
+    served = asyncio.run(serve())
+    assert len(served) == 29 - first.remaining  # all but the claimed one and the set-aside ones
+    snapshot = json.loads(invoke("status", url, "--json").stdout)
+    (entry,) = snapshot["set_aside_segments"]
+    assert (entry["key"], entry["jobs"], entry["queue"]) == (first.key, first.remaining, "a")
+    assert snapshot["queues"]["a"]["set_aside"] == first.remaining
+    table = invoke("status", url)
+    assert first.key in table.stdout
+    assert "set aside" in table.stdout
+    assert first.key in invoke("segments", "list", url).stdout
+    refused = invoke("segments", "readmit", url, first.key, "--embedded")
+    assert refused.exit_code != 0
+    assert "still missing" in refused.stderr
+    assert first.key in read_doc(path).segments.aside  # nothing changed
+    obj.write_bytes(original)
+    done = invoke("segments", "readmit", url, first.key, "--embedded")
+    assert done.exit_code == 0, done.stderr
+    assert f"readmitted {first.key}: {counted(first.remaining, 'job')}" in done.stdout
+    doc = read_doc(path)
+    assert not doc.segments.aside
+    assert doc.segments.find(first.key) is not None
+    assert "no segment is set aside" in invoke("segments", "list", url).stdout
+    assert set(served) <= set(order)

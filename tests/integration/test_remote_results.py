@@ -205,3 +205,34 @@ def test_the_sync_twin_reads_results(queue_url: str) -> None:
     finally:
         broker_loop.run(server.stop())
         broker_loop.close()
+
+
+async def test_a_result_given_without_a_ttl_is_kept_an_hour(
+    remote: RemoteClient, queue_url: str
+) -> None:
+    """Issue 26: a result given over gRPC, no TTL set anywhere, is kept (an hour)."""
+    job_id = await remote.push(b"p")
+    (job,) = await remote.claim("w")
+    await remote.complete(job, result=b"42")
+    answer = await remote.result(job_id)
+    assert (answer.status, answer.value) == ("done", b"42")
+    entry = (await read_document(queue_url)).finished.get(job_id)
+    assert entry is not None
+    assert entry.ttl_s == 3600.0
+
+
+async def test_a_queue_result_ttl_is_set_over_the_wire(
+    remote: RemoteClient, queue_url: str
+) -> None:
+    settings = await remote.set_queue("img", result_ttl_s=120.0)
+    assert settings.result_ttl_s == 120.0
+    job_id = await remote.push(b"p", queue="img")
+    (job,) = await remote.claim("w", ["img"])
+    await remote.complete(job)  # no result: the queue's TTL keeps how it finished
+    entry = (await read_document(queue_url)).finished.get(job_id)
+    assert entry is not None
+    assert entry.ttl_s == 120.0
+    with pytest.raises(InvalidInput) as info:
+        await remote.set_queue("img", result_ttl_s=-1.0)
+    assert info.value.field == "result_ttl_s"
+    assert (await remote.set_queue("img", result_ttl_s=0.0)).result_ttl_s is None

@@ -266,3 +266,74 @@ async def test_cancel_of_a_spilled_job_over_grpc(tmp_path: Path) -> None:
             await client.close()
     finally:
         await server.stop()
+
+
+async def test_a_tampered_segment_is_set_aside_and_readmitted_once_restored(url: str) -> None:
+    storage = from_url(url)
+    async with Broker(storage, config()) as broker:
+        ids = await push_spilled(broker, 12)
+        first = next(iter(broker.document.segments))
+        original = await storage.get(first.key)
+        _, inside = decode_segment(original, first.key)
+        broker.segments.cache.evict(first.key)
+        await storage.put(first.key, original.replace(b'"payload":"cD', b'"payload":"SE', 1))
+        got = await drain(broker)
+        assert got == [i for i in ids if i not in {job.id for job in inside}]
+        doc = await stored(storage)
+        assert first.key in doc.segments.aside
+        assert first.key in await segment_keys(storage)  # never an orphan
+        stats = (await broker.client().stats()).queues["default"]
+        assert (stats.depth, stats.set_aside) == (0, len(inside))
+        await storage.put(first.key, original)
+        assert await broker.client().readmit_segment(first.key) == len(inside)
+        assert await drain(broker) == [job.id for job in inside]
+
+
+async def test_readmit_over_grpc_needs_the_admin_token_and_checks_the_object(
+    tmp_path: Path,
+) -> None:
+    from remote_helpers import fast_config, quiet_broker_config
+
+    from osqueue.client.remote import connect
+    from osqueue.errors import InvalidInput, Unauthenticated
+    from osqueue.server.runner import BrokerServer
+    from osqueue.server.server import ServerConfig
+
+    url = (tmp_path / "q").as_uri()
+    (tmp_path / "q").mkdir()
+    settings = {k: v for k, v in SMALL.items() if k != "lease_s"}
+    server = BrokerServer(
+        url,
+        ServerConfig(listen="127.0.0.1:0", token="admin-t", write_token="write-t"),
+        quiet_broker_config(**settings),
+    )
+    await server.start()
+    storage = from_url(url)
+    try:
+        admin = await connect(url, config=fast_config(token="admin-t"))
+        writer = await connect(url, config=fast_config(token="write-t"))
+        try:
+            for i in range(10):
+                await admin.push(b"r%d" % i, id=f"r-{i}")
+            broker = server.broker
+            assert broker is not None
+            await broker.segments.settled()
+            first = next(iter(broker.document.segments))
+            original = await storage.get(first.key)
+            broker.segments.cache.evict(first.key)
+            await storage.delete(first.key)
+            while await admin.claim("w", max_jobs=5):
+                await broker.segments.settled()
+            assert first.key in broker.document.segments.aside
+            with pytest.raises(InvalidInput, match="still missing"):
+                await admin.readmit_segment(first.key)
+            await storage.put(first.key, original)
+            with pytest.raises(Unauthenticated):
+                await writer.readmit_segment(first.key)
+            assert await admin.readmit_segment(first.key) == first.count
+            assert (await admin.stats()).queues["default"].set_aside == 0
+        finally:
+            await admin.close()
+            await writer.close()
+    finally:
+        await server.stop()

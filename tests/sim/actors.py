@@ -99,8 +99,8 @@ class BrokerNode:
             broker_id=self.broker_id,
             payload_sweep_interval_s=c.payload_sweep_s,
             schedule_grace_s=c.schedule_grace_s,
-            # results kept an hour unless a push says (the default keeps none):
-            # the result-kept rule judges every completion
+            # every finish kept an hour unless a push says (with no TTL set only
+            # results would be): the result-kept rule judges every completion
             result_ttl_s=3600.0,
         )
         if c.spill_above_jobs is None:

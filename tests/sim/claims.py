@@ -252,10 +252,12 @@ def _out_of_order(
     for queue, claimed in sorted(by_queue.items()):
         at = min(j.claim.claimed_at for j in claimed if j.claim is not None)
         capped = _capped_groups(before, after, queue)
+        aside = chain.aside.get(before.version, set())  # present, not claimable
         waiting = [
             k
             for k in [*before.jobs.values(), *chain.spilled_in(before).values()]
             if k.queue == queue
+            and k.id not in aside
             and k.status == "queued"
             and (k.run_at is None or k.run_at < at)
             and _still_queued(chain, after, k)

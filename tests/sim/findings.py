@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from osqueue.state import Document, StoredJob
+from osqueue.state import Document, SegmentRef, StoredJob
 from sim.history import Rule, Violation
 
 
@@ -47,6 +47,8 @@ class Chain:
     done_under: set[tuple[str, int]] = field(default_factory=set)
     #: version -> the jobs its segments hold (not loaded, not cancelled), by id
     spilled: dict[int, dict[str, StoredJob]] = field(default_factory=dict)
+    #: version -> those of them in segments set aside (present, not claimable)
+    aside: dict[int, set[str]] = field(default_factory=dict)
 
     def spilled_in(self, doc: Document) -> dict[str, StoredJob]:
         """The jobs ``doc``'s segments hold live (spilled out of the document)."""
@@ -70,6 +72,9 @@ def build_chain(
     for doc in docs:
         if doc.segments and objects is not None:
             chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
+            if doc.segments.aside:
+                aside = [entry.ref for entry in doc.segments.aside.values()]
+                chain.aside[doc.version] = set(live_spilled(doc, objects, aside))
         for job_id, job in doc.jobs.items():
             chain.first_seen.setdefault(job_id, doc.version)
             claim = job.claim
@@ -89,10 +94,22 @@ def build_chain(
     return chain
 
 
-def live_spilled(doc: Document, objects: Mapping[str, list[StoredJob]]) -> dict[str, StoredJob]:
-    """The jobs ``doc``'s segments still hold (not loaded, not cancelled), by id."""
+def all_refs(doc: Document) -> Iterator[SegmentRef]:
+    """Every segment reference of ``doc``: listed, then set aside."""
+    yield from doc.segments
+    for entry in doc.segments.set_aside_of():
+        yield entry.ref
+
+
+def live_spilled(
+    doc: Document,
+    objects: Mapping[str, list[StoredJob]],
+    refs: Collection[SegmentRef] | None = None,
+) -> dict[str, StoredJob]:
+    """The jobs ``doc``'s segments (or ``refs``) still hold (not loaded, not
+    cancelled), by id; those set aside included (present, if not claimable)."""
     out: dict[str, StoredJob] = {}
-    for ref in doc.segments:
+    for ref in all_refs(doc) if refs is None else refs:
         jobs = objects.get(ref.key)
         if jobs is None:
             continue

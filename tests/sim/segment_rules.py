@@ -10,20 +10,37 @@ a load as nothing at all: a job that goes into a segment and never comes back
 is lost (NO_LOSS), one that comes back twice is in two places (ONE_PLACE), and
 a claim that passes over a spilled job waiting before it is out of order
 (PRIORITY_ORDER).
+
+A reference set aside (its object missing or failing its check) keeps its
+jobs: they count as present (``live_spilled`` includes them: neither lost nor
+in two places) but not as waiting in claim order (``Chain.aside``; a claim
+may pass them).  The sim's store never damages a segment object, so a
+reference set aside over an intact object is a finding too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from osqueue.errors import CorruptDocument
 from osqueue.state import SegmentRef, StoredJob, decode_segment
 from osqueue.state.segment_codec import make_ref
-from sim.findings import Chain, Findings
+from sim.findings import Chain, Findings, all_refs
 from sim.history import Outcome, Rule
 
 #: the ref's fields an object fixes when it is written (the others move with loads and cancels)
-_FIXED = ("queue", "priority", "first_seq", "last_seq", "count", "size_bytes", "min_id", "max_id")
+_FIXED = (
+    "queue",
+    "priority",
+    "first_seq",
+    "last_seq",
+    "count",
+    "size_bytes",
+    "sha256",
+    "min_id",
+    "max_id",
+)
 
 
 def decode_objects(outcome: Outcome, f: Findings) -> dict[str, list[StoredJob]]:
@@ -63,11 +80,13 @@ def _check_written(
 ) -> None:
     told: set[str] = set()
     for doc, i in zip(chain.docs, indices, strict=True):
-        for ref in doc.segments:
+        for ref in all_refs(doc):
             f.checked["segment references"] += 1
             if ref.key in told:
                 continue
             problem = _ref_problem(ref, i, objects, outcome)
+            if problem is None and ref.key in doc.segments.aside:
+                problem = "is set aside, but the store never damaged its object"
             if problem is not None:
                 told.add(ref.key)
                 f.add(Rule.SEGMENT_WRITTEN, f"version {doc.version}: segment {ref.key} {problem}")
@@ -84,7 +103,7 @@ def _ref_problem(
     jobs = objects.get(ref.key)
     if jobs is None:
         return "does not decode"
-    expected = make_ref(ref.key, jobs, len(put[1]))
+    expected = make_ref(ref.key, jobs, len(put[1]), hashlib.sha256(put[1]).hexdigest())
     wrong = [name for name in _FIXED if getattr(ref, name) != getattr(expected, name)]
     if wrong:
         return f"is not what its reference says ({', '.join(wrong)})"
@@ -112,7 +131,7 @@ def _check_deletes(chain: Chain, indices: list[int], outcome: Outcome, f: Findin
         return
     last_named: dict[str, int] = {}  # key -> the last write that landed naming it
     for doc, i in zip(chain.docs, indices, strict=True):
-        for ref in doc.segments:
+        for ref in all_refs(doc):
             last_named[ref.key] = i
     f.checked["segment deletes"] += len(outcome.segment_deletes)
     told: set[str] = set()
@@ -131,7 +150,7 @@ def _check_one_place(chain: Chain, objects: Mapping[str, list[StoredJob]], f: Fi
     told: set[str] = set()
     for doc in chain.docs:
         where: dict[str, str] = {}
-        for ref in doc.segments:
+        for ref in all_refs(doc):
             jobs = objects.get(ref.key)
             if jobs is None:
                 continue

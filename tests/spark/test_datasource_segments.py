@@ -5,10 +5,13 @@ document instead."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 from spark_helpers import served_broker
 
+from osqueue.errors import CorruptDocument
 from osqueue.spark.datasource import JobsReader, SegmentPartition
 from osqueue.spark.options import ReadOptions
 
@@ -78,3 +81,17 @@ def test_a_segment_gone_since_the_plan_is_read_from_the_document(
         )
         assert sorted((r["id"], r["status"]) for r in rows) == expected
         assert {r["status"] for r in rows} == {"claimed"}
+
+
+def test_a_segment_task_refuses_an_object_that_fails_its_check(file_queue: str) -> None:
+    with served_broker(file_queue, **DEEP) as served:
+        for i in range(120):
+            served.run(served.client.push(b"p%d" % i))
+        served.run(served.broker.segments.settled())
+        reader = JobsReader(ReadOptions.parse({"url": file_queue}))
+        first = next(p for p in reader.partitions() if isinstance(p, SegmentPartition))
+        path = Path(file_queue.removeprefix("file://")) / first.ref.key
+        data = path.read_bytes()
+        path.write_bytes(data.replace(b'"payload":"cD', b'"payload":"SE', 1))  # same size
+        with pytest.raises(CorruptDocument, match="does not match its reference"):
+            list(reader.read(first))

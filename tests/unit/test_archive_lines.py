@@ -17,6 +17,7 @@ from osqueue.state.model import to_datetime
 
 DECODER = msgspec.json.Decoder(ArchiveRecord)
 T0 = 1_800_000_000.0
+QID = "01jd0000000000000000000000"
 
 
 def done(job_id: str, version: int) -> StoredJob:
@@ -35,7 +36,7 @@ def done(job_id: str, version: int) -> StoredJob:
 
 
 def test_what_the_broker_writes_reads_back_with_no_bad_line() -> None:
-    key, data = render([done("b", 42), done("a", 42)])
+    key, data = render([done("b", 42), done("a", 42)], QID)
     assert key_version(key) == 42
     records, bad = read_lines(data, key, DECODER)
     assert [r.id for r in records] == ["a", "b"]
@@ -43,7 +44,7 @@ def test_what_the_broker_writes_reads_back_with_no_bad_line() -> None:
 
 
 def test_an_empty_object_and_a_last_line_without_its_newline_are_bad() -> None:
-    key, data = render([done("a", 42), done("b", 42)])
+    key, data = render([done("a", 42), done("b", 42)], QID)
     assert read_lines(b"", key, DECODER) == ([], [BadLine(key, 1, 0, "the object is empty")])
     records, bad = read_lines(data[:-1], key, DECODER)  # one byte short: the final newline
     assert [r.id for r in records] == ["a"]
@@ -53,7 +54,7 @@ def test_an_empty_object_and_a_last_line_without_its_newline_are_bad() -> None:
 
 
 def test_a_key_of_another_shape_checks_no_version() -> None:
-    _, data = render([done("a", 42)])
+    _, data = render([done("a", 42)], QID)
     assert key_version("archive/README") is None
     records, bad = read_lines(data, "archive/copy.jsonl", DECODER)
     assert [r.version for r in records] == [42]

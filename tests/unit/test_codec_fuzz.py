@@ -347,3 +347,23 @@ def test_decode_owner_returns_or_names_the_damage(edits: list[tuple[int, int]]) 
         except CorruptDocument as exc:
             error = exc
         assert error is None or error.path is not None or error.offset is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b'""', b'"01JD0000000000000000000000"', b'"01jd00000000000000000000"', b"42", b'"../x"'],
+)
+def test_a_queue_id_that_is_not_one_is_corrupt_naming_it(value: bytes) -> None:
+    data = VALID.replace(b'"stats":', b'"queue_id":' + value + b',"stats":', 1)
+    error = _corrupt(data)
+    assert error.path == "$.queue_id", error
+    assert "queue_id" in str(error)
+
+
+def test_a_queue_id_is_kept_by_every_transition() -> None:
+    doc = decode(VALID)
+    doc.queue_id = "01jd0000000000000000000000"
+    again = decode(encode(doc))
+    assert again.queue_id == "01jd0000000000000000000000"
+    t = transition(again, [Push(id="more", payload=b"x")], T0 + 10)
+    assert decode(encode(t.doc)).queue_id == "01jd0000000000000000000000"

@@ -31,8 +31,8 @@ SMALL = {"result_inline_max_bytes": 16, "result_sweep_interval_s": 5.0}
 
 
 def config(**kw: object) -> osqueue.BrokerConfig:
-    """A broker that keeps every job's result an hour (the default keeps none unless
-    the push asks: see test_results_kept_only_when_asked)."""
+    """A broker that keeps every finished job an hour (with no TTL set only results
+    given are kept: see test_results_kept.py)."""
     base: dict[str, object] = {
         "lease_s": 10.0,
         "heartbeat_timeout_s": 30.0,

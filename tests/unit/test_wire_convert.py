@@ -38,6 +38,8 @@ def test_stats_survive_the_wire_field_for_field() -> None:
                 completed_total=11,
                 failed_total=5,
                 dead_total=2,
+                set_aside=5,
+                set_aside_segments=1,
             ),
             "b": QueueStats(depth=0, claimed=0, dead=0, delayed=0, oldest_age_s=None),
         },

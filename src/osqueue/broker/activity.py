@@ -4,7 +4,7 @@ metrics, and the periodic INFO line that reports them."""
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Literal
 
 from osqueue.clock import Clock
 from osqueue.metrics import Histogram
-from osqueue.state.model import BrokerPerf
+from osqueue.state import validate
+from osqueue.state.model import BrokerPerf, WorkerSeen, to_datetime
 
 if TYPE_CHECKING:
     from osqueue.broker.intake import Intake
@@ -105,6 +106,75 @@ class CommitWindow:
         return self._perf
 
 
+#: A worker's queues in :class:`RecentWorkers` (the first this many it asked for).
+MAX_QUEUES_SHOWN = 8
+#: How long :class:`RecentWorkers` remembers a worker that stopped claiming.
+RECENT_WORKERS_WINDOW_S = 300.0
+
+
+class RecentWorkers:
+    """The workers this broker heard from recently: each one's last claim (waiting
+    or not) and the queues it asked for, for readers of the document.
+
+    The document shows only workers that hold a job (their claims); an idle
+    worker is one that keeps asking and gets nothing, which only the broker
+    sees.  This record is that sight, bounded: a claim costs one dict move (no
+    work per commit), at most ``max_workers`` are kept (the longest silent
+    go first), and :meth:`summary` is rebuilt when a worker is new and else at
+    most every ``refresh_s`` (a new worker shows at once, last-seen times
+    within ``refresh_s``), so what rides in the document
+    (``BrokerInfo.workers``, beside ``perf``) is the same tuple between
+    rebuilds.  It is this broker's sight only: a broker that takes over
+    starts with none, and fills it within a claim round."""
+
+    def __init__(
+        self,
+        window_s: float = RECENT_WORKERS_WINDOW_S,
+        max_workers: int = 64,
+        refresh_s: float = 5.0,
+    ) -> None:
+        self.window_s = window_s
+        self.max_workers = max_workers
+        self.refresh_s = refresh_s
+        #: worker -> (broker time of its last claim, the queues it asked for)
+        self._seen: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
+        self._summary: tuple[WorkerSeen, ...] = ()
+        self._summary_at = -float("inf")
+        #: a worker was added since the summary: rebuild it now, not at the refresh
+        self._new = False
+
+    def claimed(self, worker: str, queues: tuple[str, ...], now: float) -> None:
+        """``worker`` asked for jobs of ``queues`` at broker time ``now`` (the names
+        are checked first: the record reaches the document)."""
+        validate.worker_name(worker)
+        queues = validate.queue_names(queues)
+        seen = self._seen
+        if worker not in seen:
+            self._new = True
+        seen[worker] = (now, queues[:MAX_QUEUES_SHOWN])
+        seen.move_to_end(worker)
+        if len(seen) > self.max_workers:
+            seen.popitem(last=False)
+
+    def summary(self, now: float) -> tuple[WorkerSeen, ...]:
+        """The workers heard from in the last ``window_s``, newest first."""
+        if not self._new and now - self._summary_at < self.refresh_s:
+            return self._summary
+        self._summary_at = now
+        self._new = False
+        seen = self._seen
+        while seen:
+            oldest = next(iter(seen))
+            if seen[oldest][0] >= now - self.window_s:
+                break
+            del seen[oldest]
+        self._summary = tuple(
+            WorkerSeen(worker=w, seen_at=to_datetime(at), queues=queues)
+            for w, (at, queues) in reversed(seen.items())
+        )
+        return self._summary
+
+
 @dataclass(slots=True)
 class BrokerCounters:
     """Running totals since the broker was made (``Broker.counters``)."""
@@ -124,6 +194,8 @@ class BrokerCounters:
     records: CommitRecords | None = None
     #: the last minute of commits, summarised into the document (BrokerInfo.perf)
     window: CommitWindow = field(default_factory=CommitWindow)
+    #: the workers heard from recently, summarised into the document (BrokerInfo.workers)
+    workers: RecentWorkers = field(default_factory=RecentWorkers)
 
     def storage_error(self, call: StorageCall) -> None:
         """A storage call failed (it is retried, or the broker stops)."""

@@ -1,8 +1,20 @@
 """Archive objects: one immutable JSON-lines object per version that completed jobs.
 
-The key and the bytes are a function of the jobs done in that version alone,
-so writing one is create-if-absent and a repeat (after a crash or a takeover)
-is harmless: every completed job is archived exactly once.
+The key is ``archive/date=YYYY-MM-DD/hour=HH/<version:020d>-<queue_id>.jsonl``:
+the version and the document's incarnation (its ``queue_id``, drawn when the
+document was created), so a queue created again after ``queue.json`` was
+deleted never meets the objects of the one before.  The key and the bytes are
+a function of the jobs done in that version alone, so writing one is
+create-if-absent and a repeat (after a crash or a takeover) is harmless: every
+completed job is archived exactly once.
+
+An object already at the key counts as written only if it holds exactly these
+bytes.  Anything else (an older copy of ``queue.json`` restored, which repeats
+versions under the same queue id, or an object put there from outside) is left
+alone, and the jobs are written under a fresh key, the first key with the
+bytes' digest as a suffix (``...-<queue_id>-<sha256[:16]>.jsonl``), with a
+warning naming both keys.  The fresh key is a function of the bytes too, so a
+retried write lands on the same object.
 
 Readers (``osqueue archive --verify``, the Spark data source) split an object
 with :func:`read_lines`, which reports every line that is not what the broker
@@ -13,6 +25,7 @@ stopping at the first.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 from collections import defaultdict
@@ -23,11 +36,12 @@ from typing import NamedTuple, Protocol, TypeVar
 import msgspec
 
 from osqueue.errors import Conflict, CorruptDocument, NotFound, StorageError
-from osqueue.state import StoredJob
+from osqueue.state import QUEUE_ID_RE, StoredJob
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
 PREFIX = "archive/"
+_EXT = ".jsonl"
 
 
 class ArchiveRecord(msgspec.Struct, frozen=True):
@@ -62,9 +76,18 @@ def _iso(dt: datetime) -> str:
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def archive_key(version: int, completed_at: datetime) -> str:
+def archive_key(version: int, completed_at: datetime, queue_id: str) -> str:
     hour = _hour_prefix(completed_at.year, completed_at.month, completed_at.day, completed_at.hour)
-    return f"{hour}{version:020d}.jsonl"
+    return f"{hour}{version:020d}-{queue_id}.jsonl"
+
+
+def fresh_key(key: str, body: bytes, attempt: int) -> str:
+    """The key to write ``body`` under when ``key`` holds something else (attempt 1),
+    and when that one does too (attempt 2 on)."""
+    suffix = hashlib.sha256(body).hexdigest()[:16]
+    if attempt > 1:
+        suffix += f"-{attempt}"
+    return f"{key.removesuffix(_EXT)}-{suffix}{_EXT}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -94,14 +117,14 @@ def record(job: StoredJob) -> ArchiveRecord:
     )
 
 
-def render(jobs: Iterable[StoredJob]) -> tuple[str, bytes]:
+def render(jobs: Iterable[StoredJob], queue_id: str) -> tuple[str, bytes]:
     """The archive object (key, bytes) for the jobs done in one version."""
     ordered = sorted(jobs, key=lambda j: j.id)
     first = ordered[0]
     assert first.done_at is not None
     assert first.done_version is not None
     body = b"".join(_encoder.encode(record(j)) + b"\n" for j in ordered)
-    return archive_key(first.done_version, first.done_at), body
+    return archive_key(first.done_version, first.done_at, queue_id), body
 
 
 def by_version(jobs: Iterable[StoredJob]) -> dict[int, list[StoredJob]]:
@@ -112,37 +135,103 @@ def by_version(jobs: Iterable[StoredJob]) -> dict[int, list[StoredJob]]:
     return dict(groups)
 
 
-async def write_archive(storage: Storage, jobs: list[StoredJob]) -> int:
+#: keys tried for one object: its own, then fresh ones (each held by other bytes)
+_FRESH_KEYS = 8
+
+
+async def write_archive(storage: Storage, jobs: list[StoredJob], queue_id: str) -> int:
     """Write the archive object for one version's done jobs; returns the version."""
-    key, body = render(jobs)
+    version = jobs[0].done_version
+    assert version is not None
+    key, body = render(jobs, queue_id)
+    target = key
+    for attempt in range(_FRESH_KEYS):
+        if attempt:
+            target = fresh_key(key, body, attempt)
+        if await _create(storage, target, body):
+            if attempt:
+                log.warning(
+                    "archive key %r holds other content (an older queue.json restored, or "
+                    "an object written from outside); version %d archived under %r",
+                    key,
+                    version,
+                    target,
+                    extra={"action": "archive", "key": key, "fresh_key": target},
+                )
+            return version
+    raise StorageError(
+        f"archive keys {key!r} to {target!r} all hold other content; not archiving version "
+        f"{version} over them"
+    )
+
+
+async def _create(storage: Storage, key: str, body: bytes) -> bool:
+    """Create ``key`` holding ``body``: True once it does (written now, or before by
+    a repeat of this write), False if it holds anything else."""
     try:
         await storage.write(key, body, if_match=None)
+        return True
     except Conflict as exc:
-        # 412: the object exists (a repeat, or our own retried write).  S3's 409
-        # ConditionalRequestConflict only says another request raced: the object may
-        # be absent.  Only a read tells, and the done jobs are pruned on this answer.
+        # 412: the object exists (a repeat, our own retried write, or another
+        # incarnation's).  S3's 409 ConditionalRequestConflict only says another
+        # request raced: the object may be absent.  Only a read tells, and the done
+        # jobs are pruned on this answer.
         try:
-            await storage.get(key)
+            held = await storage.get(key)
         except NotFound:
             raise StorageError(
                 f"archive write of {key!r} conflicted but the object is absent", cause=exc
             ) from exc
-        log.debug("archive object already written", extra={"action": "archive", "key": key})
-    version = jobs[0].done_version
-    assert version is not None
-    return version
+    if held != body:
+        return False
+    log.debug("archive object already written", extra={"action": "archive", "key": key})
+    return True
 
 
 # --------------------------------------------------------------------------- reading
 
 
-_VERSION = re.compile(r"(\d{20})\.jsonl")
+_KEY = re.compile(
+    re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/"
+    rf"((\d{{20}})-({QUEUE_ID_RE.pattern})(?:-[0-9a-f]{{16}}(?:-\d+)?)?)\.jsonl"
+)
+
+
+#: ``<version:020d>-<queue_id>``: a fresh key's name is longer (its digest suffix)
+_PLAIN_NAME = 20 + 1 + 26
+
+
+class ArchiveKey(NamedTuple):
+    """What an archive object's key names."""
+
+    key: str
+    day: str
+    hour: int
+    version: int
+    queue_id: str
+    #: the file name without ``.jsonl``: unique across incarnations and fresh keys
+    name: str
+
+    @property
+    def fresh(self) -> bool:
+        """Written under a fresh key (its first key held other content)."""
+        return len(self.name) > _PLAIN_NAME
+
+
+def parse_key(key: str) -> ArchiveKey | None:
+    """What an archive object's key names (None for a key of another shape: every
+    lister of ``archive/`` skips those)."""
+    match = _KEY.fullmatch(key)
+    if match is None:
+        return None
+    day, hour, name, version, queue_id = match.groups()
+    return ArchiveKey(key, day, int(hour), int(version), queue_id, name)
 
 
 def key_version(key: str) -> int | None:
     """The version an archive object's key names (None for a key of another shape)."""
-    match = _VERSION.fullmatch(key.rsplit("/", 1)[-1])
-    return int(match[1]) if match else None
+    parsed = parse_key(key)
+    return parsed.version if parsed else None
 
 
 class BadLine(NamedTuple):

@@ -48,7 +48,8 @@ class Archiver:
         self._retry = retry
         self._counters = counters
         self._written = written
-        self._due: asyncio.Queue[list[StoredJob]] = asyncio.Queue()
+        #: the done jobs of one version each, and the queue id of their document
+        self._due: asyncio.Queue[tuple[list[StoredJob], str]] = asyncio.Queue()
         self._writers = 0
         self._idle = 0  # writers waiting for an object to come due
         self._slots = asyncio.Semaphore(concurrency)  # for the inherited objects
@@ -58,10 +59,11 @@ class Archiver:
         """Archive objects due or being written."""
         return self._due.qsize() + self._writers - self._idle
 
-    def add(self, jobs: list[StoredJob]) -> None:
-        """The done jobs of a version just committed: their archive object is due."""
+    def add(self, jobs: list[StoredJob], queue_id: str) -> None:
+        """The done jobs of a version just committed (of the document ``queue_id``
+        names): their archive object is due."""
         due = self._due
-        due.put_nowait(jobs)
+        due.put_nowait((jobs, queue_id))
         if due.qsize() > self._idle and self._writers < self._concurrency:
             self._writers += 1
             self._tasks.spawn(self._writer(), "osqueue-archive")
@@ -74,7 +76,7 @@ class Archiver:
             while True:
                 self._idle += 1
                 try:
-                    jobs = await due.get()
+                    jobs, queue_id = await due.get()
                 finally:
                     self._idle -= 1
                 try:
@@ -82,17 +84,17 @@ class Archiver:
                         # Yield once: the next commit (already woken by its ops) starts
                         # its write first, and this object is rendered while it is in flight.
                         await asyncio.sleep(0)
-                    await self._write(jobs)
+                    await self._write(jobs, queue_id)
                 finally:
                     due.task_done()
         finally:  # cancelled with the broker, or a bug (logged by SideTasks)
             self._writers -= 1
 
-    async def _write(self, jobs: list[StoredJob]) -> None:
+    async def _write(self, jobs: list[StoredJob], queue_id: str) -> None:
         attempt = 0
         while True:
             try:
-                version = await write_archive(self._storage, jobs)
+                version = await write_archive(self._storage, jobs, queue_id)
                 break
             except StorageError as exc:
                 self._counters.storage_error("archive_write")
@@ -109,14 +111,14 @@ class Archiver:
             await asyncio.wait_for(self._due.join(), timeout_s)
 
     async def write_inherited(
-        self, inherited: dict[int, list[StoredJob]], written: set[int]
+        self, inherited: dict[int, list[StoredJob]], written: set[int], queue_id: str
     ) -> None:
         """Write the archive objects of inherited done jobs (by version), several at
         once; the versions written are added to ``written`` (a retry skips them)."""
 
         async def one(version: int, jobs: list[StoredJob]) -> None:
             async with self._slots:
-                await write_archive(self._storage, jobs)
+                await write_archive(self._storage, jobs, queue_id)
             written.add(version)
 
         todo = [one(v, jobs) for v, jobs in inherited.items() if v not in written]

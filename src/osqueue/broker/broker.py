@@ -356,6 +356,10 @@ class Broker:
         """Submit a batch: all of it or (raising before anything is queued) none of it."""
         return await self._intake.submit_many(ops)
 
+    def heard(self, worker: str, queues: tuple[str, ...]) -> None:
+        """``worker`` asked for jobs of ``queues``: the record of recent workers."""
+        self.counters.workers.claimed(worker, queues, self.clock.now())
+
     async def claim(self, op: ClaimOp, wait_s: float) -> Result:
         """A claim that, if empty, parks until a commit makes a job claimable.
 

@@ -334,7 +334,9 @@ class CommitLoop:
             if not fut.done():
                 fut.set_result(result)
         if t.completed:
-            self._archiver.add(t.completed)
+            queue_id = t.doc.queue_id
+            assert queue_id is not None  # drawn by the takeover, before any commit
+            self._archiver.add(t.completed, queue_id)
         self.discard_payloads(t)
         if self._waiters.parked:
             self._waiters.wake(t.doc)

@@ -72,9 +72,10 @@ class BrokerConfig:
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
     #: Results (docs/results.md): how long a finished job's result (and how it
-    #: finished) is kept, unless its push says (``result_ttl_s``); 0 (the
-    #: default): results are kept only for the pushes that ask.
-    result_ttl_s: float = 0.0
+    #: finished) is kept, unless its push or its queue says (``result_ttl_s``);
+    #: 0: none is kept.  None (the default): a result given is kept an hour, a
+    #: job that finishes without one keeps no entry.
+    result_ttl_s: float | None = None
     #: Results up to this size sit in the document; larger ones in results/ objects.
     result_inline_max_bytes: int = 1024
     #: The largest result accepted.
@@ -111,6 +112,8 @@ class BrokerConfig:
         self._check_counts()
         for name in ("result_ttl_s", "dependency_window_s"):
             value = getattr(self, name)
+            if value is None and name == "result_ttl_s":
+                continue
             if not 0 <= value <= MAX_RESULT_TTL_S:
                 raise InvalidInput(
                     f"must be between 0 and {MAX_RESULT_TTL_S:g} seconds, got {value!r}",

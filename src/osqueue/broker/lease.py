@@ -23,6 +23,7 @@ from osqueue.state import (
     Transition,
     decode,
     encode,
+    new_queue_id,
     to_datetime,
     transition,
 )
@@ -121,6 +122,7 @@ class Lease:
             lease_s=lease_s,
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
             perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
+            workers=() if closing else self._counters.workers.summary(now),
         )
 
     def fresh(self) -> bool:
@@ -197,6 +199,7 @@ class Lease:
         archived: set[int] = set()  # versions whose archive object is known written
         # the last takeover write sent: its bytes, commit, epoch, and when (monotonic)
         sent: tuple[bytes, Transition, int, float] | None = None
+        queue_id = new_queue_id()  # for a document without one; the same on every retry
         while True:
             got = await self.read()
             if sent is not None and got is not None:
@@ -221,9 +224,12 @@ class Lease:
                 sent = None
                 continue
             base, etag = got if got is not None else (Document.empty(), None)
+            # A new document's incarnation starts here (``base`` is fresh from decode or
+            # new, its header never measured: setting the field leaves no stale size).
+            incarnation = base.queue_id = base.queue_id or queue_id
             inherited = by_version(base.jobs[i] for i in sorted(base.index.done))
             try:
-                await archiver.write_inherited(inherited, archived)
+                await archiver.write_inherited(inherited, archived, incarnation)
             except StorageError as exc:  # a 503 or a lost answer: back off, read again
                 self._counters.storage_error("archive_write")
                 await self._retry.wait(0, exc)

@@ -24,6 +24,7 @@ import msgspec
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.broker.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.local_scheduling import SchedulingCalls
+from osqueue.broker.local_segments import SegmentCalls
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LocalClient(SchedulingCalls):
+class LocalClient(SchedulingCalls, SegmentCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
@@ -126,18 +127,18 @@ class LocalClient(SchedulingCalls):
         # until the push is answered (_submit_pushes), the sweep leaves the object alone
         stored = await self.broker.payloads.upload(op.id, bytes(job.payload))
         return msgspec.structs.replace(
-            op,
-            payload_ref=stored.ref,
-            payload_size=stored.size_bytes,
-            payload_sha256=stored.sha256,
+            op, payload_ref=stored.ref, payload_size=stored.size_bytes, payload_sha256=stored.sha256
         )
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
         """Push a batch; one result per job: its id, or the error that job got."""
         ops: list[Push | OsqueueError] = []
+        clashing = _clashing_ids(jobs)
         try:
             for job in jobs:
                 try:
+                    if job.id in clashing:
+                        raise _clash(job.id)
                     op = self._push_inline(job)
                     ops.append(op if op.payload is not None else await self._uploaded(op, job))
                 except OsqueueError as exc:
@@ -247,6 +248,7 @@ class LocalClient(SchedulingCalls):
         if type(queues) is not tuple:  # a tuple (the worker's) is used as it is
             queues = (queues,) if isinstance(queues, str) else tuple(queues)
         op = ClaimOp(worker, queues, max_jobs)
+        self.broker.heard(worker, queues)
         if type(wait_s) is not float or wait_s != 0.0:  # the default needs no check
             wait_s = validate.seconds(wait_s, "wait_s") or 0.0
         if wait_s > 0:  # parks until a commit makes a job claimable
@@ -271,6 +273,7 @@ class LocalClient(SchedulingCalls):
         validate.worker_name(worker)
         validate.queue_names(queues)
         validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        self.broker.heard(worker, queues)
         ops = await self.broker.results.completions(jobs, results)
         answers = await self._submit_completions([*ops, ClaimOp(worker, queues, max_jobs)])
         errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]
@@ -346,8 +349,8 @@ class LocalClient(SchedulingCalls):
         if found is None:
             raise JobNotFound(
                 f"no job {job_id}: never pushed, finished longer than its result_ttl_s ago, "
-                "or kept no result (results are kept for pushes with result_ttl_s, or by a "
-                "broker run with --result-ttl-s)"
+                "or kept no answer (a job finishing without a result keeps one only with a "
+                "result_ttl_s set on its push, its queue or the broker; 0 keeps none)"
             )
         return found
 
@@ -420,3 +423,25 @@ def _as_error(result: Result) -> OsqueueError:
     if isinstance(result, Ok):
         return InvalidInput("unexpected result for a push", field="op")
     return InvalidInput(f"unexpected result {type(result).__name__} for a push", field="op")
+
+
+def _clash(job_id: str) -> InvalidInput:
+    return InvalidInput(
+        f"job {job_id!r} is named twice in this push with different payloads or options; "
+        "neither is pushed",
+        field="id",
+    )
+
+
+def _clashing_ids(jobs: Sequence[NewJob]) -> set[str]:
+    """The ids a push names twice with different jobs (payload or any field): which
+    one the caller meant is unknown, so both are refused.  The same job twice is a
+    repeat, applied once as any repeat is."""
+    first: dict[str, NewJob] = {}
+    clashing: set[str] = set()
+    for job in jobs:
+        if job.id:
+            seen = first.setdefault(job.id, job)
+            if seen is not job and seen != job:
+                clashing.add(job.id)
+    return clashing

@@ -272,23 +272,41 @@ class BrokerCollector:
             "claimed": "Jobs held by workers.",
             "dead": "Jobs that ran out of attempts (dead letters).",
             "spilled": "Jobs queued in segment objects (a deep backlog), out of depth.",
+            "set_aside": "Jobs in segments set aside (object missing or failing its check): "
+            "not in depth, not claimable until `osqueue segments readmit`.",
         }
         gauges = {
             name: GaugeMetricFamily(f"osqueue_queue_{name}", text, labels=["queue"])
             for name, text in families.items()
         }
+        aside = GaugeMetricFamily(
+            "osqueue_segments_set_aside",
+            "Segments set aside (object missing or failing its check); `osqueue status` "
+            "lists their keys.",
+            labels=["queue"],
+        )
         oldest = GaugeMetricFamily(
             "osqueue_queue_oldest_waiting_seconds",
             "Age of the job the queue hands out next (0: none is ready).",
             labels=["queue"],
         )
         for queue, q in stats.queues.items():
-            values = (q.depth, q.depth - q.delayed, q.delayed, q.claimed, q.dead, q.spilled)
+            values = (
+                q.depth,
+                q.depth - q.delayed,
+                q.delayed,
+                q.claimed,
+                q.dead,
+                q.spilled,
+                q.set_aside,
+            )
             for gauge, value in zip(gauges.values(), values, strict=True):
                 gauge.add_metric([queue], value)
             oldest.add_metric([queue], q.oldest_age_s or 0.0)
+            aside.add_metric([queue], q.set_aside_segments)
         yield from gauges.values()
         yield oldest
+        yield aside
         yield from _queue_totals(stats)
         yield GaugeMetricFamily(
             "osqueue_schedules",

@@ -23,6 +23,13 @@ plans what comes next:
   The commit that loads wakes the parked claims it serves, so a long-polling
   claimer waits one load at most.  Objects are kept parsed, within
   ``segment_cache_bytes`` (:mod:`~osqueue.broker.segments_cache`).
+* **Set aside.**  Every object read is checked against the size and SHA-256
+  its reference recorded at spill.  One that is missing or fails (or whose
+  header or a line does not decode) is not tried again: a ``SetAside`` op
+  moves its reference to the queue's set-aside list, so the stream's next
+  segment loads and the queue keeps flowing.  ``osqueue segments readmit``
+  (:meth:`SegmentManager.check_restored`, then a ``Readmit`` op) puts it
+  back once the object is restored.
 * **Delete.**  An object whose last jobs were loaded (``dropped_segments``) is
   deleted after the commit that dropped it.  The orphan sweep (run with the
   payload sweep) lists ``segments/``; an object two sweeps an interval apart
@@ -50,7 +57,7 @@ from osqueue.broker.segments_demand import ClaimDemand
 from osqueue.broker.segments_spill import SpillWriter
 from osqueue.broker.segments_sweep import SegmentCounters, SegmentDeletes
 from osqueue.clock import Clock
-from osqueue.errors import CorruptDocument, NotFound
+from osqueue.errors import CorruptDocument, InvalidInput, NotFound
 from osqueue.state import (
     Cancel,
     Claimed,
@@ -58,11 +65,12 @@ from osqueue.state import (
     Load,
     Result,
     SegmentRef,
+    SetAside,
     Stream,
     Transition,
     jobs_ahead,
 )
-from osqueue.state.segment_codec import SegmentLines
+from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
@@ -73,7 +81,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: a segment that could not be read or loaded is not tried again for this long
+#: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
 
 
@@ -120,8 +128,10 @@ class SegmentManager:
         #: streams whose load is due (submitted as soon as their object is read)
         self._due: set[Stream] = set()
         self._reading: set[str] = set()
-        #: key -> monotonic time before which a failed read or load is not tried again
+        #: key -> monotonic time before which a refused load is not tried again
         self._failed: dict[str, float] = {}
+        #: key -> the SetAside submitted for its broken object, until a commit took it
+        self._asides: dict[str, SetAside] = {}
         #: objects written or being written whose Spill has not committed (or failed) yet
         self.writing: set[str] = set()
         #: deletes after commits, and the orphan sweep
@@ -158,6 +168,8 @@ class SegmentManager:
         doc = t.doc
         if self._loads or self.spills.busy:
             self._settle(doc)
+        if self._asides:
+            self._settle_asides()
         for key in t.dropped_segments:
             self.counters.deleted += 1
             self._delete(key)
@@ -182,7 +194,13 @@ class SegmentManager:
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        return bool(self.spills.busy or self._loads or self._reading or self.deletes.deleting)
+        return bool(
+            self.spills.busy
+            or self._loads
+            or self._reading
+            or self._asides
+            or self.deletes.deleting
+        )
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -272,6 +290,8 @@ class SegmentManager:
     def _want(self, stream: Stream, ref: SegmentRef, due: bool) -> None:
         """``ref`` is needed soon: read it ahead; ``due``: load its next chunk now."""
         key = ref.key
+        if key in self._asides:
+            return  # its set-aside is on its way to a commit
         paused = self._failed.get(key)
         if paused is not None:
             if paused > self._clock.monotonic():
@@ -289,8 +309,11 @@ class SegmentManager:
         """Read ``ref``'s object ahead; submit its load if it came due meanwhile."""
         try:
             await self.cache.fetch(ref)
-        except (NotFound, CorruptDocument) as exc:
-            self._load_failed(ref.key, f"the referenced object cannot be read: {exc}")
+        except NotFound:
+            self._set_aside(ref.key, "the object is missing")
+            return
+        except CorruptDocument as exc:
+            self._set_aside(ref.key, str(exc))
             return
         finally:
             self._reading.discard(ref.key)
@@ -311,10 +334,10 @@ class SegmentManager:
         try:
             jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:
-            self._load_failed(ref.key, str(exc))
+            self._set_aside(ref.key, str(exc))
             return
         if len(jobs) <= end - start and end < ref.count:
-            self._load_failed(ref.key, "the object is shorter than its reference says")
+            self._set_aside(ref.key, "the object is shorter than its reference says")
             return
         op = Load(
             ref.key,
@@ -340,6 +363,51 @@ class SegmentManager:
             extra={"action": "load", "key": key},
         )
 
+    def _set_aside(self, key: str, why: str) -> None:
+        """``key``'s object is missing or broken: set its reference aside (next
+        commit) so the stream goes on without it; it is not read again."""
+        self.cache.evict(key)
+        if key in self._asides:
+            return
+        self.counters.set_aside += 1
+        op = SetAside(key, why)
+        self._asides[key] = op
+        log.error(
+            "setting segment %s aside (its queue goes on without its jobs until "
+            "`osqueue segments readmit`): %s",
+            key,
+            why,
+            extra={"action": "set_aside", "key": key},
+        )
+        self._intake.add_internal(op)
+
+    def _settle_asides(self) -> None:
+        for key, op in list(self._asides.items()):
+            if not self._intake.holds(op):
+                del self._asides[key]  # committed (or the reference was gone already)
+
+    async def check_restored(self, key: str) -> int:
+        """Before a ``Readmit`` of ``key``: its object must be back as its set-aside
+        reference recorded it (size, SHA-256, header, every job line); else
+        ``InvalidInput`` naming ``key`` and what is still wrong.  Returns the
+        jobs it would readmit."""
+        doc = self._lease.doc
+        entry = doc.segments.aside.get(key) if doc is not None else None
+        if entry is None:
+            raise InvalidInput(f"segment {key} is not set aside", field="key")
+        ref = entry.ref
+        try:
+            decode_checked(ref, await self._storage.get(key))
+        except NotFound:
+            raise InvalidInput(
+                f"segment {key} is still missing; restore it first", field="key"
+            ) from None
+        except CorruptDocument as exc:
+            raise InvalidInput(f"segment {key} still fails its check: {exc}", field="key") from exc
+        self.cache.evict(key)
+        self._failed.pop(key, None)
+        return ref.remaining
+
     # ------------------------------------------------------------------ deletes and orphans
 
     def _delete(self, key: str) -> None:
@@ -356,4 +424,4 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc)
+        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)

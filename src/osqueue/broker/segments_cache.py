@@ -10,17 +10,21 @@ spilled job reads its candidate segments through the same cache.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
 
 from osqueue.broker.retry import StorageRetry
-from osqueue.errors import NotFound, StorageError
-from osqueue.state import Cancel, Document, SegmentRef, candidates, check_object
+from osqueue.errors import CorruptDocument, NotFound, StorageError
+from osqueue.state import Cancel, Document, SegmentRef, candidates
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
+
+#: objects at least this large are checked (SHA-256) and split in a thread
+CHECK_IN_THREAD_BYTES = 1 << 20
 
 
 class SegmentCache:
@@ -58,7 +62,7 @@ class SegmentCache:
         """The object ``ref`` names: kept, or read, parsed, checked against ``ref`` and
         kept.  A storage error is retried with backoff (``attempts``: at most this
         many tries; None: until it succeeds); a missing object is ``NotFound``, one
-        that is not what ``ref`` says is ``CorruptDocument``."""
+        that is not what ``ref`` says (size, SHA-256, header) is ``CorruptDocument``."""
         obj = self.get(ref.key)
         if obj is not None:
             return obj
@@ -73,8 +77,10 @@ class SegmentCache:
                     raise
                 await self._retry.wait(attempt - 1, exc)
         self.reads += 1
-        obj = SegmentLines.parse(data, ref.key)
-        check_object(ref, obj.header)
+        if len(data) < CHECK_IN_THREAD_BYTES:
+            obj = SegmentLines.checked(ref, data)
+        else:
+            obj = await asyncio.to_thread(SegmentLines.checked, ref, data)
         self._keep(obj)
         return obj
 
@@ -95,11 +101,17 @@ class SegmentCache:
         if obj is not None:
             self.bytes -= obj.size_bytes
 
-    async def locate(self, job_id: str, document: Callable[[], Document | None]) -> Cancel | None:
+    async def locate(
+        self,
+        job_id: str,
+        document: Callable[[], Document | None],
+        broken: Callable[[str, str], None],
+    ) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does:
         the candidates (whose id bounds admit it) are read through the cache, and
         ``document()`` (the broker's, which moves on meanwhile) says whether the job
-        is still unloaded there."""
+        is still unloaded there.  A candidate that fails its check is passed to
+        ``broken(key, why)`` (the broker sets it aside) and skipped."""
         doc = document()
         if doc is None:
             return None
@@ -108,6 +120,9 @@ class SegmentCache:
                 obj = await self.fetch(ref, attempts=3)
             except NotFound:
                 continue  # loaded and deleted meanwhile
+            except CorruptDocument as exc:
+                broken(ref.key, str(exc))
+                continue
             i = obj.find(job_id)
             if i is None:
                 continue

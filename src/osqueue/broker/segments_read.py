@@ -20,8 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from osqueue.errors import InvalidInput, NotFound
-from osqueue.state import Document, SegmentRef, StoredJob, check_object, decode_segment, live_jobs
-from osqueue.state.segment_codec import SegmentLines
+from osqueue.state import (
+    Document,
+    SegmentRef,
+    StoredJob,
+    live_jobs,
+)
+from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
 #: (queue, priority, seq): claim order within a queue, and a page's cursor
@@ -46,14 +51,13 @@ class Listed:
 
 
 async def read_spilled(storage: Storage, ref: SegmentRef) -> list[StoredJob]:
-    """The live jobs (not loaded, not cancelled) of ``ref``'s object, in seq order."""
+    """The live jobs (not loaded, not cancelled) of ``ref``'s object, in seq order
+    (``CorruptDocument`` if the object is not what ``ref`` recorded)."""
     try:
         data = await storage.get(ref.key)
     except NotFound:
         raise SnapshotMoved(f"segment {ref.key} is gone: the queue moved on") from None
-    header, jobs = decode_segment(data, ref.key)
-    check_object(ref, header)
-    return live_jobs(ref, jobs)
+    return live_jobs(ref, decode_checked(ref, data))
 
 
 def spilled_count(doc: Document, queue: str | None = None) -> int:
@@ -150,7 +154,7 @@ async def find_spilled(storage: Storage, doc: Document, job_id: str) -> StoredJo
             data = await storage.get(ref.key)
         except NotFound:
             continue
-        obj = SegmentLines.parse(data, ref.key)
+        obj = SegmentLines.checked(ref, data)
         i = obj.find(wanted)
         if i is not None and i >= ref.loaded and wanted not in ref.cancelled:
             (job,) = obj.jobs(i, i + 1)

@@ -47,6 +47,8 @@ class SegmentCounters:
     swept: int = 0
     failed_spills: int = 0
     failed_loads: int = 0
+    #: segments set aside (their object missing or failing its check)
+    set_aside: int = 0
     #: commits that waited for a spill's objects (``spill_hold_bytes``)
     held_commits: int = 0
 
@@ -96,8 +98,9 @@ class SegmentDeletes:
             self._done()
 
     def orphan(self, key: str, doc: Document | None) -> bool:
-        """No reference of ``doc`` names ``key``, and no spill is writing it."""
-        return doc is not None and key not in self._writing and doc.segments.find(key) is None
+        """No reference of ``doc`` names ``key`` (listed or set aside: a set-aside
+        object may be restored and readmitted), and no spill is writing it."""
+        return doc is not None and key not in self._writing and not doc.segments.holds(key)
 
     async def sweep(self, suspects: set[str]) -> set[str]:
         """One sweep over ``segments/``: the orphans now (checked against the held

@@ -34,6 +34,7 @@ from osqueue.cli import (
     queue,
     result,
     schedule,
+    segments,
     status,
     top,
     work,
@@ -137,6 +138,7 @@ app.command("cancel", rich_help_panel=_INSPECT)(cancel.cancel)
 app.command("result", rich_help_panel=_INSPECT)(result.result)
 app.command("archive", rich_help_panel=_INSPECT)(archive.archive)
 app.command("bench", rich_help_panel=_INSPECT)(bench.bench)
+app.add_typer(segments.segments_app, name="segments", rich_help_panel=_INSPECT)
 
 
 # --------------------------------------------------------------------------- lazy Spark commands

@@ -10,14 +10,19 @@ left alone.
 ``--verify`` reads every archive object (those a ``--delete`` keeps) and
 reports each line that is not what the broker writes, with its key and line
 number, without stopping at the first; any such line makes the command fail
-(``CorruptDocument``, exit code 6) once the report is printed.
+(``CorruptDocument``, exit code 6) once the report is printed.  It also counts
+the jobs archived by the queue's current incarnation (the objects whose key
+names the document's ``queue_id``) against the document: every job
+``stats.completed`` counts must be in one of them, but for the ``done`` jobs
+still in the document (their object may not be written yet).  Fewer is a
+shortfall, reported with the same exit code; more is noted only (an older
+``queue.json`` restored counts again what it completes again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,27 +31,58 @@ from typing import Annotated
 import msgspec
 import typer
 
-from osqueue.broker.archive import PREFIX, ArchiveRecord, BadLine, corrupt_lines, read_lines
+from osqueue.broker.archive import (
+    PREFIX,
+    ArchiveRecord,
+    BadLine,
+    corrupt_lines,
+    parse_key,
+    read_lines,
+)
 from osqueue.cli import exits
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_blob
-from osqueue.errors import InvalidInput, NotFound
+from osqueue.errors import CorruptDocument, InvalidInput, NotFound
+from osqueue.state import Document, decode
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
-_DAY = re.compile(re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=\d{2}/\d{20}\.jsonl")
 #: deletes (and reads, with --verify) in flight at once
 _DELETES = 32
 _decoder = msgspec.json.Decoder(ArchiveRecord)
 
 
 @dataclass
+class Counted:
+    """The document's completions against the jobs its incarnation archived."""
+
+    queue_id: str
+    #: ``stats.completed``: every job completed since the document was created
+    completed: int
+    #: done jobs still in the document (archived or not yet)
+    pending: int
+    #: jobs (distinct ids) in the incarnation's archive objects, but those pending
+    archived: int
+
+    @property
+    def shortfall(self) -> int:
+        """Completed jobs that left the document and are in no archive object."""
+        return max(0, self.completed - self.pending - self.archived)
+
+    @property
+    def surplus(self) -> int:
+        return max(0, self.archived - (self.completed - self.pending))
+
+
+@dataclass
 class Verified:
-    """What ``--verify`` found: objects and lines read, and the bad lines."""
+    """What ``--verify`` found: objects and lines read, the bad lines, and the count."""
 
     objects: int = 0
     lines: int = 0
     bad: list[BadLine] = field(default_factory=list)
+    #: None: no document to count against (or one from before queue ids)
+    count: Counted | None = None
 
 
 def archive(
@@ -75,6 +111,16 @@ def archive(
             "fails (exit code 6) if there is one.",
         ),
     ] = False,
+    count: Annotated[
+        bool,
+        typer.Option(
+            "--count/--no-count",
+            envvar="OSQUEUE_COUNT",
+            help="With --verify: count the jobs the queue archived against stats.completed "
+            "and fail (exit code 6) on a shortfall.  --no-count once days of the current "
+            "queue were expired (they would count as missing).",
+        ),
+    ] = True,
     as_json: AsJson = False,
 ) -> None:
     """List the archive's days (objects per day); check them with --verify; delete old
@@ -84,7 +130,7 @@ def archive(
     cutoff = None
     if older_than_days is not None:
         cutoff = (datetime.now(UTC).date() - timedelta(days=older_than_days)).isoformat()
-    days, old, verified = asyncio.run(_expire(url, cutoff, delete, verify))
+    days, old, verified = asyncio.run(_expire(url, cutoff, delete, verify, count))
     deleted = sum(len(days[day]) for day in old) if delete else 0
     if as_json:
         rows = [{"date": d, "objects": len(days[d]), "old": d in old} for d in sorted(days)]
@@ -103,6 +149,17 @@ def archive(
             _print_verified(verified)
     if verified is not None and verified.bad:
         raise corrupt_lines(verified.bad, shown=1)  # the report above lists them all
+    if verified is not None and verified.count is not None and verified.count.shortfall:
+        raise _shortfall(verified.count)
+
+
+def _shortfall(count: Counted) -> CorruptDocument:
+    return CorruptDocument(
+        f"archive shortfall: {exits.counted(count.shortfall, 'completed job')} of queue "
+        f"{count.queue_id} in no archive object (stats.completed {count.completed}, done "
+        f"in the document {count.pending}, archived {count.archived})",
+        path=PREFIX,
+    )
 
 
 def _print_days(
@@ -121,6 +178,20 @@ def _print_verified(verified: Verified) -> None:
     typer.echo(f"verified {read}: {exits.counted(len(verified.bad), 'corrupt line')}")
     for bad in verified.bad:
         typer.echo(f"  {bad}")
+    count = verified.count
+    if count is None:
+        typer.echo("count check skipped (--no-count, or no queue document with a queue id)")
+        return
+    typer.echo(
+        f"queue {count.queue_id}: {count.completed} completed, {count.pending} done in the "
+        f"document, {exits.counted(count.archived, 'job')} archived"
+    )
+    if count.shortfall:
+        typer.echo(f"  SHORTFALL: {exits.counted(count.shortfall, 'completed job')} not archived")
+    elif count.surplus:
+        typer.echo(
+            f"  {count.surplus} more archived than completed (an older queue.json restored?)"
+        )
 
 
 def _verify_json(verified: Verified) -> dict[str, object]:
@@ -131,25 +202,41 @@ def _verify_json(verified: Verified) -> dict[str, object]:
             {"key": b.key, "line": b.line, "offset": b.offset, "reason": b.reason}
             for b in verified.bad
         ],
+        "count": None if verified.count is None else _count_json(verified.count),
+    }
+
+
+def _count_json(count: Counted) -> dict[str, object]:
+    return {
+        "queue_id": count.queue_id,
+        "completed": count.completed,
+        "pending": count.pending,
+        "archived": count.archived,
+        "shortfall": count.shortfall,
+        "surplus": count.surplus,
     }
 
 
 async def _expire(
-    url: str, cutoff: str | None, delete: bool, verify: bool
+    url: str, cutoff: str | None, delete: bool, verify: bool, count: bool
 ) -> tuple[dict[str, list[str]], list[str], Verified | None]:
     """Archive object keys by day, the days before ``cutoff`` (deleted with
-    ``delete``), and with ``verify`` what reading the kept objects found;
-    NotFound if there is no queue at ``url`` at all."""
+    ``delete``), and with ``verify`` what reading the kept objects found (with
+    ``count``, the count against the document too); NotFound if there is no
+    queue at ``url`` at all."""
     storage = from_url(url)
     try:
+        # The document first: a job it no longer holds had its archive object
+        # written before this read, so before the listing below.
+        doc = await _document(storage, url) if verify and count else None
         keys = await storage.list(PREFIX)
-        if not keys:  # a queue that archived nothing yet, or a mistyped URL?
+        if not keys and doc is None:  # a queue that archived nothing yet, or a mistyped URL?
             await read_blob(storage, url)
         days: dict[str, list[str]] = defaultdict(list)
         for key in keys:
-            match = _DAY.fullmatch(key)
-            if match is not None:
-                days[match[1]].append(key)
+            parsed = parse_key(key)
+            if parsed is not None:
+                days[parsed.day].append(key)
         old = [day for day in sorted(days) if cutoff is not None and day < cutoff]
         if delete:
             doomed = [key for day in old for key in days[day]]
@@ -162,15 +249,26 @@ async def _expire(
             kept = sorted(
                 key for day, day_keys in days.items() if day not in gone for key in day_keys
             )
-            verified = await _verify(storage, kept)
+            verified = await _verify(storage, kept, doc)
     finally:
         await storage.close()
     return days, old, verified
 
 
-async def _verify(storage: Storage, keys: list[str]) -> Verified:
-    """Read ``keys`` (a chunk at a time) and check every line."""
+async def _document(storage: Storage, url: str) -> Document | None:
+    """The queue document; None if there is none."""
+    try:
+        return decode((await read_blob(storage, url)).data)
+    except NotFound:
+        return None
+
+
+async def _verify(storage: Storage, keys: list[str], doc: Document | None) -> Verified:
+    """Read ``keys`` (a chunk at a time), check every line, and count the jobs the
+    incarnation of ``doc`` archived against its completions."""
     verified = Verified()
+    queue_id = doc.queue_id if doc is not None else None
+    archived: set[str] = set()
     for start in range(0, len(keys), _DELETES):
         chunk = keys[start : start + _DELETES]
         blobs = await asyncio.gather(*(_get(storage, key) for key in chunk))
@@ -181,6 +279,12 @@ async def _verify(storage: Storage, keys: list[str]) -> Verified:
             verified.objects += 1
             verified.lines += len(records) + len(bad)
             verified.bad.extend(bad)
+            parsed = parse_key(key)
+            if parsed is not None and parsed.queue_id == queue_id:
+                archived.update(r.id for r in records)
+    if doc is not None and queue_id is not None:
+        done = doc.index.done
+        verified.count = Counted(queue_id, doc.stats.completed, len(done), len(archived - done))
     return verified
 
 

@@ -164,16 +164,18 @@ def broker(
         ),
     ] = 3600.0,
     result_ttl_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--result-ttl-s",
             envvar="OSQUEUE_RESULT_TTL_S",
             min=0.0,
-            help="Keep a finished job's result (and how it finished) this long, unless its"
-            " push says (0, the default: keep one only for pushes that ask).",
+            help="Keep every finished job's answer (and its result) this long, unless its"
+            " push or queue says (0: keep none). Unset: a result given is kept 3600 s,"
+            " a job finishing without one keeps nothing.",
+            show_default=False,
             rich_help_panel=_BROKER,
         ),
-    ] = 0.0,
+    ] = None,
     metrics_listen: MetricsListen = None,
 ) -> None:
     """Serve the queue at URL over gRPC until SIGTERM (drains: flush, clear address, exit)."""

@@ -96,9 +96,11 @@ def dashboard(
     """Serve a web dashboard of the queue at URL: queues, jobs, dead letters, archive, broker.
 
     Pages read the queue document and the archive from storage (no broker
-    needed to look).  Actions (retry or purge dead jobs, cancel a job) go
-    through the broker and need the admin token: the broker's token, given
-    here with --token-file or OSQUEUE_TOKEN, typed into the login form.
+    needed to look).  Actions (retry or purge dead jobs, cancel a job, pause a
+    queue) go through the broker and need the admin token: the broker's token,
+    given here with --token-file or OSQUEUE_TOKEN, typed into the login form.
+    Without a token, on a loopback --listen, they need no login while the
+    broker is on loopback too.
     """
     from osqueue.wire.auth import resolve_token
 
@@ -141,7 +143,12 @@ async def _serve(board: Any, url: str) -> None:
             loop.add_signal_handler(sig, stop.set)
     address = await board.start()
     try:
-        if board.access.token is None:
+        if board.access.local_actions:
+            exits.info(
+                "no admin token: actions need no login while the broker is on loopback "
+                "(give --token-file or OSQUEUE_TOKEN to require one)"
+            )
+        elif board.access.token is None:
             exits.warn("no admin token (--token-file or OSQUEUE_TOKEN): actions are disabled")
         exits.info(f"dashboard for {url} at {address}")
         await stop.wait()

@@ -68,6 +68,7 @@ class JobTemplate:
     max_attempts: int
     group: str | None = None
     after: tuple[str, ...] = ()
+    result_ttl_s: float | None = None
 
     def job(self, payload: bytes) -> NewJob:
         return NewJob(
@@ -80,6 +81,7 @@ class JobTemplate:
             id=new_id(),
             group=self.group,
             after=self.after,
+            result_ttl_s=self.result_ttl_s,
         )
 
 
@@ -155,6 +157,17 @@ def push(
             help="Keep retrying a push this long (broker failover) before giving up.",
         ),
     ] = 30.0,
+    result_ttl_s: Annotated[
+        float | None,
+        typer.Option(
+            "--result-ttl-s",
+            envvar="OSQUEUE_PUSH_RESULT_TTL_S",
+            min=0.0,
+            help="Keep the job's answer (and result) this long after it finishes (0: keep"
+            " none). Unset: the queue's or broker's setting, else a result is kept 3600 s.",
+            show_default=False,
+        ),
+    ] = None,
     token: Token = None,
     token_file: TokenFile = None,
     tls_ca: TlsCa = None,
@@ -177,7 +190,14 @@ def push(
     if lines and key is not None:
         raise InvalidInput("a key names one job; it cannot be used with --lines", field="key")
     template = JobTemplate(
-        queue, priority, delay_s, key, max_attempts, group, tuple(after) if after else ()
+        queue,
+        priority,
+        delay_s,
+        key,
+        max_attempts,
+        group,
+        tuple(after) if after else (),
+        result_ttl_s,
     )
     options = ClientOptions(
         url,

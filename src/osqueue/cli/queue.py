@@ -73,6 +73,17 @@ def queue(
             help="Jobs of one group (push --group) claimed at once (0: no cap).",
         ),
     ] = None,
+    result_ttl_s: Annotated[
+        float | None,
+        typer.Option(
+            "--result-ttl-s",
+            envvar="OSQUEUE_QUEUE_RESULT_TTL_S",
+            min=0.0,
+            help="Keep the queue's finished jobs' answers this long unless their push says"
+            " (0: the broker's setting again).",
+            show_default=False,
+        ),
+    ] = None,
     paused: Annotated[
         bool | None,
         typer.Option(
@@ -111,6 +122,7 @@ def queue(
         "max_claimed": max_claimed,
         "max_claimed_per_group": max_claimed_per_group,
         "paused": paused,
+        "result_ttl_s": result_ttl_s,
     }
     if remove:
         if any(v is not None for v in changes.values()):
@@ -152,4 +164,6 @@ def describe(s: QueueSettings) -> str:
         parts.append(f"max claimed per group {s.max_claimed_per_group}")
     if len(parts) == 1:
         parts.append("no limits")
+    if s.result_ttl_s is not None:
+        parts.append(f"results kept {s.result_ttl_s:g}s")
     return f"{s.queue}: {', '.join(parts)}"

@@ -39,7 +39,8 @@ def status(
 
     Jobs of a deep backlog that sit in segment objects count in the depth and
     show as "spilled" (counted from the document's references; no segment is
-    read).
+    read).  Segments set aside (their object missing or failing its check) are
+    listed with their key and job count; their jobs are not in the depth.
 
     Reads the queue document directly from storage, so it works with no broker
     running.  --json prints one JSON object (one per refresh with --watch).
@@ -97,10 +98,24 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
             "oldest_age_s": None if q.oldest_age_s is None else round(q.oldest_age_s, 3),
             "waiting": q.waiting,
             "paused": q.paused,
+            "set_aside": q.set_aside,
             **_totals(q),
         }
         for name, q in sorted(stats.queues.items())
     }
+    aside = [
+        {
+            "key": e.ref.key,
+            "queue": e.ref.queue,
+            "priority": e.ref.priority,
+            "first_seq": e.ref.first_seq,
+            "last_seq": e.ref.last_seq,
+            "jobs": e.ref.remaining,
+            "reason": e.reason,
+            "at": e.at.isoformat().replace("+00:00", "Z"),
+        }
+        for e in doc.segments.set_aside_of()
+    ]
     ages = [q["oldest_age_s"] for q in queues.values() if q["oldest_age_s"] is not None]
     return {
         "url": url,
@@ -111,6 +126,8 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "depth": stats.depth,
         "spilled": sum(q.spilled for q in stats.queues.values()),
         "segments": sum(1 for _ in doc.segments),
+        "set_aside": sum(entry["jobs"] for entry in aside),
+        "set_aside_segments": aside,
         "claimed": stats.claimed,
         "dead": stats.dead,
         "oldest_age_s": max(ages) if ages else None,
@@ -195,7 +212,28 @@ def render(snapshot: dict[str, Any]) -> Group:
         f"{snapshot['dead']:,}",
         age_text(snapshot["oldest_age_s"]),
     )
-    return Group(head, table)
+    aside = set_aside_text(snapshot.get("set_aside_segments", []))
+    return Group(head, table, aside) if aside is not None else Group(head, table)
+
+
+def set_aside_text(entries: list[dict[str, Any]]) -> Text | None:
+    """The segments set aside, one line each (key, job count, reason), or None."""
+    if not entries:
+        return None
+    jobs = sum(e["jobs"] for e in entries)
+    text = Text(
+        f"{len(entries):,} segments set aside ({jobs:,} jobs not claimable; "
+        "restore each object, then `osqueue segments readmit URL KEY`):",
+        style="red",
+    )
+    for e in entries:
+        text.append(
+            printable(
+                f"\n  {e['key']}  queue {e['queue']} p{e['priority']} seq {e['first_seq']}-"
+                f"{e['last_seq']}  {e['jobs']:,} jobs  since {e['at']}: {e['reason']}"
+            )
+        )
+    return text
 
 
 def age_text(seconds: float | None) -> str:

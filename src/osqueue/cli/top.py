@@ -33,7 +33,7 @@ from rich.text import Text
 
 from osqueue.cli.console import printable, screen, shown
 from osqueue.cli.options import Url
-from osqueue.cli.status import age_text, queue_cell
+from osqueue.cli.status import age_text, queue_cell, set_aside_text
 from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import FLOWS, Flow, flows_of, rate
 from osqueue.dashboard.snapshot import Snapshot, SnapshotSource
@@ -108,7 +108,12 @@ def render(
     head.append_text(_broker_line(status, commit_rate, figures))
     if problem:
         head.append(f"\nlast read failed: {printable(problem)}", style="red")
-    return Group(head, _queue_table(status, rates), _worker_table(snapshot, now))
+    aside = set_aside_text(status["set_aside_segments"])
+    queues = _queue_table(status, rates)
+    workers = _worker_table(snapshot, now)
+    if aside is None:
+        return Group(head, queues, workers)
+    return Group(head, queues, aside, workers)
 
 
 def _broker_line(

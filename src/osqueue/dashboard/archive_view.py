@@ -1,7 +1,7 @@
 """The archive by day and hour, and finding a completed job in it.
 
 The broker writes one immutable JSON-lines object per commit that completed
-jobs, ``archive/date=YYYY-MM-DD/hour=HH/<version:020d>.jsonl``.  Listing the
+jobs, ``archive/date=YYYY-MM-DD/hour=HH/<version:020d>-<queue_id>.jsonl``.  Listing the
 days lists every key under ``archive/`` (the storage port lists by prefix
 only), so the listing is cached for ``cache_s``; an hour lists its own prefix.
 Finding a job by id reads objects newest first and stops at ``max_objects``,
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from osqueue.broker import archive
 from osqueue.broker.archive import PREFIX, ArchiveRecord
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.storage.port import Storage
 
-KEY = re.compile(re.escape(PREFIX) + r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/(\d{20})\.jsonl")
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _decoder = msgspec.json.Decoder(ArchiveRecord)
 #: objects read at once
@@ -72,10 +72,10 @@ class Found:
 
 
 def parse_key(key: str) -> ArchiveObject | None:
-    match = KEY.fullmatch(key)
-    if match is None:
+    parsed = archive.parse_key(key)
+    if parsed is None:
         return None
-    return ArchiveObject(key=key, day=match[1], hour=int(match[2]), version=int(match[3]))
+    return ArchiveObject(key=key, day=parsed.day, hour=parsed.hour, version=parsed.version)
 
 
 def check_day(day: str) -> str:

@@ -12,13 +12,16 @@ process itself (its charts start empty and cover only the time it has run).
 
 A provider implements :class:`History`; the web app and ``osqueue top`` use
 nothing else.  :func:`flows_of` is the one place that says which cumulative
-counters a snapshot carries (the totals, and each known queue's).
+counters a snapshot carries (the totals, and each queue's); :class:`QueueRates`
+turns each queue's into its recent rates for the overview.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,16 +47,65 @@ class Flow:
 
 
 def flows_of(snapshot: Snapshot) -> tuple[Flow, dict[str, Flow]]:
-    """The totals, and per known queue (the document's ``queue_totals``)."""
-    stats = snapshot.doc.stats
+    """The totals, and each queue's (the document's per-queue counts; a queue that
+    has counted nothing yet is absent)."""
+    doc = snapshot.doc
+    stats = doc.stats
     total = Flow(
         pushed=stats.pushed, completed=stats.completed, failed=stats.failed, dead=stats.dead
     )
     per_queue = {
-        q: Flow(pushed=t.pushed, completed=t.completed, failed=t.failed, dead=t.dead)
-        for q, t in snapshot.doc.queue_totals.items()
+        q: Flow(pushed=f.pushed, completed=f.completed, failed=f.failed, dead=f.dead)
+        for q, f in doc.flows.items()
     }
     return total, per_queue
+
+
+class QueueRates:
+    """Each queue's rates over the last ``window_s``, from the document's per-queue
+    counters as this process read them: the first and the last read in the
+    window, so a rate needs reads ``min_span_s`` apart.  A queue missing from
+    the first read had counted nothing then (counts only grow), unless that
+    document kept no per-queue counts at all (written before them, with jobs
+    counted): then such a queue has no rate until the window moves on."""
+
+    def __init__(self, *, window_s: float = 60.0, min_span_s: float = 1.0) -> None:
+        if window_s <= 0 or min_span_s < 0:
+            raise ValueError("window_s must be positive and min_span_s not negative")
+        self.window_s = window_s
+        self.min_span_s = min_span_s
+        #: (read at, each queue's counts, a missing queue had counted nothing)
+        self._reads: deque[tuple[float, dict[str, Flow], bool]] = deque()
+
+    def observe(self, snapshot: Snapshot) -> None:
+        total, per_queue = flows_of(snapshot)
+        reads = self._reads
+        t = snapshot.read_at
+        if reads and t < reads[-1][0]:  # a clock that stepped back: start again
+            reads.clear()
+        reads.append((t, per_queue, bool(per_queue) or total == Flow()))
+        while len(reads) > 2 and reads[1][0] <= t - self.window_s:
+            reads.popleft()
+
+    def rates(self, now: float) -> dict[str, dict[str, float]]:
+        """queue -> {"pushed": per second, "completed": per second} (only queues
+        with a rate; see the class docstring)."""
+        reads = [r for r in self._reads if r[0] >= now - self.window_s]
+        if len(reads) < 2:
+            return {}
+        (t0, first, complete), (t1, last, _) = reads[0], reads[-1]
+        if t1 - t0 < self.min_span_s:
+            return {}
+        out: dict[str, dict[str, float]] = {}
+        for queue, flow in last.items():
+            before = first.get(queue, Flow() if complete else None)
+            if before is None:
+                continue
+            out[queue] = {
+                name: round(rate(before.get(name), flow.get(name), t1 - t0), 3)
+                for name in ("pushed", "completed")
+            }
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +122,41 @@ class Series:
     rates: dict[str, list[float]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
+        rates = {k: [round(v, 3) for v in vs] for k, vs in self.rates.items()}
         return {
             "source": self.source,
             "times": [round(t, 3) for t in self.times],
             "depth": self.depth,
-            "rates": {k: [round(v, 3) for v in vs] for k, vs in self.rates.items()},
+            "rates": rates,
+            # the y axes' ticks: round steps the charts draw as they are
+            "ticks": {
+                "depth": nice_ticks(_peak(self.depth.values()), min_step=1.0),
+                "rates": nice_ticks(_peak(rates[n] for n in CHARTED_RATES if n in rates)),
+            },
         }
+
+
+#: the rates the throughput chart draws
+CHARTED_RATES = ("pushed", "completed", "failed")
+
+
+def _peak(lines: Iterable[Sequence[float | int | None]]) -> float:
+    return max((v for line in lines for v in line if v is not None), default=0.0)
+
+
+def nice_ticks(peak: float, *, most: int = 5, min_step: float = 0.0) -> list[float]:
+    """Ticks for an axis from 0 up to at least ``peak``: steps of 1, 2 or 5 times a
+    power of ten (at least ``min_step``: 1 for counts of jobs), the smallest
+    giving at most ``most`` intervals (an empty chart gets 0 and 1)."""
+    if not math.isfinite(peak) or peak <= 0:
+        return [0.0, 1.0]
+    rough = max(peak / most, min_step)
+    power = 10.0 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+    intervals = math.ceil(peak / step - 1e-9)
+    # round away float noise (0.30000000000000004): a step has one significant digit
+    digits = max(0, -math.floor(math.log10(step)))
+    return [round(i * step, digits) for i in range(intervals + 1)]
 
 
 class History(Protocol):

@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.web_request import FileField
 from multidict import MultiDictProxy
 
+from osqueue.broker.activity import RECENT_WORKERS_WINDOW_S
 from osqueue.cli.dead import DeadAction
 from osqueue.cli.jobs import job_dict
 from osqueue.dashboard.actions import PAUSE_AVAILABLE
@@ -31,7 +32,7 @@ from osqueue.dashboard.queries import (
     payload_of,
     preview,
 )
-from osqueue.dashboard.render import segment
+from osqueue.dashboard.render import age, segment
 from osqueue.dashboard.security import Refused, safe_next
 from osqueue.dashboard.web import Dashboard, dashboard_of, page_context, session_of, set_session
 from osqueue.errors import InvalidInput, JobNotFound
@@ -48,6 +49,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/dead", dead)
     app.router.add_post("/dead/{action}", dead_action)
     app.router.add_post("/queues/{queue}/{verb}", pause)
+    app.router.add_get("/schedules", schedules)
     app.router.add_get("/archive", archive)
     app.router.add_get("/archive/find", archive_find)
     app.router.add_get("/broker", broker)
@@ -74,7 +76,10 @@ Form = MultiDictProxy[str | bytes | bytearray | FileField]
 async def _form_for_action(request: web.Request) -> Form:
     board = dashboard_of(request)
     form = await request.post()
-    board.access.check_action(session_of(request), _text(form.get("csrf")))
+    session = session_of(request)
+    board.access.check_action(session, _text(form.get("csrf")), board.broker_address())
+    if not session.admin:  # acting with no login (loopback): keep it for its notice
+        board.sessions.keep(session)
     return form
 
 
@@ -94,14 +99,20 @@ async def _overview_data(board: Dashboard) -> dict[str, Any]:
         "status": snap.status(now),
         "read_at": snap.read_at,
         "series": board.history.last_hour(now).as_json(),
-        "holders": [
+        # per queue, over the last minute this dashboard read
+        "rates": board.rates.rates(now),
+        "rates_window_s": board.rates.window_s,
+        "workers": [
             {
-                "worker": h.worker,
-                "jobs": h.jobs,
-                "queues": list(h.queues),
-                "oldest_heartbeat_age_s": round(h.oldest_heartbeat_age_s, 3),
+                "worker": w.worker,
+                "jobs": w.jobs,
+                "queues": list(w.queues),
+                "last_seen_age_s": round(w.last_seen_age_s, 3),
+                "oldest_heartbeat_age_s": None
+                if w.oldest_heartbeat_age_s is None
+                else round(w.oldest_heartbeat_age_s, 3),
             }
-            for h in snap.holders(now)
+            for w in snap.workers(now)
         ],
         "commit_rate": board.brokerlog.commit_rate(),
         "metrics": None if figures is None else asdict(figures),
@@ -119,6 +130,7 @@ async def overview(request: web.Request) -> web.Response:
         history_source=board.history.source,
         poll_ms=int(board.config.poll_s * 1000),
         pause_available=PAUSE_AVAILABLE,
+        worker_window=age(RECENT_WORKERS_WINDOW_S),
     )
 
 
@@ -268,6 +280,15 @@ async def pause(request: web.Request) -> web.StreamResponse:
     session_of(request).notify("ok", f"{'paused' if verb == 'pause' else 'resumed'} queue {queue}")
     await board.source.refresh()
     return _redirect("/")
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+async def schedules(request: web.Request) -> web.Response:
+    board = _readable(request)
+    snap = await board.source.current()
+    return _html(request, "schedules.html", schedules=snap.schedules(), now=time.time())
 
 
 # --------------------------------------------------------------------------- archive

@@ -65,6 +65,40 @@ class JobFilter:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    """What a job list and a job page say of a job's time, from one place, so
+    the two never disagree: the status word (``delayed`` for a queued job whose
+    ``run_at`` is still ahead), when a delayed job runs, when a dead job died,
+    and where its age counts from (a dead job's from its death)."""
+
+    #: queued, delayed, claimed, done, dead, waiting
+    status: str
+    created_at: float
+    #: when a delayed job becomes claimable (None: not delayed)
+    runs_at: float | None
+    #: when a dead job died (None: not dead, or it died before this was recorded)
+    died_at: float | None
+
+    @property
+    def age_from(self) -> float | None:
+        """The start of the age shown: death for a dead job, else its push."""
+        if self.status == "dead":
+            return self.died_at
+        return self.created_at
+
+
+def job_times(job: StoredJob, now: float) -> JobTimes:
+    run_at = job.run_at.timestamp() if job.run_at is not None else None
+    delayed = job.status == "queued" and run_at is not None and run_at > now
+    return JobTimes(
+        status="delayed" if delayed else job.status,
+        created_at=job.created_at.timestamp(),
+        runs_at=run_at if delayed else None,
+        died_at=job.done_at.timestamp() if job.status == "dead" and job.done_at else None,
+    )
+
+
 def sort_key(job: StoredJob) -> SortKey:
     return (job.queue, job.priority, job.seq)
 

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import jinja2
 
 from osqueue.cli.status import age_text
+from osqueue.dashboard.queries import job_times
 
 
 def ts(seconds: float | None) -> str:
@@ -49,6 +50,22 @@ def age(seconds: float | None) -> str:
     return age_text(seconds)
 
 
+def until(at: float | None, now: float) -> str:
+    """A time ahead as people read it: ``in 10.0m`` (``due`` once it has passed)."""
+    if at is None:
+        return "-"
+    if at <= now:
+        return "due"
+    return f"in {age_text(at - now)}"
+
+
+def ago(at: float | None, now: float) -> str:
+    """A time past as people read it: ``10.0m ago``."""
+    if at is None:
+        return "-"
+    return f"{age_text(max(0.0, now - at))} ago"
+
+
 def segment(name: str) -> str:
     """A queue name or job id as one URL path segment: every ``/``, ``?``, ``#``
     and ``%`` encoded, so ``../queues/victim`` stays one segment and cannot
@@ -66,7 +83,10 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ts=ts, dt=dt, num=num, size=size, age=age, segment=segment)
+    env.filters.update(
+        ts=ts, dt=dt, num=num, size=size, age=age, segment=segment, until=until, ago=ago
+    )
+    env.globals.update(job_times=job_times)
     return env
 
 

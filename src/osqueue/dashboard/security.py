@@ -2,12 +2,17 @@
 
 The model, in full:
 
-* **Actions** (retry, purge, cancel) need the admin token: the token the
+* **Actions** (retry, purge, cancel, pause) need the admin token: the token the
   dashboard was started with (``--token``/``--token-file``, the broker's
   token, which the dashboard also presents to the broker).  A login form takes
   it; on a match (compared in constant time) the session becomes an admin
-  session.  Without a configured token every action is refused, saying how
-  to enable them.
+  session.  Without a configured token, actions are allowed only when the
+  dashboard listens on loopback and the serving broker's address is on
+  loopback too: then whoever reaches the page is already a user of this
+  machine, who could run ``osqueue`` against that broker as well, so a login
+  would protect nothing (CSRF and the Host check still apply, so another
+  site's page cannot act).  Otherwise every action is refused, saying how to
+  enable them.
 * **Sessions** live in this process's memory; the browser holds only a random
   session id in an ``HttpOnly``, ``SameSite=Strict`` cookie (never the token).
   Only a login stores a session, so no amount of anonymous traffic logs the
@@ -43,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from osqueue.address import is_loopback, join_host_port, split_host_port
+from osqueue.address import is_local_address, is_loopback, join_host_port, split_host_port
 from osqueue.errors import InvalidInput
 
 COOKIE = "osqueue_session"
@@ -132,11 +137,7 @@ class Sessions:
         """A new logged-in session (a new id: no fixation).  Expired ones go first;
         at ``max_sessions`` live ones, the oldest login is logged out."""
         now = self._clock()
-        while self._by_id:
-            oldest = next(iter(self._by_id.values()))
-            if now - oldest.created_at <= self.ttl_s and len(self._by_id) < self.max_sessions:
-                break
-            self._by_id.popitem(last=False)
+        self._make_room(now)
         session = Session(
             id=secrets.token_urlsafe(32),
             csrf=secrets.token_urlsafe(32),
@@ -145,6 +146,22 @@ class Sessions:
         )
         self._by_id[session.id] = session
         return session
+
+    def keep(self, session: Session) -> None:
+        """Store a visitor's session (one that acted with no login, on loopback: the
+        notice of its action must reach its next page).  Only a dashboard without
+        a token lets a visitor act, and it has no logins to push out."""
+        if session.id not in self._by_id:
+            self._make_room(self._clock())
+            self._by_id[session.id] = session
+
+    def _make_room(self, now: float) -> None:
+        """Expired sessions go; at ``max_sessions`` live ones, the oldest too."""
+        while self._by_id:
+            oldest = next(iter(self._by_id.values()))
+            if now - oldest.created_at <= self.ttl_s and len(self._by_id) < self.max_sessions:
+                break
+            self._by_id.popitem(last=False)
 
     def drop(self, session_id: str) -> None:
         self._by_id.pop(session_id, None)
@@ -162,6 +179,10 @@ class Access:
     token: str | None
     #: reading needs no login
     open_reads: bool
+    #: no token, and the dashboard listens on loopback: every visitor is a user of
+    #: this machine, so actions through a broker on loopback need no login (CSRF
+    #: still applies)
+    local_actions: bool = False
 
     def token_matches(self, given: str) -> bool:
         if self.token is None or not given:
@@ -189,17 +210,37 @@ class Access:
                 "(reload the page and try again)"
             )
 
-    def check_action(self, session: Session | None, form_csrf: str | None) -> None:
-        """Refuse unless the form carries this session's CSRF token and the session is admin."""
+    def why_not_act(self, session: Session | None, broker_address: str | None) -> str | None:
+        """Why this session may not act now (None: it may).  ``broker_address`` is
+        the serving broker's, from the latest read of the document."""
+        if self.token is not None:
+            if session is not None and session.admin:
+                return None
+            return "this action needs the admin token; log in first"
+        if not self.local_actions:
+            return (
+                "actions are disabled because this dashboard was started without an admin "
+                "token (start it with --token-file or OSQUEUE_TOKEN)"
+            )
+        if broker_address is None:
+            return "no broker is serving this queue, and only a broker changes it"
+        if not is_local_address(broker_address):
+            return (
+                f"the broker ({broker_address}) is not on loopback: actions through it need "
+                "the admin token (start the dashboard with --token-file or OSQUEUE_TOKEN)"
+            )
+        return None
+
+    def check_action(
+        self, session: Session | None, form_csrf: str | None, broker_address: str | None = None
+    ) -> None:
+        """Refuse unless the form carries this session's CSRF token and the session
+        may act (:meth:`why_not_act`)."""
         self.check_csrf(session, form_csrf)
         assert session is not None
-        if self.token is None:
-            raise Refused(
-                "refused: actions are disabled because this dashboard was started without "
-                "an admin token (start it with --token-file or OSQUEUE_TOKEN)"
-            )
-        if not session.admin:
-            raise Refused("refused: this action needs the admin token; log in first", login=True)
+        why = self.why_not_act(session, broker_address)
+        if why is not None:
+            raise Refused(f"refused: {why}", login=self.token is not None)
 
 
 def access_for(listen: str, token: str | None, *, insecure: bool) -> Access:
@@ -213,7 +254,9 @@ def access_for(listen: str, token: str | None, *, insecure: bool) -> Access:
             "give one (--token-file or OSQUEUE_TOKEN) or pass --insecure (OSQUEUE_INSECURE)",
             field="listen",
         )
-    return Access(token=token, open_reads=loopback or insecure)
+    return Access(
+        token=token, open_reads=loopback or insecure, local_actions=loopback and token is None
+    )
 
 
 # --------------------------------------------------------------------------- failed logins

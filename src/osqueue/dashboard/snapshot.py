@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from osqueue.api import ScheduleInfo
 from osqueue.cli.snapshot import read_blob
 from osqueue.cli.status import status_of
 from osqueue.errors import OsqueueError
 from osqueue.state import Document, decode
+from osqueue.state.schedules import schedule_info
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
@@ -44,6 +46,32 @@ class Holder:
     queues: tuple[str, ...]
     oldest_heartbeat_age_s: float
     newest_heartbeat_age_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """A worker the queue heard from: one holding jobs (the document's claims) or
+    one the serving broker saw claim recently, idle ones included
+    (``BrokerInfo.workers``)."""
+
+    worker: str
+    #: jobs it holds now (0: idle)
+    jobs: int
+    #: the queues it holds jobs of, or else asked for
+    queues: tuple[str, ...]
+    #: seconds since its last claim or heartbeat, whichever is later
+    last_seen_age_s: float
+    #: seconds since the oldest heartbeat of a job it holds (None: holds none)
+    oldest_heartbeat_age_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule as the schedules page shows it (times are Unix seconds)."""
+
+    info: ScheduleInfo
+    #: its queue is paused: its ticks still push, nothing of them is claimed
+    queue_paused: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +117,46 @@ class Snapshot:
         ]
         holders.sort(key=lambda h: (-h.jobs, h.worker))
         return holders
+
+    def workers(self, now: float) -> list[WorkerRow]:
+        """Every worker holding jobs, and every worker the broker heard from in its
+        recent window (its record rides in the document), busiest first, then the
+        most recently seen.  A worker holding a long job claims nothing for a
+        while: its heartbeats say it is alive."""
+        seen: dict[str, tuple[float, tuple[str, ...]]] = {}
+        owner = self.doc.broker
+        for w in owner.workers if owner is not None else ():
+            seen[w.worker] = (max(0.0, now - w.seen_at.timestamp()), w.queues)
+        rows = []
+        for h in self.holders(now):
+            claimed_age, _ = seen.pop(h.worker, (h.newest_heartbeat_age_s, ()))
+            rows.append(
+                WorkerRow(
+                    worker=h.worker,
+                    jobs=h.jobs,
+                    queues=h.queues,
+                    last_seen_age_s=min(claimed_age, h.newest_heartbeat_age_s),
+                    oldest_heartbeat_age_s=h.oldest_heartbeat_age_s,
+                )
+            )
+        idle = [
+            WorkerRow(worker=w, jobs=0, queues=q, last_seen_age_s=age, oldest_heartbeat_age_s=None)
+            for w, (age, q) in seen.items()
+        ]
+        idle.sort(key=lambda r: (r.last_seen_age_s, r.worker))
+        return rows + idle
+
+    def schedules(self) -> list[ScheduleRow]:
+        """Every schedule by name, with whether its queue is paused."""
+        doc = self.doc
+        return [
+            ScheduleRow(
+                info=schedule_info(s),
+                queue_paused=(settings := doc.queue_settings.get(s.queue)) is not None
+                and settings.paused,
+            )
+            for s in sorted(doc.schedules, key=lambda s: s.name)
+        ]
 
 
 def spacing_s(refresh_s: float, decode_s: float, decode_share: float) -> float:

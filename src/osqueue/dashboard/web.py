@@ -31,7 +31,7 @@ from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
 from osqueue.dashboard.archive_view import ArchiveView
 from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
-from osqueue.dashboard.history import DocumentHistory, History, SampledHistory
+from osqueue.dashboard.history import DocumentHistory, History, QueueRates, SampledHistory
 from osqueue.dashboard.listener import BoundedSite
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import (
@@ -132,6 +132,8 @@ class Dashboard:
             self.source.observe(metrics.observe)
         self.metrics: CommitMetrics = metrics
         self.source.observe(self.history.observe)
+        self.rates = QueueRates()
+        self.source.observe(self.rates.observe)
         self.source.observe(self.brokerlog.observe)
         self.archive = ArchiveView(self.source.storage)
         self.actions = Actions(
@@ -160,6 +162,12 @@ class Dashboard:
         with resources.as_file(static) as static_dir:
             app.router.add_static("/static/", static_dir, name="static")
         return app
+
+    def broker_address(self) -> str | None:
+        """The serving broker's address, as the latest read of the document names it."""
+        latest = self.source.latest
+        owner = latest.doc.broker if latest is not None else None
+        return owner.address if owner is not None else None
 
     async def start(self) -> str:
         """Read the document once, start the background reader, serve; the base URL."""
@@ -328,6 +336,7 @@ def page_context(request: web.Request, session: Session | None) -> dict[str, obj
     notices: list[tuple[str, str]] = []
     if session is not None:
         notices, session.notices = session.notices, []
+    why_not = board.access.why_not_act(session, board.broker_address())
     return {
         "url": board.config.url,
         "path": request.path,
@@ -335,5 +344,9 @@ def page_context(request: web.Request, session: Session | None) -> dict[str, obj
         "csrf": session.csrf if session is not None else "",
         "admin": session is not None and session.admin,
         "actions_enabled": board.access.token is not None,
+        #: None: this session's action buttons work; else why they do not
+        "why_not_act": why_not,
+        #: no action can be taken from this dashboard now (buttons shown disabled)
+        "read_only": why_not is not None and board.access.token is None,
         "notices": notices,
     }

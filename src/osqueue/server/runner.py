@@ -7,6 +7,10 @@ its address into the document); until the broker serves, calls are answered
 lease of the active broker runs out.  On SIGTERM/SIGINT the broker drains
 (stops taking ops, flushes, clears its address and lease), then the server
 stops.
+
+A standby that took over and then lost the queue to another broker stands by
+again (a fresh broker watching the new owner's lease by the observer rule);
+a broker started without ``standby`` ends with ``NotBroker`` instead.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
+from typing import Any
 
 from osqueue.address import split_host_port
 from osqueue.broker import Broker, BrokerConfig, State
@@ -138,6 +143,23 @@ class BrokerServer:
             if self.server is not None:
                 await self.server.stop(self.server_config.stop_grace_s)
 
+    def lost_lease(self) -> bool:
+        """The broker stepped down: another broker took the queue over."""
+        broker = self.broker
+        return broker is not None and broker.failure is None and broker.state is State.STEPPED_DOWN
+
+    async def stand_by_again(self) -> None:
+        """After :meth:`lost_lease`: end the old broker and put a fresh standby in its
+        place (the server keeps listening; the old broker's client answers
+        ``NotBroker`` with the new owner's address until the standby takes over)."""
+        assert self.broker is not None
+        if self.server is not None:
+            self.server.health.set_queue_serving(False)
+        await self.broker.stop()  # ends its side tasks and its metrics endpoint
+        self._serving.clear()
+        config = replace(self.broker_config, address=self.address)
+        self.broker = Broker(self.url, config, clock=self.clock, standby=True)
+
     def outcome(self) -> OsqueueError | None:
         """Why the broker stopped, if not by :meth:`stop`."""
         broker = self.broker
@@ -192,11 +214,13 @@ async def run_broker(
     ``server``, ``broker`` and ``standby`` are those of :class:`BrokerServer`.
 
     Returns after a graceful stop; raises the broker's error if it failed, or
-    ``NotBroker`` if another broker took the queue over.  ``on_serving`` is set
-    once the broker serves (for a standby: once it took over), and then
-    ``announce`` is called with the serving :class:`BrokerServer` (its
-    ``address``, its broker's ``epoch``).  With ``handle_signals=False`` only
-    ``stop`` stops it (for embedding and tests).
+    ``NotBroker`` if another broker took the queue over (a ``standby`` stands
+    by again instead: :meth:`BrokerServer.stand_by_again`, logged at WARNING
+    with ``action=standby``).  ``on_serving`` is set once the broker serves
+    (for a standby: once it took over), and then ``announce`` is called with
+    the serving :class:`BrokerServer` (its ``address``, its broker's
+    ``epoch``), again at every later takeover.  With ``handle_signals=False``
+    only ``stop`` stops it (for embedding and tests).
     """
     stop = stop or asyncio.Event()
     runner = BrokerServer(url, server, broker, standby=standby)
@@ -204,23 +228,13 @@ async def run_broker(
     loop = asyncio.get_running_loop()
     try:
         await runner.listen()
-        starting = asyncio.ensure_future(runner.start())
         stopping = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not starting.done():  # stopped while standing by
-                starting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await starting
-                return
-            starting.result()
-            if on_serving is not None:
-                on_serving.set()
-            if announce is not None:
-                announce(runner)
-            closed = asyncio.ensure_future(runner.wait_closed())
-            await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            closed.cancel()
+            while await _serve_once(runner, stopping, on_serving, announce):
+                if not (standby and runner.lost_lease()):
+                    break
+                _log_standing_by_again(runner)
+                await runner.stand_by_again()
         finally:
             stopping.cancel()
         failure = runner.outcome()
@@ -230,3 +244,47 @@ async def run_broker(
         for sig in signals:
             loop.remove_signal_handler(sig)
         await runner.stop()
+
+
+async def _serve_once(
+    runner: BrokerServer,
+    stopping: asyncio.Future[Any],
+    on_serving: asyncio.Event | None,
+    announce: Callable[[BrokerServer], object] | None,
+) -> bool:
+    """Start the broker (a standby: once it took over) and serve until it closes;
+    False if ``stopping`` came first, or came while it served."""
+    starting = asyncio.ensure_future(runner.start())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stopped while standing by
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return False
+    starting.result()
+    if on_serving is not None:
+        on_serving.set()
+    if announce is not None:
+        announce(runner)
+    closed = asyncio.ensure_future(runner.wait_closed())
+    await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    closed.cancel()
+    return not stopping.done()
+
+
+def _log_standing_by_again(runner: BrokerServer) -> None:
+    broker = runner.broker
+    assert broker is not None
+    owner = broker.document.broker
+    log.warning(
+        "lost the queue to broker %s at %s (epoch %s); standing by again",
+        owner.id if owner is not None else "?",
+        owner.address if owner is not None else None,
+        owner.epoch if owner is not None else "?",
+        extra={
+            "action": "standby",
+            "broker": broker.id,
+            "owner": owner.id if owner is not None else None,
+            "epoch": owner.epoch if owner is not None else None,
+        },
+    )

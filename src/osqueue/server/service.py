@@ -45,6 +45,7 @@ from osqueue.errors import (
 from osqueue.server.dead_letters import DeadLetterRpcs
 from osqueue.server.limits import Admission, Limits, RequestChecker
 from osqueue.server.scheduling import SchedulingRpcs
+from osqueue.server.segment_admin import SegmentRpcs
 from osqueue.state import validate
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
@@ -117,7 +118,7 @@ def _gathering(
     return run
 
 
-class QueueService(SchedulingRpcs, DeadLetterRpcs):
+class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
     """Serves ``osqueue.v1.Queue`` by calling ``client`` (the scheduling RPCs are in
     :mod:`osqueue.server.scheduling`)."""
 
@@ -180,6 +181,9 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs):
                 pb.ListSchedulesRequest, self.list_schedules, pb.ListSchedulesResponse
             ),
             "SetQueue": self._unary(pb.SetQueueRequest, self.set_queue, pb.SetQueueResponse),
+            "ReadmitSegment": self._unary(
+                pb.ReadmitSegmentRequest, self.readmit_segment, pb.CountResponse
+            ),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 

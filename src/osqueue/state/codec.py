@@ -18,6 +18,7 @@ from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
+    QUEUE_ID_RE,
     READABLE_FORMATS,
     BrokerInfo,
     QueueTotals,
@@ -167,11 +168,13 @@ def decode(data: bytes) -> Document:
         jobs=jobs,
         segments=_segments(wire),
         history=wire.history,
+        flows=wire.flows,
         queue_settings=_queue_settings(wire),
         schedules=_schedules(wire),
         finished=_finished(wire),
         dependencies_at=wire.dependencies_at,
         queue_totals=_queue_totals(wire),
+        queue_id=wire.queue_id,
     )
 
 
@@ -230,6 +233,11 @@ def _validate(wire: WireDocument) -> None:
         value = getattr(wire, name)
         if not 0 <= value < _MAX_INT:
             raise _fail(f"$.{name}", f"{value} is out of range")
+    if wire.queue_id is not None and not QUEUE_ID_RE.fullmatch(wire.queue_id):
+        raise _fail(
+            "$.queue_id",
+            f"{wire.queue_id!r} is not a queue id (26 lowercase letters and digits of a ULID)",
+        )
     seen: set[str] = set()
     for i, job in enumerate(wire.jobs):
         where = f"$.jobs[{i}]"
@@ -301,11 +309,7 @@ def _segments(wire: WireDocument) -> Segments:
             raise _fail("$.queues['']", "a queue name must not be empty")
         for i, ref in enumerate(section.segments):
             where = f"$.queues[{queue!r}].segments[{i}]"
-            if ref.queue != queue:
-                raise _fail(f"{where}.queue", f"{ref.queue!r} is not the queue it is listed under")
-            _check_ref(where, ref, wire.next_seq)
-            if segments.find(ref.key) is not None:
-                raise _fail(f"{where}.key", f"{ref.key!r} is referenced twice")
+            _check_listed(where, queue, ref, wire, segments, live_keys)
             last = segments.last(ref.stream)
             if last is not None and ref.first_seq <= last.last_seq:
                 raise _fail(
@@ -313,11 +317,33 @@ def _segments(wire: WireDocument) -> Segments:
                     f"{ref.first_seq} is not after the stream's previous segment "
                     f"(last_seq {last.last_seq})",
                 )
-            for job_id, key in ref.keyed.items():
-                if key in live_keys or key in segments.keys:
-                    raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
             segments.append(ref)
+        for i, entry in enumerate(section.set_aside):
+            where = f"$.queues[{queue!r}].set_aside[{i}]"
+            _check_listed(f"{where}.ref", queue, entry.ref, wire, segments, live_keys)
+            if not entry.reason:
+                raise _fail(f"{where}.reason", "must say why the segment was set aside")
+            segments.set_aside(entry, listed=False)
     return segments
+
+
+def _check_listed(
+    where: str,
+    queue: str,
+    ref: SegmentRef,
+    wire: WireDocument,
+    segments: Segments,
+    live_keys: set[str],
+) -> None:
+    """A reference (listed or set aside) on its own, and against the ones before it."""
+    if ref.queue != queue:
+        raise _fail(f"{where}.queue", f"{ref.queue!r} is not the queue it is listed under")
+    _check_ref(where, ref, wire.next_seq)
+    if segments.holds(ref.key):
+        raise _fail(f"{where}.key", f"{ref.key!r} is referenced twice")
+    for job_id, key in ref.keyed.items():
+        if key in live_keys or key in segments.keys:
+            raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
 
 
 def _check_ref(where: str, ref: SegmentRef, next_seq: int) -> None:

@@ -1,6 +1,11 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
 the segment references.
 
+``queue_id`` names the document's incarnation: drawn when the broker creates
+the document, kept by every commit and takeover, and part of every archive key
+(:mod:`osqueue.broker.archive`), so a queue created again after ``queue.json``
+was deleted never takes an earlier incarnation's archive objects for its own.
+
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
 a new one (or, for the broker's hot path, updates one it owns outright).  Each
 job's encoded bytes are cached, so encoding a large document re-encodes only
@@ -37,6 +42,7 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
+    QueueFlow,
     QueueTotals,
     StoredJob,
     StoredSettings,
@@ -72,12 +78,14 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
+        "flows",
         "format",
         "history",
         "index",
         "jobs",
         "next_seq",
         "next_token",
+        "queue_id",
         "queue_settings",
         "queue_totals",
         "recent",
@@ -107,13 +115,16 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
+        flows: dict[str, QueueFlow] | None = None,
         queue_settings: dict[str, StoredSettings] | None = None,
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
         dependencies_at: datetime | None = None,
         queue_totals: dict[str, QueueTotals] | None = None,
+        queue_id: str | None = None,
     ) -> None:
         self.format = format
+        self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
         self.version = version
@@ -122,6 +133,7 @@ class Document:
         self.next_seq = next_seq
         self.archived_through = archived_through
         self.stats = stats if stats is not None else Counters()
+        self.flows: dict[str, QueueFlow] = flows if flows is not None else {}
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
@@ -135,9 +147,8 @@ class Document:
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
-        #: broker time of the last push that named parents: until
-        #: ``dependency_window_s`` after it, every job that finishes is recorded
-        #: (:func:`osqueue.state.results.record`)
+        #: broker time of the last push that named parents: for ``dependency_window_s``
+        #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
@@ -154,9 +165,8 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
-        #: the spill planner's memo (queue -> ``next_seq`` and its queued count at its
-        #: last scan, how many more jobs its largest tail needs, and the last seq of
-        #: its streams' last references); not part of the document's value
+        #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
+        #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
 
     @classmethod
@@ -172,6 +182,7 @@ class Document:
             next_seq=self.next_seq,
             archived_through=self.archived_through,
             stats=self.stats,
+            flows=self.flows,
             recent=dict(self.recent),
             jobs=dict(self.jobs),
             index=self.index.copy(),
@@ -187,6 +198,7 @@ class Document:
             finished=self.finished.copy(),
             dependencies_at=self.dependencies_at,
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
+            queue_id=self.queue_id,
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -276,6 +288,8 @@ class Document:
                 next_seq=self.next_seq,
                 archived_through=self.archived_through,
                 stats=self.stats,
+                queue_id=self.queue_id,
+                flows=self.flows,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
@@ -335,10 +349,8 @@ class Document:
 
     def recent_section(self) -> bytearray:
         """The encoded inside of the ``tombstones`` map, its last list left open
-        (cached; appended to as tombstones are added).
-
-        The cache itself is returned (not a copy): use it before the next change.
-        """
+        (cached, appended to as tombstones are added; the cache itself is returned,
+        not a copy: use it before the next change)."""
         blob = self._recent_blob
         if blob is None:
             blob = self._recent_blob = bytearray()
@@ -437,7 +449,9 @@ def same_value(a: Document, b: Document) -> bool:
         and a.next_token == b.next_token
         and a.next_seq == b.next_seq
         and a.archived_through == b.archived_through
+        and a.queue_id == b.queue_id
         and a.stats == b.stats
+        and a.flows == b.flows
         and a.history == b.history
         and a.recent == b.recent
         and a.segments == b.segments

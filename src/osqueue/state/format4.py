@@ -12,7 +12,7 @@ import math
 from osqueue.errors import InvalidInput
 from osqueue.state.model import Schedule, StoredJob, StoredSettings
 from osqueue.state.schedules import Schedules, check_cron, check_every, check_name, check_tz
-from osqueue.state.validate import NAME_RE
+from osqueue.state.validate import MAX_RESULT_TTL_S, NAME_RE
 
 NEW_IN = 4
 
@@ -50,6 +50,9 @@ def queue_settings_of(raw: dict[str, StoredSettings], fmt: int) -> dict[str, Sto
             value = getattr(s, name)
             if value is not None and value < 1:
                 raise ValueError(f"{where}.{name}: {value} is below 1")
+        ttl = s.result_ttl_s
+        if ttl is not None and not (math.isfinite(ttl) and 0 < ttl <= MAX_RESULT_TTL_S):
+            raise ValueError(f"{where}.result_ttl_s: {ttl} is not a TTL in seconds")
         if s.tokens is not None and not math.isfinite(s.tokens):
             raise ValueError(f"{where}.tokens: {s.tokens} is not a number")
         if (s.tokens is None) != (s.tokens_at is None):

@@ -13,7 +13,10 @@ them and a takeover inherits them:
   queue's claims are at most ``burst + rate_per_s x window``;
 * ``max_claimed``: at most this many of the queue's jobs claimed at once;
 * ``max_claimed_per_group``: at most this many claimed jobs of one group
-  (``push(..., group=...)``); jobs without a group are not capped by it.
+  (``push(..., group=...)``); jobs without a group are not capped by it;
+* ``result_ttl_s``: how long the queue's finished jobs keep their answers,
+  unless their push says (:func:`osqueue.state.results.result_ttl`); not a
+  claim limit.
 
 A claim asks :class:`Gate` which queues are open and how many jobs each may
 give (:meth:`Gate.budget`), and takes each queue's next job whose group has
@@ -104,6 +107,7 @@ def check_settings(
     max_claimed: int | None,
     max_claimed_per_group: int | None,
     paused: bool | None,
+    result_ttl_s: float | None = None,
 ) -> None:
     """Check a ``set_queue``'s fields (None leaves a setting as it is; 0 removes a
     limit).  Each error names its field."""
@@ -114,6 +118,8 @@ def check_settings(
     _check_limit(max_claimed_per_group, "max_claimed_per_group", integer=True)
     if paused is not None and not isinstance(paused, bool):
         raise InvalidInput(f"must be true or false, not {paused!r}", field="paused")
+    if result_ttl_s is not None:
+        validate.seconds(result_ttl_s, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)
 
 
 def updated(
@@ -125,9 +131,11 @@ def updated(
     max_claimed_per_group: int | None,
     paused: bool | None,
     now: float,
+    result_ttl_s: float | None = None,
 ) -> StoredSettings:
-    """``old`` with the given changes (None: unchanged; 0: no limit).  The bucket
-    keeps its level across a change, cut to the new capacity."""
+    """``old`` with the given changes (None: unchanged; 0: no limit, and for
+    ``result_ttl_s`` no setting: the broker's applies).  The bucket keeps its
+    level across a change, cut to the new capacity."""
     now = round(now, 3)  # the clock as the document stores it (the bucket's time is exact)
     cur = old or StoredSettings()
     level = tokens_at(cur, now) if cur.rate_per_s is not None else None
@@ -141,6 +149,7 @@ def updated(
             if max_claimed_per_group is None
             else (max_claimed_per_group or None)
         ),
+        result_ttl_s=(cur.result_ttl_s if result_ttl_s is None else (float(result_ttl_s) or None)),
     )
     if new.rate_per_s is not None and level is not None:
         # the bucket's clock never goes back (a broker whose clock is behind earns nothing)
@@ -158,6 +167,7 @@ def is_default(settings: StoredSettings) -> bool:
         and settings.rate_per_s is None
         and settings.max_claimed is None
         and settings.max_claimed_per_group is None
+        and settings.result_ttl_s is None
     )
 
 
@@ -312,4 +322,5 @@ def settings_info(queue: str, s: StoredSettings | None) -> QueueSettings:
         burst=s.burst,
         max_claimed=s.max_claimed,
         max_claimed_per_group=s.max_claimed_per_group,
+        result_ttl_s=s.result_ttl_s,
     )

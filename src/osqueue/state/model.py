@@ -11,11 +11,13 @@ broker's clock only (invariant 6).
 from __future__ import annotations
 
 import functools
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import msgspec
 
+from osqueue.ids import new_id
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
 
@@ -42,6 +44,15 @@ SEGMENTS_FORMAT = 3
 #: What a document without segment references is written as.
 PLAIN_FORMAT = 2
 READABLE_FORMATS = (1, 2, 3, 4)
+
+#: A queue id: 26 lowercase characters of Crockford base32 (a lowercased ULID)
+QUEUE_ID_RE = re.compile(r"[0-9a-hjkmnp-tv-z]{26}")
+
+
+def new_queue_id() -> str:
+    """A fresh queue id, drawn when the broker creates the document."""
+    return new_id().lower()
+
 
 JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead")
@@ -92,6 +103,7 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     claim: Claim | None = None
     last_error: str | None = None
     done_version: int | None = None
+    #: when it completed, or when it died (a dead job has no ``done_version``)
     done_at: datetime | None = None
     #: False: no dedupe tombstone when the job leaves (its push is never re-sent).
     dedupe: bool = True
@@ -129,6 +141,18 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
     p99_ms: float
 
 
+class WorkerSeen(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """A worker the broker heard from recently (its last claim, waiting or not), so
+    readers of the document see idle workers too (see
+    :class:`osqueue.broker.activity.RecentWorkers`)."""
+
+    worker: str
+    #: broker time of its last claim
+    seen_at: datetime
+    #: the queues it asked for
+    queues: tuple[str, ...] = ()
+
+
 class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The broker that owns the document, where to reach it, and its lease.
 
@@ -147,6 +171,22 @@ class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     heartbeat_timeout_s: float | None = None
     #: The broker's recent commits (refreshed every few seconds while it serves).
     perf: BrokerPerf | None = None
+    #: The workers that claimed recently, newest first (refreshed with ``perf``; bounded).
+    workers: tuple[WorkerSeen, ...] = ()
+
+
+class QueueFlow(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One queue's lifetime counts, stored as ``[pushed, completed, failed, dead]``
+    (what per-queue rates are read from: the dashboard, ``/metrics``)."""
+
+    pushed: int = 0
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+
+
+#: :class:`QueueFlow`'s fields, in their stored order
+FLOW_FIELDS = ("pushed", "completed", "failed", "dead")
 
 
 class Counters(msgspec.Struct, frozen=True):
@@ -195,8 +235,10 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     last_seq: int
     #: jobs in the object
     count: int
-    #: the object's size (stats, planning)
+    #: the object's size and the hex SHA-256 of its bytes, recorded at spill:
+    #: every reader checks both (:func:`osqueue.state.segment_codec.check_segment`)
     size_bytes: int = msgspec.field(name="bytes")
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
     #: seq of the first job not loaded yet: the stream's claims stop here
     next_seq: int
     #: creation time of the job at ``next_seq`` (for ``oldest_age_s``)
@@ -223,10 +265,25 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return self.count - self.loaded - len(self.cancelled)
 
 
+class SetAsideRef(msgspec.Struct, frozen=True, gc=False):
+    """A segment reference set aside: its object was missing or did not match
+    ``ref`` (size, SHA-256, content), so the stream goes on without it.  Its jobs
+    are neither lost nor claimable until ``osqueue segments readmit`` puts the
+    reference back (their idempotency keys and payload objects stay held)."""
+
+    ref: SegmentRef
+    #: what was wrong with the object, as the broker found it
+    reason: str
+    #: broker time of the set-aside
+    at: datetime
+
+
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the document keeps per queue (format 3): its segment references."""
+    """What the document keeps per queue (format 3): its segment references, and
+    the ones set aside."""
 
     segments: list[SegmentRef] = []
+    set_aside: list[SetAsideRef] = []
 
 
 class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -243,6 +300,9 @@ class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     max_claimed: int | None = None
     #: at most this many jobs of one group claimed at once
     max_claimed_per_group: int | None = None
+    #: how long the queue's finished jobs keep their answers unless their push
+    #: says (None: the broker's; :func:`osqueue.state.results.result_ttl`)
+    result_ttl_s: float | None = None
     #: the bucket's level at ``tokens_at`` (None: full)
     tokens: float | None = None
     tokens_at: datetime | None = None
@@ -288,10 +348,14 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     next_seq: int
     archived_through: int
     stats: Counters
+    #: this document's incarnation (:func:`new_queue_id`): part of every archive key
+    queue_id: str | None = None
     #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
     queue_settings: dict[str, StoredSettings] = {}
+    #: queue -> its lifetime counts (any format; older releases ignore it)
+    flows: dict[str, QueueFlow] = {}
     #: broker time of the last push that named parents (any format; a release
     #: that does not know it ignores it)
     dependencies_at: datetime | None = None
@@ -310,6 +374,9 @@ class WireDocument(msgspec.Struct, frozen=True):
     archived_through: int
     stats: Counters
     jobs: list[StoredJob]
+    #: this document's incarnation (None only in a document written before it was
+    #: recorded: the broker assigns one on its first write)
+    queue_id: str | None = None
     #: format 1's tombstones: id -> the job's creation time
     recent: dict[str, datetime] = {}
     #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
@@ -320,6 +387,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     queues: dict[str, QueueSection] = {}
     #: format 4: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
+    #: queue -> its lifetime counts (any format; older releases ignore it)
+    flows: dict[str, QueueFlow] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     dependencies_at: datetime | None = None

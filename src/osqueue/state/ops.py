@@ -56,9 +56,11 @@ class Policy:
     spill_above_jobs: int | None = 1_000
     # Results and the record of finished jobs (osqueue.state.finished_jobs,
     # osqueue.state.results.record: who gets an entry, and for how long).
-    #: how long a finished job's record (and result) is kept, unless its push said;
-    #: 0: none is kept (a job then gets an entry only for dependencies)
-    result_ttl_s: float = 0.0
+    #: how long a finished job's record (and result) is kept, unless its push or
+    #: queue said; 0: none is kept (a job then gets an entry only for
+    #: dependencies); None: a result given is kept an hour, a finish without one
+    #: gets no entry (osqueue.state.results.kept_for)
+    result_ttl_s: float | None = None
     #: how long a finished job is kept for children pushed after it, if it had
     #: waiting children or a push named parents within this long before
     dependency_window_s: float = 3600.0
@@ -196,6 +198,24 @@ class Load(msgspec.Struct, frozen=True):
     lines: tuple[bytes, ...] = ()
 
 
+class SetAside(msgspec.Struct, frozen=True, gc=False):
+    """The broker found segment ``key``'s object missing or not what its reference
+    records: move the reference aside (with ``reason``), so its stream goes on
+    without it.  Fails alone (``Conflict``) if ``key`` is not referenced."""
+
+    key: str
+    reason: str
+
+
+class Readmit(msgspec.Struct, frozen=True, gc=False):
+    """Put the set-aside reference ``key`` back in its stream, in seq order (the
+    broker checked the object against it first).  Fails with ``InvalidInput``
+    naming ``key`` if it is not set aside, ``Conflict`` if its seq range
+    overlaps a reference spilled since."""
+
+    key: str
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit), or
     with ``remove`` (and no setting) forget the queue: it is no longer listed.
@@ -207,6 +227,7 @@ class SetQueue(msgspec.Struct, frozen=True, gc=False):
     max_claimed: int | None = None
     max_claimed_per_group: int | None = None
     paused: bool | None = None
+    result_ttl_s: float | None = None
     remove: bool = False
 
 
@@ -243,6 +264,8 @@ Op = (
     | RestartHeartbeats
     | Spill
     | Load
+    | SetAside
+    | Readmit
     | SetQueue
     | PutSchedule
     | RemoveSchedule
@@ -312,6 +335,7 @@ __all__ = [
     "Pushed",
     "PutSchedule",
     "QueueSet",
+    "Readmit",
     "Release",
     "RemoveSchedule",
     "Removed",
@@ -319,6 +343,7 @@ __all__ = [
     "Result",
     "RetryDead",
     "Scheduled",
+    "SetAside",
     "SetQueue",
     "Spill",
 ]

@@ -34,8 +34,9 @@ def finished(doc: Document, job_id: str) -> FinishedStatus | None:
     live, or the document does not know it).
 
     The record of finished jobs answers first: every job that completed, died
-    or was cancelled is in it for its ``result_ttl_s`` (unless evicted by the
-    record's caps: ``doc.stats.finished_evicted`` counts those).  Past that, a
+    or was cancelled keeping an entry (:func:`kept_for`) is in it for that
+    long (unless evicted by the record's caps: ``doc.stats.finished_evicted``
+    counts those).  Past that, a
     job still in the document answers by its status: ``done`` until its
     archive object is written, ``dead`` until it is retried or purged.  Pure:
     an entry past its expiry counts until the sweep prunes it (within
@@ -104,10 +105,10 @@ def _from_entry(entry: FinishedJob) -> Answer:
 
 
 def maybe_spilled(doc: Document, job_id: str) -> bool:
-    """A live job in a segment object may have this id (its bounds hold it)."""
-    return any(
-        ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in doc.segments
-    )
+    """A live job in a segment object (listed or set aside) may have this id (its
+    bounds hold it)."""
+    refs = [*doc.segments, *(entry.ref for entry in doc.segments.aside.values())]
+    return any(ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in refs)
 
 
 def result_key(job_id: str, upload_id: str) -> str:
@@ -191,10 +192,31 @@ class Finishing(Protocol):
     ended: list[tuple[str, FinishedStatus]]
 
 
-def result_ttl(job: StoredJob, policy: Policy) -> float:
-    """How long ``job``'s result is kept once it finishes: its push's
-    ``result_ttl_s``, else the policy's (0: no result is kept)."""
-    return job.result_ttl_s if job.result_ttl_s is not None else policy.result_ttl_s
+#: How long a result given is kept when no TTL is set (push, queue or broker).
+DEFAULT_RESULT_TTL_S = 3600.0
+
+
+def result_ttl(doc: Document, job: StoredJob, policy: Policy) -> float | None:
+    """The TTL set for ``job``: its push's ``result_ttl_s``, else its queue's
+    setting, else the broker's; None when none is set."""
+    if job.result_ttl_s is not None:
+        return job.result_ttl_s
+    settings = doc.queue_settings.get(job.queue) if doc.queue_settings else None
+    if settings is not None and settings.result_ttl_s is not None:
+        return settings.result_ttl_s
+    return policy.result_ttl_s
+
+
+def kept_for(doc: Document, job: StoredJob, policy: Policy, *, has_result: bool) -> float:
+    """How long ``job``'s entry is kept once it finishes (0: none).  A TTL set
+    (:func:`result_ttl`) keeps every finish that long, with or without a result
+    (0: nothing, not even a result given); with none set, a finish that gives a
+    result keeps it :data:`DEFAULT_RESULT_TTL_S` and one that gives none keeps
+    nothing, so a queue that never gives results pays nothing for the record."""
+    ttl_s = result_ttl(doc, job, policy)
+    if ttl_s is not None:
+        return ttl_s
+    return DEFAULT_RESULT_TTL_S if has_result else 0.0
 
 
 def dependency_hold(doc: Document, job_id: str, now: float, policy: Policy) -> float:
@@ -219,14 +241,14 @@ def record(
     """Record in ``tx`` that ``job`` finished (``status``).
 
     It always joins ``tx.ended``.  It gets an entry in the record of finished
-    jobs only when someone may ask: for its :func:`result_ttl` (the entry holds
-    its result), and at least for :func:`dependency_hold` (for children pushed
+    jobs only when someone may ask: for :func:`kept_for` (the entry holds its
+    result), and at least for :func:`dependency_hold` (for children pushed
     after it finished; such an entry alone holds no result).  A job with
-    neither gets no entry, so a queue that neither keeps results nor uses
+    neither gets no entry, so a queue that neither gives results nor uses
     dependencies pays nothing for the record."""
     tx.ended.append((job.id, status))
     policy = tx.policy
-    ttl_s = result_ttl(job, policy)
+    ttl_s = kept_for(tx.doc, job, policy, has_result=result is not None)
     hold_s = dependency_hold(tx.doc, job.id, tx.now, policy)
     if ttl_s <= 0:
         if hold_s <= 0:
@@ -248,18 +270,18 @@ def record(
 
 
 def keeps_result(doc: Document, job_id: str, policy: Policy) -> bool | None:
-    """Whether a completion of ``job_id`` now would keep its result (its
-    :func:`result_ttl` is above 0); None if ``doc`` does not hold it claimed
+    """Whether a completion of ``job_id`` with a result now would keep it
+    (:func:`kept_for` is above 0); None if ``doc`` does not hold it claimed
     (the completion will be judged at commit).  The broker skips storing the
     result of a job that keeps none."""
     job = doc.jobs.get(job_id)
     if job is None or job.status != "claimed":
         return None
-    return result_ttl(job, policy) > 0
+    return kept_for(doc, job, policy, has_result=True) > 0
 
 
 def ttl_of(result_ttl_s: float | None) -> float | None:
-    """A push's ``result_ttl_s``, checked (None: the broker's default)."""
+    """A push's ``result_ttl_s``, checked (None: its queue's, else the broker's)."""
     if result_ttl_s is None:
         return None
     return validate.seconds(result_ttl_s, "result_ttl_s", maximum=validate.MAX_RESULT_TTL_S)

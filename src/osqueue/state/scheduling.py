@@ -32,6 +32,7 @@ from osqueue.state.ops import (
     Scheduled,
     SetQueue,
 )
+from osqueue.state.stats import FlowCounts
 
 MAX_GROUP_CHARS = 128
 
@@ -48,6 +49,8 @@ class Tx(Protocol):
 
     def push(self, op: Push) -> OpResult: ...
 
+    flows: FlowCounts
+
 
 # --------------------------------------------------------------------------- queue settings
 
@@ -61,6 +64,7 @@ def set_queue(tx: Tx, op: SetQueue) -> OpResult:
         "max_claimed": op.max_claimed,
         "max_claimed_per_group": op.max_claimed_per_group,
         "paused": op.paused,
+        "result_ttl_s": op.result_ttl_s,
     }
     limits.check_settings(op.queue, **fields)  # type: ignore[arg-type]
     doc = tx.doc
@@ -74,12 +78,12 @@ def _remove_queue(doc: Document, op: SetQueue) -> OpResult:
     """Forget a queue (no longer listed), refused while anything still uses it."""
     validate.queue_name(op.queue)
     changes = (op.rate_per_s, op.burst, op.max_claimed, op.max_claimed_per_group, op.paused)
-    if any(v is not None for v in changes):
+    if any(v is not None for v in (*changes, op.result_ttl_s)):
         raise InvalidInput("remove changes no setting: give it alone", field="remove")
     queue, index = op.queue, doc.index
     jobs = sum(index.count(queue, status) for status in _LIVE) + (
-        doc.segments.spilled(queue) if doc.segments else 0
-    )
+        doc.segments.spilled(queue) + doc.segments.set_aside_jobs(queue) if doc.segments else 0
+    )  # (jobs in segments set aside are live too: readmit brings them back)
     named = sorted(s.name for s in doc.schedules if s.queue == queue)
     if jobs or named:
         held = [f"{jobs} live job{'s' if jobs != 1 else ''}"] if jobs else []
@@ -198,6 +202,7 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     if placed is None:
         tx.stats["pushed"] += 1
         totals(doc, job.queue).pushed += 1
+        tx.flows.add(job.queue, "pushed")
         tx.stats["cancelled"] += 1
         finishing.record(tx, job, "cancelled")
         if job.dedupe:

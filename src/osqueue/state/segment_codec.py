@@ -16,6 +16,7 @@ the first thing wrong (a :class:`~osqueue.errors.CorruptDocument`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -80,8 +81,9 @@ def encode_segment(jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = No
     return b"\n".join((_encoder.encode(header), *body, b""))
 
 
-def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int) -> SegmentRef:
-    """The reference to a new segment object ``key`` of ``size_bytes`` holding ``jobs``."""
+def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
+    """The reference to a new segment object ``key`` of ``size_bytes`` with digest
+    ``sha256`` (hex) holding ``jobs``."""
     first = jobs[0]
     ids = [job.id for job in jobs]
     return SegmentRef(
@@ -92,6 +94,7 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int) -> SegmentRef
         last_seq=jobs[-1].seq,
         count=len(jobs),
         size_bytes=size_bytes,
+        sha256=sha256,
         next_seq=first.seq,
         next_created_at=first.created_at,
         min_id=min(ids),
@@ -108,7 +111,7 @@ def build_segment(
     data = encode_segment(jobs, lines)
     first = jobs[0]
     key = segment_key(first.queue, first.priority, first.seq, unique)
-    return make_ref(key, jobs, len(data)), data
+    return make_ref(key, jobs, len(data), hashlib.sha256(data).hexdigest()), data
 
 
 # --------------------------------------------------------------------------- decoding
@@ -202,6 +205,31 @@ def _job_problem(
     return None
 
 
+def check_segment(ref: SegmentRef, data: bytes) -> None:
+    """``data`` is the object ``ref`` recorded at spill: its size and SHA-256 (else
+    :class:`~osqueue.errors.CorruptDocument` naming the key, what the reference
+    says and what was found).  Every reader of a segment object calls this
+    before it parses one: the broker's load and cancel paths, the listings,
+    the Spark reader, ``osqueue segments readmit``."""
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != ref.size_bytes or digest != ref.sha256:
+        raise CorruptDocument(
+            f"segment object {ref.key} does not match its reference: expected "
+            f"{ref.size_bytes} bytes with sha256 {ref.sha256}, found {len(data)} bytes "
+            f"with sha256 {digest}",
+            path="$.sha256" if len(data) == ref.size_bytes else "$.bytes",
+        )
+
+
+def decode_checked(ref: SegmentRef, data: bytes) -> list[StoredJob]:
+    """``data``, read for ``ref``, checked (:func:`check_segment`), decoded whole and
+    its header checked against ``ref``: the object's jobs, in order."""
+    check_segment(ref, data)
+    header, jobs = decode_segment(data, ref.key)
+    check_object(ref, header)
+    return jobs
+
+
 def check_object(ref: SegmentRef, header: SegmentHeader) -> None:
     """The object read for ``ref`` is the one it describes (else CorruptDocument)."""
     expected = (ref.queue, ref.priority, ref.first_seq, ref.last_seq, ref.count)
@@ -252,6 +280,15 @@ class SegmentLines:
         if len(lines) != header.count or not lines:
             raise _bad(key, 1, "$.count", f"{header.count}, but it holds {len(lines)} jobs", 0)
         return cls(key, header, lines, len(data))
+
+    @classmethod
+    def checked(cls, ref: SegmentRef, data: bytes) -> SegmentLines:
+        """``data``, read for ``ref``: checked against its recorded size and SHA-256
+        (:func:`check_segment`), split, and its header checked against ``ref``."""
+        check_segment(ref, data)
+        obj = cls.parse(data, ref.key)
+        check_object(ref, obj.header)
+        return obj
 
     def __len__(self) -> int:
         return len(self.lines)

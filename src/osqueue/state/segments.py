@@ -26,6 +26,13 @@ idempotency keys of spilled jobs (``keys``, so a push of a held key is a
 sweep keeps them), and the counts (``count - loaded - cancelled``).  A retried
 push of a spilled id is recognised by the dedupe tombstone its spill wrote.
 
+A reference whose object is missing or fails its check (size, SHA-256,
+content) is **set aside** (:class:`~osqueue.state.model.SetAsideRef`, in
+``aside``): it leaves its stream, so the stream's next segment is its barrier
+and the queue keeps flowing, while its spilled jobs' idempotency keys and
+payload objects stay held and its object stays referenced (the orphan sweep
+keeps it), until a readmit puts it back in seq order.
+
 The encoded references are cached per reference (a reference is immutable
 and replaced when a load or cancel changes it), and the whole section is
 cached until one changes, so a commit that touches no reference pays a byte
@@ -38,7 +45,7 @@ from collections.abc import Iterator
 
 import msgspec
 
-from osqueue.state.model import SegmentRef
+from osqueue.state.model import SegmentRef, SetAsideRef
 
 #: (queue, priority)
 Stream = tuple[str, int]
@@ -56,6 +63,7 @@ class Segments:
         "_by_key",
         "_frags",
         "_section",
+        "aside",
         "barriers",
         "changes",
         "keys",
@@ -77,6 +85,8 @@ class Segments:
         #: object key -> its reference's encoded bytes
         self._frags: dict[str, bytes] = {}
         self._section: bytes | None = None
+        #: object key -> its reference set aside (see the module's docstring)
+        self.aside: dict[str, SetAsideRef] = {}
         #: grows with every change (planners remember what they saw)
         self.changes = 0
         for ref in refs or ():
@@ -91,13 +101,15 @@ class Segments:
         new._by_key = dict(self._by_key)
         new._frags = dict(self._frags)
         new._section = self._section
+        new.aside = dict(self.aside)
         new.changes = self.changes
         return new
 
     # -- reading ------------------------------------------------------------------
 
     def __bool__(self) -> bool:
-        return bool(self.streams)
+        """References or set-aside ones: the document has a ``queues`` section."""
+        return bool(self.streams or self.aside)
 
     def __iter__(self) -> Iterator[SegmentRef]:
         """Every reference, by queue, then priority, then seq."""
@@ -107,7 +119,7 @@ class Segments:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Segments):
             return NotImplemented
-        return self.streams == other.streams
+        return self.streams == other.streams and self.aside == other.aside
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -136,26 +148,41 @@ class Segments:
     def queues(self) -> set[str]:
         return {q for q, _ in self.streams}
 
+    def set_aside_jobs(self, queue: str) -> int:
+        """Live jobs of ``queue`` in segments set aside (neither lost nor claimable)."""
+        return sum(e.ref.remaining for e in self.aside.values() if e.ref.queue == queue)
+
+    def set_aside_of(self, queue: str | None = None) -> list[SetAsideRef]:
+        """The set-aside references (of ``queue``), by queue, priority and seq."""
+        entries = [e for e in self.aside.values() if queue is None or e.ref.queue == queue]
+        return sorted(entries, key=lambda e: (e.ref.queue, e.ref.priority, e.ref.first_seq))
+
+    def holds(self, key: str) -> bool:
+        """Object ``key`` is referenced or set aside: never an orphan."""
+        return key in self._by_key or key in self.aside
+
     def section(self) -> bytes:
-        """The encoded inside of the ``queues`` map (``"q":{"segments":[...]},...``);
-        cached until a reference changes."""
+        """The encoded inside of the ``queues`` map
+        (``"q":{"segments":[...],"set_aside":[...]},...``); cached until a
+        reference changes."""
         section = self._section
         if section is None:
             frags = self._frags
-            parts: list[bytes] = []
-            queue: str | None = None
+            by_queue: dict[str, list[bytes]] = {}
             for q, p in sorted(self.streams):
-                if q != queue:
-                    if queue is not None:
-                        parts.append(b"]},")
-                    parts.append(_encode(q) + b':{"segments":[')
-                    queue = q
-                else:
-                    parts.append(b",")
-                parts.append(b",".join(frags[ref.key] for ref in self.streams[(q, p)]))
-            if queue is not None:
-                parts.append(b"]}")
-            section = self._section = b"".join(parts)
+                by_queue.setdefault(q, []).extend(frags[ref.key] for ref in self.streams[(q, p)])
+            aside: dict[str, list[bytes]] = {}
+            for entry in self.set_aside_of():
+                aside.setdefault(entry.ref.queue, []).append(_encode(entry))
+            parts: list[bytes] = []
+            for q in sorted(by_queue.keys() | aside.keys()):
+                fields = []
+                if q in by_queue:
+                    fields.append(b'"segments":[' + b",".join(by_queue[q]) + b"]")
+                if q in aside:
+                    fields.append(b'"set_aside":[' + b",".join(aside[q]) + b"]")
+                parts.append(_encode(q) + b":{" + b",".join(fields) + b"}")
+            section = self._section = b",".join(parts)
         return section
 
     # -- changes ------------------------------------------------------------------
@@ -166,6 +193,34 @@ class Segments:
         self.streams.setdefault(ref.stream, []).append(ref)
         self._index(ref)
         self._moved(ref.queue)
+
+    def insert(self, ref: SegmentRef) -> None:
+        """Add ``ref`` in seq order among its stream's references (the caller
+        checked that it overlaps none)."""
+        refs = self.streams.setdefault(ref.stream, [])
+        at = next((i for i, r in enumerate(refs) if r.first_seq > ref.first_seq), len(refs))
+        refs.insert(at, ref)
+        self._index(ref)
+        self._moved(ref.queue)
+
+    def set_aside(self, entry: SetAsideRef, *, listed: bool = True) -> None:
+        """Move ``entry.ref`` (``listed``: a reference of this document; else one
+        decoded from the set-aside list) aside: its stream goes on without it;
+        its keys and payload objects stay held."""
+        ref = entry.ref
+        if listed:
+            self.remove(ref)
+        self.aside[ref.key] = entry
+        self._hold(ref)
+        self._section = None
+
+    def readmit(self, key: str) -> SegmentRef:
+        """Take ``key``'s reference back from the set-aside ones (the caller puts it
+        in its stream with :meth:`insert`)."""
+        ref = self.aside.pop(key).ref
+        self._release(ref)
+        self._section = None
+        return ref
 
     def replace(self, ref: SegmentRef) -> None:
         """Put ``ref`` in the place of the reference with the same key."""
@@ -189,20 +244,27 @@ class Segments:
         self._moved(ref.queue)
 
     def _index(self, ref: SegmentRef) -> None:
-        for job_id, key in ref.keyed.items():
-            self.keys[key] = job_id
-        self.payloads.update(ref.payload_refs)
+        self._hold(ref)
         self._by_key[ref.key] = ref.stream
         self._frags[ref.key] = _encode(ref)
 
     def _forget(self, ref: SegmentRef) -> None:
+        self._release(ref)
+        self._by_key.pop(ref.key, None)
+        self._frags.pop(ref.key, None)
+
+    def _hold(self, ref: SegmentRef) -> None:
+        """The idempotency keys and payload objects of ``ref``'s live jobs are held."""
+        for job_id, key in ref.keyed.items():
+            self.keys[key] = job_id
+        self.payloads.update(ref.payload_refs)
+
+    def _release(self, ref: SegmentRef) -> None:
         keys = self.keys
         for job_id, key in ref.keyed.items():
             if keys.get(key) == job_id:
                 del keys[key]
         self.payloads.difference_update(ref.payload_refs)
-        self._by_key.pop(ref.key, None)
-        self._frags.pop(ref.key, None)
 
     def _moved(self, queue: str) -> None:
         """A reference of ``queue`` changed: its barrier and the section."""

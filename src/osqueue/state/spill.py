@@ -24,6 +24,11 @@ changes, and a segment object no reference names is left to the orphan sweep.
   removed, so their payload objects go); an id already in the document (a
   push of the same id after its dedupe window) keeps the document's job.
   The last chunk drops the reference.
+* ``SetAside(key, reason)``: the broker found the object missing or not what
+  the reference records; the reference moves aside (its stream's next one
+  becomes the barrier).  ``Readmit(key)`` puts it back in seq order once the
+  object is restored (the broker checked it), unless a reference spilled
+  since overlaps its seqs (``Conflict``: readmit once that one is loaded).
 * ``Cancel(job_id, segment=key, seq=n)`` of a job not in the document: the
   broker located it in the object; it is struck if it is not loaded yet
   (``seq >= next_seq``), else it is gone (``JobNotFound``).
@@ -37,8 +42,8 @@ import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
 from osqueue.state.document import Document
-from osqueue.state.model import SegmentRef, StoredJob
-from osqueue.state.ops import Cancel, Counted, Load, Policy, Removed, Spill
+from osqueue.state.model import SegmentRef, SetAsideRef, StoredJob, to_datetime
+from osqueue.state.ops import Cancel, Counted, Load, Ok, Policy, Readmit, Removed, SetAside, Spill
 from osqueue.state.segment_codec import SEGMENT_PREFIX, make_ref
 from osqueue.storage.keys import check_key
 
@@ -86,7 +91,7 @@ def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
         if previous is not None and job.seq <= previous:
             raise InvalidInput(f"{job.seq} is not after {previous}", field=f"jobs[{i}].seq")
         previous = job.seq
-    expected = make_ref(ref.key, jobs, ref.size_bytes)
+    expected = make_ref(ref.key, jobs, ref.size_bytes, ref.sha256)
     if ref != expected:
         wrong = next(
             name for name in ref.__struct_fields__ if getattr(ref, name) != getattr(expected, name)
@@ -203,6 +208,38 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
         if not previous < next_job.seq <= ref.last_seq:
             raise InvalidInput(f"{next_job.seq} is not after the chunk", field="next_job.seq")
     return final
+
+
+# --------------------------------------------------------------------------- set aside
+
+
+def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    key = _check_key(op.key, "key")
+    if not isinstance(op.reason, str) or not op.reason:
+        raise InvalidInput("say why the segment is set aside", field="reason")
+    ref = doc.segments.find(key)
+    if ref is None:
+        raise Conflict(f"no segment {key} is referenced (loaded or set aside already)")
+    doc.segments.set_aside(SetAsideRef(ref, op.reason[:1000], to_datetime(now)))
+    return Ok()
+
+
+def readmit(doc: Document, op: Readmit) -> Counted:
+    key = _check_key(op.key, "key")
+    segments = doc.segments
+    entry = segments.aside.get(key)
+    if entry is None:
+        raise InvalidInput(f"segment {key} is not set aside", field="key")
+    ref = entry.ref
+    for other in segments.streams.get(ref.stream, ()):
+        if other.first_seq <= ref.last_seq and ref.first_seq <= other.last_seq:
+            raise Conflict(
+                f"segment {key} (seqs {ref.first_seq}..{ref.last_seq}) overlaps segment "
+                f"{other.key} spilled since; readmit it once that one is loaded"
+            )
+    segments.readmit(key)
+    segments.insert(ref)
+    return Counted(ref.remaining)
 
 
 # --------------------------------------------------------------------------- cancel

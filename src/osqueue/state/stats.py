@@ -8,22 +8,25 @@ from datetime import datetime
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
 from osqueue.state.limits import held_count
-from osqueue.state.model import QueueTotals
+from osqueue.state.model import FLOW_FIELDS, QueueFlow, QueueTotals
 
 
 def stats_of(doc: Document, now: float) -> Stats:
     """Counts per queue and for the whole document, as of ``doc.version``.
 
     Jobs in segments count from their references (``depth`` includes them,
-    ``spilled`` counts them), so no segment object is read.  Every known queue is
-    listed (:attr:`Document.queue_totals`), with zeros when it holds no job."""
+    ``spilled`` counts them), so no segment object is read.  Jobs in segments
+    set aside are counted apart (``set_aside``), not in ``depth``.  Every known
+    queue is listed (:attr:`Document.queue_totals`), with zeros when it holds no job."""
     index, segments = doc.index, doc.segments
     # (a queue's done jobs wait only for their archive object: they keep no queue listed)
-    live = {q for q, status in index.counts if status != "done"}
-    names = sorted(live | segments.queues() | set(doc.queue_settings) | set(doc.queue_totals))
+    names = {q for q, status in index.counts if status != "done"}
+    names |= set(doc.queue_settings) | set(doc.queue_totals)
+    if segments:
+        names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
-    for q in names:
+    for q in sorted(names):
         totals = doc.queue_totals.get(q, no_totals)
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
@@ -41,6 +44,8 @@ def stats_of(doc: Document, now: float) -> Stats:
             completed_total=totals.completed,
             failed_total=totals.failed,
             dead_total=totals.dead,
+            set_aside=segments.set_aside_jobs(q) if segments.aside else 0,
+            set_aside_segments=len(segments.set_aside_of(q)) if segments.aside else 0,
         )
     owner = doc.broker
     return Stats(
@@ -89,3 +94,29 @@ def _oldest_age_s(doc: Document, queue: str, now: float) -> float | None:
         if ref is not None:
             created = ref.next_created_at
     return None if created is None else max(0.0, now - created.timestamp())
+
+
+class FlowCounts:
+    """The per-queue counts (``Document.flows``) one commit changes: the queues it
+    touches are copied on their first count, so a commit costs a dictionary
+    update per counted op and a merge of the queues it touched."""
+
+    __slots__ = ("_changed", "_stored")
+
+    def __init__(self, stored: dict[str, QueueFlow]) -> None:
+        self._stored = stored
+        self._changed: dict[str, dict[str, int]] = {}
+
+    def add(self, queue: str, name: str) -> None:
+        """Count one ``name`` (pushed, completed, failed, dead) of ``queue``."""
+        counts = self._changed.get(queue)
+        if counts is None:
+            stored = self._stored.get(queue) or QueueFlow()
+            counts = self._changed[queue] = {f: getattr(stored, f) for f in FLOW_FIELDS}
+        counts[name] += 1
+
+    def merged(self) -> dict[str, QueueFlow]:
+        """The stored counts with this commit's (the same dict when it counted none)."""
+        if not self._changed:
+            return self._stored
+        return {**self._stored, **{q: QueueFlow(**c) for q, c in self._changed.items()}}

@@ -55,18 +55,20 @@ from osqueue.state.ops import (
     Push,
     Pushed,
     PutSchedule,
+    Readmit,
     Release,
     Removed,
     RemoveSchedule,
     RestartHeartbeats,
     Result,
     RetryDead,
+    SetAside,
     SetQueue,
     Spill,
 )
 from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
 from osqueue.state.segments import Stream
-from osqueue.state.stats import depths
+from osqueue.state.stats import FlowCounts, depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -154,6 +156,8 @@ class _Tx:
         self.policy = policy
         self.version = doc.version + 1
         self.stats = msgspec.structs.asdict(doc.stats)
+        #: the per-queue counts this commit changes
+        self.flows = FlowCounts(doc.flows)
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
@@ -216,8 +220,11 @@ class _Tx:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
             totals(self.doc, job.queue).dead += 1
+            self.flows.add(job.queue, "dead")
             finishing.record(self, job, "dead", error=error)
-            return _replace(job, status="dead", claim=None, run_at=None, last_error=error)
+            return _replace(
+                job, status="dead", claim=None, run_at=None, last_error=error, done_at=self.now_dt
+            )
         delay = retry_after_s if retry_after_s is not None else backoff_s(job.attempts, self.policy)
         run_at = to_datetime(self.now + delay) if delay > 0 else None
         return _replace(job, status="queued", claim=None, run_at=run_at, last_error=error)
@@ -302,6 +309,7 @@ class _Tx:
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
         totals(doc, op.queue).pushed += 1
+        self.flows.add(job.queue, "pushed")
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
@@ -384,6 +392,7 @@ class _Tx:
         self.completed.append(done)
         self.stats["completed"] += 1
         totals(self.doc, job.queue).completed += 1
+        self.flows.add(job.queue, "completed")
         return _OK
 
     def fail(self, op: Fail) -> OpResult:
@@ -392,6 +401,7 @@ class _Tx:
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
         totals(self.doc, job.queue).failed += 1
+        self.flows.add(job.queue, "failed")
         self._put(self._requeue(job, error, retry_after))
         return _OK
 
@@ -438,7 +448,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(_replace(job, status="queued", attempts=0, run_at=None))
+            self._put(_replace(job, status="queued", attempts=0, run_at=None, done_at=None))
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:
@@ -495,6 +505,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     RestartHeartbeats: _Tx.restart_heartbeats,
     Spill: _Tx.spill,
     Load: _Tx.load,
+    SetAside: lambda tx, op: spill.set_aside(tx.doc, op, tx.now),
+    Readmit: lambda tx, op: spill.readmit(tx.doc, op),
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
@@ -544,6 +556,7 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
+    new.flows = tx.flows.merged()
     new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner

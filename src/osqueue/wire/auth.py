@@ -59,6 +59,7 @@ METHOD_ACCESS: Mapping[str, Access] = MappingProxyType(
         "Result": Access.WRITE,
         "Cancel": Access.ADMIN,
         "RetryDead": Access.ADMIN,
+        "ReadmitSegment": Access.ADMIN,
         "PurgeDead": Access.ADMIN,
         # Scheduling: listing shows the schedules' payloads (not for read-only tokens);
         # changing them, or a queue's settings (pause included), is administration.

@@ -172,6 +172,8 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.waiting = q.waiting
         entry.paused = q.paused
         entry.spilled = q.spilled
+        entry.set_aside = q.set_aside
+        entry.set_aside_segments = q.set_aside_segments
         entry.pushed_total = q.pushed_total
         entry.completed_total = q.completed_total
         entry.failed_total = q.failed_total
@@ -198,6 +200,8 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             waiting=q.waiting,
             paused=q.paused,
             spilled=q.spilled,
+            set_aside=q.set_aside,
+            set_aside_segments=q.set_aside_segments,
             pushed_total=q.pushed_total,
             completed_total=q.completed_total,
             failed_total=q.failed_total,
@@ -315,6 +319,7 @@ def settings_to_pb(
     max_claimed: int | None = None,
     max_claimed_per_group: int | None = None,
     paused: bool | None = None,
+    result_ttl_s: float | None = None,
 ) -> pb.QueueSettings:
     """A settings message: the fields given are set, the others left unset."""
     msg = pb.QueueSettings(queue=queue)
@@ -328,6 +333,8 @@ def settings_to_pb(
         msg.max_claimed_per_group = max_claimed_per_group
     if paused is not None:
         msg.paused = paused
+    if result_ttl_s is not None:
+        msg.result_ttl_s = result_ttl_s
     return msg
 
 
@@ -341,6 +348,7 @@ def settings_args_from_pb(msg: pb.QueueSettings) -> dict[str, Any]:
             msg.max_claimed_per_group if msg.HasField("max_claimed_per_group") else None
         ),
         "paused": msg.paused if msg.HasField("paused") else None,
+        "result_ttl_s": msg.result_ttl_s if msg.HasField("result_ttl_s") else None,
     }
 
 
@@ -352,6 +360,7 @@ def queue_settings_to_pb(settings: QueueSettings) -> pb.QueueSettings:
         max_claimed=settings.max_claimed,
         max_claimed_per_group=settings.max_claimed_per_group,
         paused=settings.paused,
+        result_ttl_s=settings.result_ttl_s,
     )
 
 

@@ -46,6 +46,7 @@ from osqueue.client.remote.requests import (
     result_request,
 )
 from osqueue.client.remote.scheduling import SchedulingRpcs
+from osqueue.client.remote.segment_admin import SegmentRpcs
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import OsqueueError, ShuttingDown
 from osqueue.state import validate
@@ -57,7 +58,7 @@ from osqueue.wire.convert import job_from_pb, job_result_from_pb, stats_from_pb
 R = TypeVar("R")
 
 
-class RemoteClient(SchedulingRpcs, DeadLetterRpcs):
+class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
     """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker
     (and :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings).
 

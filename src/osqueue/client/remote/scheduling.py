@@ -120,6 +120,7 @@ class SchedulingRpcs:
         max_claimed: int | None = None,
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
+        result_ttl_s: float | None = None,
         remove: bool = False,
     ) -> QueueSettings:
         fields = {
@@ -128,6 +129,7 @@ class SchedulingRpcs:
             "max_claimed": max_claimed,
             "max_claimed_per_group": max_claimed_per_group,
             "paused": paused,
+            "result_ttl_s": result_ttl_s,
         }
         check_settings(queue, **fields)  # type: ignore[arg-type]
         request = pb.SetQueueRequest(

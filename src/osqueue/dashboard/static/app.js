@@ -49,42 +49,68 @@
 
   // ------------------------------------------------------------------ charts
 
-  // Draw lines {name: [values]} over times (epoch seconds) into an <svg viewBox="0 0 600 220">.
-  function drawChart(svg, times, lines) {
+  // The colour of the i-th series: the palette, then hues a golden angle apart
+  // (16 queues get 16 colours a reader can tell apart in the legend).
+  function color(i) {
+    return i < COLORS.length ? COLORS[i] : "hsl(" + Math.round((i * 137.508) % 360) + ", 62%, 42%)";
+  }
+
+  // A tick label: as many decimals as the step needs (ticks are 1, 2, 5 x 10^n).
+  function tickText(v, step) {
+    const digits = step > 0 && step < 1 ? Math.min(6, Math.ceil(-Math.log10(step) - 1e-9)) : 0;
+    return v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  }
+
+  // The legend beside a chart: one entry per series, in HTML so it wraps (every
+  // series listed, however many).
+  function drawLegend(list, names) {
+    if (!list || list.dataset.names === names.join("\u0000")) return;  // unchanged: keep it
+    list.dataset.names = names.join("\u0000");
+    while (list.firstChild) list.removeChild(list.firstChild);
+    names.forEach(function (name, i) {
+      const item = document.createElement("li");
+      item.dataset.series = name;
+      const swatch = el("svg", { width: 10, height: 10, "aria-hidden": "true" });
+      swatch.appendChild(el("rect", { width: 10, height: 10, fill: color(i) }));
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(" " + name));
+      list.appendChild(item);
+    });
+  }
+
+  // Draw lines {name: [values]} over times (epoch seconds) into an <svg viewBox="0 0 600 200">,
+  // on the y ticks given (round steps from 0; the last is the top of the axis).
+  function drawChart(svg, times, lines, ticks) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
-    const W = 600, H = 220, left = 52, right = 10, top = 10, bottom = 40;
+    const W = 600, H = 200, left = 52, right = 10, top = 10, bottom = 24;
     const names = Object.keys(lines);
+    drawLegend(document.getElementById(svg.id + "-legend"), names);
     if (times.length < 2 || names.length === 0) {
       svg.appendChild(el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" },
         "collecting samples…"));
       return;
     }
-    let max = 0;
-    names.forEach(function (n) { lines[n].forEach(function (v) { if (v !== null && v > max) max = v; }); });
-    max = max > 0 ? max * 1.1 : 1;
+    const max = ticks[ticks.length - 1] || 1;
+    const step = ticks.length > 1 ? ticks[1] - ticks[0] : 1;
     const t0 = times[0], t1 = times[times.length - 1], span = Math.max(t1 - t0, 1);
     const x = function (t) { return left + (W - left - right) * (t - t0) / span; };
     const y = function (v) { return top + (H - top - bottom) * (1 - v / max); };
-    for (let i = 0; i <= 4; i++) {
-      const v = max * i / 4, yy = y(v);
+    ticks.forEach(function (v) {
+      const yy = y(v);
       svg.appendChild(el("line", { x1: left, x2: W - right, y1: yy, y2: yy, class: "axis" }));
-      svg.appendChild(el("text", { x: left - 6, y: yy + 4, "text-anchor": "end" }, num(Math.round(v * 10) / 10)));
-    }
+      svg.appendChild(el("text", { x: left - 6, y: yy + 4, "text-anchor": "end", class: "tick" }, tickText(v, step)));
+    });
     const clock = function (t) { return utc(t).slice(11, span < 600 ? 19 : 16); };
     svg.appendChild(el("text", { x: left, y: H - bottom + 16 }, clock(t0)));
     svg.appendChild(el("text", { x: W - right, y: H - bottom + 16, "text-anchor": "end" }, clock(t1) + " UTC"));
     names.forEach(function (name, i) {
-      const color = COLORS[i % COLORS.length];
       let d = "", pen = false;
       lines[name].forEach(function (v, j) {
         if (v === null) { pen = false; return; }
         d += (pen ? " L" : " M") + x(times[j]).toFixed(1) + " " + y(v).toFixed(1);
         pen = true;
       });
-      svg.appendChild(el("path", { d: d.trim(), class: "line", stroke: color, "data-series": name }));
-      const lx = left + i * 110;
-      svg.appendChild(el("rect", { x: lx, y: H - 14, width: 10, height: 10, fill: color }));
-      svg.appendChild(el("text", { x: lx + 14, y: H - 5 }, name));
+      svg.appendChild(el("path", { d: d.trim(), class: "line", stroke: color(i), "data-series": name }));
     });
   }
 
@@ -120,12 +146,17 @@
         const link = cell.querySelector("a");
         setText(link || cell, text);
       });
+      const rates = (data.rates || {})[row.dataset.queue];
+      row.querySelectorAll("[data-rate]").forEach(function (cell) {
+        const v = rates ? rates[cell.dataset.rate] : undefined;
+        setText(cell, v === undefined ? "-" : v.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }));
+      });
     });
     const series = data.series;
-    drawChart(document.getElementById("chart-depth"), series.times, series.depth);
+    drawChart(document.getElementById("chart-depth"), series.times, series.depth, series.ticks.depth);
     drawChart(document.getElementById("chart-rate"), series.times, {
       pushed: series.rates.pushed, completed: series.rates.completed, failed: series.rates.failed,
-    });
+    }, series.ticks.rates);
   }
 
   function poll(section) {

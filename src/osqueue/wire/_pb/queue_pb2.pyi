@@ -720,6 +720,8 @@ class QueueStats(_message.Message):
     WAITING_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
     SPILLED_FIELD_NUMBER: _builtins.int
+    SET_ASIDE_FIELD_NUMBER: _builtins.int
+    SET_ASIDE_SEGMENTS_FIELD_NUMBER: _builtins.int
     PUSHED_TOTAL_FIELD_NUMBER: _builtins.int
     COMPLETED_TOTAL_FIELD_NUMBER: _builtins.int
     FAILED_TOTAL_FIELD_NUMBER: _builtins.int
@@ -734,6 +736,11 @@ class QueueStats(_message.Message):
     paused: _builtins.bool
     spilled: _builtins.int
     """Queued jobs that sit in segment objects (deep backlogs), out of depth."""
+    set_aside: _builtins.int
+    """Jobs in segments set aside (object missing or failing its check): not in
+    depth, not claimable until readmitted; and how many segments hold them.
+    """
+    set_aside_segments: _builtins.int
     pushed_total: _builtins.int
     """Jobs pushed, completed, failed (attempts) and dead over the queue's life."""
     completed_total: _builtins.int
@@ -750,6 +757,8 @@ class QueueStats(_message.Message):
         waiting: _builtins.int = ...,
         paused: _builtins.bool = ...,
         spilled: _builtins.int = ...,
+        set_aside: _builtins.int = ...,
+        set_aside_segments: _builtins.int = ...,
         pushed_total: _builtins.int = ...,
         completed_total: _builtins.int = ...,
         failed_total: _builtins.int = ...,
@@ -757,7 +766,7 @@ class QueueStats(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "completed_total", b"completed_total", "dead", b"dead", "dead_total", b"dead_total", "delayed", b"delayed", "depth", b"depth", "failed_total", b"failed_total", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "pushed_total", b"pushed_total", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "completed_total", b"completed_total", "dead", b"dead", "dead_total", b"dead_total", "delayed", b"delayed", "depth", b"depth", "failed_total", b"failed_total", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "pushed_total", b"pushed_total", "set_aside", b"set_aside", "set_aside_segments", b"set_aside_segments", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015
@@ -883,6 +892,26 @@ class DeadRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeadRequest: _TypeAlias = DeadRequest  # noqa: Y015
+
+@_typing.final
+class ReadmitSegmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """The segment object's key (segments/...), as status lists it."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadmitSegmentRequest: _TypeAlias = ReadmitSegmentRequest  # noqa: Y015
 
 @_typing.final
 class CountResponse(_message.Message):
@@ -1123,12 +1152,17 @@ class QueueSettings(_message.Message):
     BURST_FIELD_NUMBER: _builtins.int
     MAX_CLAIMED_FIELD_NUMBER: _builtins.int
     MAX_CLAIMED_PER_GROUP_FIELD_NUMBER: _builtins.int
+    RESULT_TTL_S_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     paused: _builtins.bool
     rate_per_s: _builtins.float
     burst: _builtins.int
     max_claimed: _builtins.int
     max_claimed_per_group: _builtins.int
+    result_ttl_s: _builtins.float
+    """How long the queue's finished jobs keep their answers unless their push
+    says (seconds; in a SetQueueRequest 0 removes the setting).
+    """
     def __init__(
         self,
         *,
@@ -1138,10 +1172,11 @@ class QueueSettings(_message.Message):
         burst: _builtins.int | None = ...,
         max_claimed: _builtins.int | None = ...,
         max_claimed_per_group: _builtins.int | None = ...,
+        result_ttl_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "_result_ttl_s", b"_result_ttl_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "rate_per_s", b"rate_per_s", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "queue", b"queue", "rate_per_s", b"rate_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_burst", b"_burst", "_max_claimed", b"_max_claimed", "_max_claimed_per_group", b"_max_claimed_per_group", "_paused", b"_paused", "_rate_per_s", b"_rate_per_s", "_result_ttl_s", b"_result_ttl_s", "burst", b"burst", "max_claimed", b"max_claimed", "max_claimed_per_group", b"max_claimed_per_group", "paused", b"paused", "queue", b"queue", "rate_per_s", b"rate_per_s", "result_ttl_s", b"result_ttl_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__burst: _TypeAlias = _typing.Literal["burst"]  # noqa: Y015
     _WhichOneofArgType__burst: _TypeAlias = _typing.Literal["_burst", b"_burst"]  # noqa: Y015
@@ -1153,6 +1188,8 @@ class QueueSettings(_message.Message):
     _WhichOneofArgType__paused: _TypeAlias = _typing.Literal["_paused", b"_paused"]  # noqa: Y015
     _WhichOneofReturnType__rate_per_s: _TypeAlias = _typing.Literal["rate_per_s"]  # noqa: Y015
     _WhichOneofArgType__rate_per_s: _TypeAlias = _typing.Literal["_rate_per_s", b"_rate_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__result_ttl_s: _TypeAlias = _typing.Literal["result_ttl_s"]  # noqa: Y015
+    _WhichOneofArgType__result_ttl_s: _TypeAlias = _typing.Literal["_result_ttl_s", b"_result_ttl_s"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__burst) -> _WhichOneofReturnType__burst | None: ...
     @_typing.overload
@@ -1163,6 +1200,8 @@ class QueueSettings(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__paused) -> _WhichOneofReturnType__paused | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_per_s) -> _WhichOneofReturnType__rate_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__result_ttl_s) -> _WhichOneofReturnType__result_ttl_s | None: ...
 
 Global___QueueSettings: _TypeAlias = QueueSettings  # noqa: Y015
 

@@ -114,6 +114,11 @@ class QueueStub:
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.SerializeToString,
                 response_deserializer=osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.FromString,
                 _registered_method=True)
+        self.ReadmitSegment = channel.unary_unary(
+                '/osqueue.v1.Queue/ReadmitSegment',
+                request_serializer=osqueue_dot_v1_dot_queue__pb2.ReadmitSegmentRequest.SerializeToString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -236,6 +241,15 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadmitSegment(self, request, context):
+        """Put a segment set aside (its object was missing or failed its check) back
+        in its stream once the object is restored: the broker checks the object
+        against the recorded size and SHA-256 first.  count: the jobs readmitted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -318,6 +332,11 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.SetQueue,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.FromString,
                     response_serializer=osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.SerializeToString,
+            ),
+            'ReadmitSegment': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadmitSegment,
+                    request_deserializer=osqueue_dot_v1_dot_queue__pb2.ReadmitSegmentRequest.FromString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -752,6 +771,33 @@ class Queue:
             '/osqueue.v1.Queue/SetQueue',
             osqueue_dot_v1_dot_queue__pb2.SetQueueRequest.SerializeToString,
             osqueue_dot_v1_dot_queue__pb2.SetQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadmitSegment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/osqueue.v1.Queue/ReadmitSegment',
+            osqueue_dot_v1_dot_queue__pb2.ReadmitSegmentRequest.SerializeToString,
+            osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
             options,
             channel_credentials,
             insecure,

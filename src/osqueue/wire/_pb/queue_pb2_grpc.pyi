@@ -84,6 +84,11 @@ class QueueStub:
     """Every periodic job, by name."""
     SetQueue: _grpc.UnaryUnaryMultiCallable[_queue_pb2.SetQueueRequest, _queue_pb2.SetQueueResponse]
     """Change a queue's settings (pause, rate, caps on claimed jobs)."""
+    ReadmitSegment: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ReadmitSegmentRequest, _queue_pb2.CountResponse]
+    """Put a segment set aside (its object was missing or failed its check) back
+    in its stream once the object is restored: the broker checks the object
+    against the recorded size and SHA-256 first.  count: the jobs readmitted.
+    """
 
 @_typing.type_check_only
 class QueueAsyncStub(QueueStub):
@@ -128,6 +133,11 @@ class QueueAsyncStub(QueueStub):
     """Every periodic job, by name."""
     SetQueue: _aio.UnaryUnaryMultiCallable[_queue_pb2.SetQueueRequest, _queue_pb2.SetQueueResponse]  # type: ignore[assignment]
     """Change a queue's settings (pause, rate, caps on claimed jobs)."""
+    ReadmitSegment: _aio.UnaryUnaryMultiCallable[_queue_pb2.ReadmitSegmentRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
+    """Put a segment set aside (its object was missing or failed its check) back
+    in its stream once the object is restored: the broker checks the object
+    against the recorded size and SHA-256 first.  count: the jobs readmitted.
+    """
 
 class QueueServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -265,5 +275,16 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.SetQueueResponse, _abc.Awaitable[_queue_pb2.SetQueueResponse]]:
         """Change a queue's settings (pause, rate, caps on claimed jobs)."""
+
+    @_abc_1.abstractmethod
+    def ReadmitSegment(
+        self,
+        request: _queue_pb2.ReadmitSegmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
+        """Put a segment set aside (its object was missing or failed its check) back
+        in its stream once the object is restored: the broker checks the object
+        against the recorded size and SHA-256 first.  count: the jobs readmitted.
+        """
 
 def add_QueueServicer_to_server(servicer: QueueServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
