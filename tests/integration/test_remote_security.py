@@ -29,7 +29,13 @@ from osqueue.api import Job
 from osqueue.broker import Broker
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.client.remote.trust import Trust
-from osqueue.errors import BrokerUnavailable, PermissionDenied, Unauthenticated, UntrustedBroker
+from osqueue.errors import (
+    BrokerUnavailable,
+    InvalidInput,
+    PermissionDenied,
+    Unauthenticated,
+    UntrustedBroker,
+)
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import RunningServer, ServerConfig, serve
 from osqueue.server.service import QueueService
@@ -424,10 +430,12 @@ async def test_the_admin_token_may_call_every_rpc(memory_url: str) -> None:
         assert [s.name for s in await q.schedules()] == ["beat"]  # ListSchedules
         assert await q.unschedule("beat")  # Unschedule
         assert (await q.set_queue("a", paused=True)).paused  # SetQueue
+        with pytest.raises(InvalidInput, match="not set aside"):  # ReadmitSegment: let in
+            await q.readmit_segment("segments/a/nothing-set-aside")
         called = {
             "Push", "Claim", "Heartbeat", "Fail", "Stats", "RetryDead", "PurgeDead",
             "ClaimStream", "Release", "Complete", "Cancel", "Result",
-            "Schedule", "ListSchedules", "Unschedule", "SetQueue",
+            "Schedule", "ListSchedules", "Unschedule", "SetQueue", "ReadmitSegment",
         }  # fmt: skip
         assert called == set(pb.DESCRIPTOR.services_by_name["Queue"].methods_by_name)
 

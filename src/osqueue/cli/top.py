@@ -100,11 +100,13 @@ def render(
 ) -> Group:
     status = snapshot.status(now)
     head = Text()
-    head.append(f"osqueue top  {printable(snapshot.url)}", style="bold")
+    head.append("osqueue top", style="bold")
+    head.append("  q quits", style="dim")
     head.append(
         f"  version {status['version']:,}  {time.strftime('%H:%M:%S', time.gmtime(now))} UTC"
     )
-    head.append("   q quits\n", style="dim")
+    # the URL last: a narrow terminal cuts it, not what the screen is about
+    head.append(f"  {printable(snapshot.url)}\n", style="bold")
     head.append_text(_broker_line(status, commit_rate, figures))
     if problem:
         head.append(f"\nlast read failed: {printable(problem)}", style="red")
