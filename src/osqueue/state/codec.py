@@ -168,7 +168,6 @@ def decode(data: bytes) -> Document:
         jobs=jobs,
         segments=_segments(wire),
         history=wire.history,
-        flows=wire.flows,
         queue_settings=_queue_settings(wire),
         schedules=_schedules(wire),
         finished=_finished(wire),

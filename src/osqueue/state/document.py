@@ -42,7 +42,6 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
-    QueueFlow,
     QueueTotals,
     StoredJob,
     StoredSettings,
@@ -78,7 +77,6 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
-        "flows",
         "format",
         "history",
         "index",
@@ -115,7 +113,6 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
-        flows: dict[str, QueueFlow] | None = None,
         queue_settings: dict[str, StoredSettings] | None = None,
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
@@ -133,7 +130,6 @@ class Document:
         self.next_seq = next_seq
         self.archived_through = archived_through
         self.stats = stats if stats is not None else Counters()
-        self.flows: dict[str, QueueFlow] = flows if flows is not None else {}
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
@@ -182,7 +178,6 @@ class Document:
             next_seq=self.next_seq,
             archived_through=self.archived_through,
             stats=self.stats,
-            flows=self.flows,
             recent=dict(self.recent),
             jobs=dict(self.jobs),
             index=self.index.copy(),
@@ -289,7 +284,6 @@ class Document:
                 archived_through=self.archived_through,
                 stats=self.stats,
                 queue_id=self.queue_id,
-                flows=self.flows,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
@@ -451,7 +445,6 @@ def same_value(a: Document, b: Document) -> bool:
         and a.archived_through == b.archived_through
         and a.queue_id == b.queue_id
         and a.stats == b.stats
-        and a.flows == b.flows
         and a.history == b.history
         and a.recent == b.recent
         and a.segments == b.segments

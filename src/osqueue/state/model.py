@@ -175,20 +175,6 @@ class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     workers: tuple[WorkerSeen, ...] = ()
 
 
-class QueueFlow(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """One queue's lifetime counts, stored as ``[pushed, completed, failed, dead]``
-    (what per-queue rates are read from: the dashboard, ``/metrics``)."""
-
-    pushed: int = 0
-    completed: int = 0
-    failed: int = 0
-    dead: int = 0
-
-
-#: :class:`QueueFlow`'s fields, in their stored order
-FLOW_FIELDS = ("pushed", "completed", "failed", "dead")
-
-
 class Counters(msgspec.Struct, frozen=True):
     pushed: int = 0
     completed: int = 0
@@ -354,8 +340,6 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
     queue_settings: dict[str, StoredSettings] = {}
-    #: queue -> its lifetime counts (any format; older releases ignore it)
-    flows: dict[str, QueueFlow] = {}
     #: broker time of the last push that named parents (any format; a release
     #: that does not know it ignores it)
     dependencies_at: datetime | None = None
@@ -387,8 +371,6 @@ class WireDocument(msgspec.Struct, frozen=True):
     queues: dict[str, QueueSection] = {}
     #: format 4: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
-    #: queue -> its lifetime counts (any format; older releases ignore it)
-    flows: dict[str, QueueFlow] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     dependencies_at: datetime | None = None

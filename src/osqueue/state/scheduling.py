@@ -32,7 +32,6 @@ from osqueue.state.ops import (
     Scheduled,
     SetQueue,
 )
-from osqueue.state.stats import FlowCounts
 
 MAX_GROUP_CHARS = 128
 
@@ -48,8 +47,6 @@ class Tx(Protocol):
     ended: list[tuple[str, FinishedStatus]]
 
     def push(self, op: Push) -> OpResult: ...
-
-    flows: FlowCounts
 
 
 # --------------------------------------------------------------------------- queue settings
@@ -202,7 +199,6 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     if placed is None:
         tx.stats["pushed"] += 1
         totals(doc, job.queue).pushed += 1
-        tx.flows.add(job.queue, "pushed")
         tx.stats["cancelled"] += 1
         finishing.record(tx, job, "cancelled")
         if job.dedupe:

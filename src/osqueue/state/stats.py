@@ -8,7 +8,7 @@ from datetime import datetime
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
 from osqueue.state.limits import held_count
-from osqueue.state.model import FLOW_FIELDS, QueueFlow, QueueTotals
+from osqueue.state.model import QueueTotals
 
 
 def stats_of(doc: Document, now: float) -> Stats:
@@ -94,29 +94,3 @@ def _oldest_age_s(doc: Document, queue: str, now: float) -> float | None:
         if ref is not None:
             created = ref.next_created_at
     return None if created is None else max(0.0, now - created.timestamp())
-
-
-class FlowCounts:
-    """The per-queue counts (``Document.flows``) one commit changes: the queues it
-    touches are copied on their first count, so a commit costs a dictionary
-    update per counted op and a merge of the queues it touched."""
-
-    __slots__ = ("_changed", "_stored")
-
-    def __init__(self, stored: dict[str, QueueFlow]) -> None:
-        self._stored = stored
-        self._changed: dict[str, dict[str, int]] = {}
-
-    def add(self, queue: str, name: str) -> None:
-        """Count one ``name`` (pushed, completed, failed, dead) of ``queue``."""
-        counts = self._changed.get(queue)
-        if counts is None:
-            stored = self._stored.get(queue) or QueueFlow()
-            counts = self._changed[queue] = {f: getattr(stored, f) for f in FLOW_FIELDS}
-        counts[name] += 1
-
-    def merged(self) -> dict[str, QueueFlow]:
-        """The stored counts with this commit's (the same dict when it counted none)."""
-        if not self._changed:
-            return self._stored
-        return {**self._stored, **{q: QueueFlow(**c) for q, c in self._changed.items()}}

@@ -68,7 +68,7 @@ from osqueue.state.ops import (
 )
 from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
 from osqueue.state.segments import Stream
-from osqueue.state.stats import FlowCounts, depths
+from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -156,8 +156,6 @@ class _Tx:
         self.policy = policy
         self.version = doc.version + 1
         self.stats = msgspec.structs.asdict(doc.stats)
-        #: the per-queue counts this commit changes
-        self.flows = FlowCounts(doc.flows)
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
@@ -220,7 +218,6 @@ class _Tx:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
             totals(self.doc, job.queue).dead += 1
-            self.flows.add(job.queue, "dead")
             finishing.record(self, job, "dead", error=error)
             return _replace(
                 job, status="dead", claim=None, run_at=None, last_error=error, done_at=self.now_dt
@@ -309,7 +306,6 @@ class _Tx:
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
         totals(doc, op.queue).pushed += 1
-        self.flows.add(job.queue, "pushed")
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
@@ -392,7 +388,6 @@ class _Tx:
         self.completed.append(done)
         self.stats["completed"] += 1
         totals(self.doc, job.queue).completed += 1
-        self.flows.add(job.queue, "completed")
         return _OK
 
     def fail(self, op: Fail) -> OpResult:
@@ -401,7 +396,6 @@ class _Tx:
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
         totals(self.doc, job.queue).failed += 1
-        self.flows.add(job.queue, "failed")
         self._put(self._requeue(job, error, retry_after))
         return _OK
 
@@ -556,7 +550,6 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
-    new.flows = tx.flows.merged()
     new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
