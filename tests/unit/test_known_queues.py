@@ -136,6 +136,9 @@ def test_removing_an_unknown_queue_or_with_a_setting_is_refused() -> None:
     _, (res,) = apply(doc, [SetQueue("q", paused=True, remove=True)], T0)
     assert isinstance(res, InvalidInput)
     assert res.field == "remove"
+    _, (res,) = apply(doc, [SetQueue("q", result_ttl_s=60.0, remove=True)], T0)
+    assert isinstance(res, InvalidInput)
+    assert res.field == "remove"
 
 
 def test_a_stored_known_queue_with_a_bad_name_is_refused() -> None:
