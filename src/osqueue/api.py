@@ -185,6 +185,12 @@ class QueueStats:
     set_aside: int = 0
     #: the segments set aside that hold them
     set_aside_segments: int = 0
+    #: jobs pushed, completed, failed (attempts) and dead (jobs that ran out of
+    #: attempts) over the queue's life, carried across failovers
+    pushed_total: int = 0
+    completed_total: int = 0
+    failed_total: int = 0
+    dead_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,9 +380,15 @@ class Scheduling(Protocol):
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
         result_ttl_s: float | None = None,
+        remove: bool = False,
     ) -> QueueSettings:
         """Change a queue's settings: ``None`` leaves one as it is, ``0`` removes a
         limit.  Enforced at claim time on the broker's clock; returns them all.
         ``result_ttl_s`` is how long the queue's finished jobs keep their answers
-        unless their push says (0: the broker's setting applies again)."""
+        unless their push says (0: the broker's setting applies again).
+
+        ``remove=True`` (with no setting) forgets the queue instead: a queue is
+        listed (stats, metrics, dashboard) from its first push or setting until
+        it is removed; refused (``InvalidInput``) while it holds live jobs or
+        schedules."""
         ...

@@ -20,11 +20,12 @@ from osqueue.dashboard.security import Access, Refused, Sessions, access_for
 from osqueue.errors import InvalidInput
 from osqueue.state import (
     BrokerInfo,
+    Cancel,
     Complete,
     Document,
     Push,
     PutSchedule,
-    QueueFlow,
+    QueueTotals,
     RetryDead,
     SetQueue,
     apply,
@@ -250,17 +251,15 @@ async def test_a_bad_worker_name_is_refused_before_the_broker_records_it() -> No
 
 def test_each_queue_counts_its_own_pushes_completions_failures_and_deaths() -> None:
     doc = build()  # a: 7 pushed, 2 claimed; b: 8 pushed, dead1 failed its only attempt
-    assert doc.flows["a"] == QueueFlow(pushed=7)
-    assert doc.flows["b"] == QueueFlow(pushed=8, failed=1, dead=1)
+    assert doc.queue_totals["a"] == QueueTotals(pushed=7)
+    assert doc.queue_totals["b"] == QueueTotals(pushed=8, failed=1, dead=1)
     (held,) = [j for j in doc.jobs.values() if j.status == "claimed"][:1]
     assert held.claim is not None
     done, _ = apply(doc, [Complete(held.id, held.claim.token)], T0 + 5)
-    assert done.flows["a"] == QueueFlow(pushed=7, completed=1)
-    assert done.flows["b"] is doc.flows["b"]  # untouched queues are not copied
-    assert decode(encode(done)).flows == done.flows  # stored, and read back
-    idle, _ = apply(done, [], T0 + 6)
-    assert idle.flows is done.flows  # a commit that counts nothing rebuilds nothing
-    assert sum(f.pushed for f in done.flows.values()) == done.stats.pushed
+    assert done.queue_totals["a"] == QueueTotals(pushed=7, completed=1)
+    assert doc.queue_totals["a"] == QueueTotals(pushed=7)  # the old version keeps its own
+    assert decode(encode(done)).queue_totals == done.queue_totals  # stored, and read back
+    assert sum(t.pushed for t in done.queue_totals.values()) == done.stats.pushed
 
 
 def test_queue_rates_are_per_second_over_the_last_minute_read() -> None:
@@ -276,12 +275,15 @@ def test_queue_rates_are_per_second_over_the_last_minute_read() -> None:
         "b": {"pushed": 0.0, "completed": 0.0},
         "c": {"pushed": 0.1, "completed": 0.0},  # not in the first read: it had counted 0
     }
-    # a document from before per-queue counts: a queue it did not count has no rate
-    old = QueueRates(window_s=60.0)
-    doc.flows = {}
-    old.observe(snapshot(doc, T0 + 10))
-    old.observe(snapshot(newcomer, T0 + 20))
-    assert set(old.rates(T0 + 20)) == set()
+    # a queue removed and known again counts from zero: no rate below zero
+    again = QueueRates(window_s=60.0)
+    again.observe(snapshot(newcomer, T0 + 20))
+    (c1,) = [j for j in newcomer.jobs.values() if j.queue == "c"]
+    gone, _ = apply(newcomer, [Cancel(c1.id), SetQueue("c", remove=True)], T0 + 21)
+    assert "c" not in gone.queue_totals
+    back, _ = apply(gone, [Push(id="c2", payload=b"p", queue="c")], T0 + 22)
+    again.observe(snapshot(back, T0 + 30))
+    assert again.rates(T0 + 30)["c"] == {"pushed": 0.0, "completed": 0.0}
     rates.observe(snapshot(newcomer, T0 + 75))
     assert rates.rates(T0 + 75)["a"] == {"pushed": 0.0, "completed": 0.0}  # the burst aged out
     assert rates.rates(T0 + 75)["c"] == {"pushed": 0.0, "completed": 0.0}

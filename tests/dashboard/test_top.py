@@ -8,6 +8,7 @@ fixed sleep.
 
 from __future__ import annotations
 
+import io
 import re
 import shlex
 import shutil
@@ -20,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from dashboard_helpers import SRC, seed_stopped
+from rich.console import Console
 
-from osqueue.cli.top import RateMeter
+from osqueue.cli.top import RateMeter, render
 from osqueue.dashboard.snapshot import Snapshot
-from osqueue.state import Document, Push, apply
+from osqueue.state import Claimed, ClaimOp, Complete, Document, Push, SetQueue, apply
 
 DEADLINE_S = 45.0
 
@@ -105,7 +107,7 @@ def test_top_shows_the_queue_and_quits_on_q(tmp_path: Path, tmux: Tmux) -> None:
     assert row(screen, "queue") == header
     emails = row(screen, "emails")
     assert emails[1:5] == ["3", "3", "2", "0"]
-    assert emails[5:7] == ["0.0", "0.0"]  # two queues: each has its rates (per-queue counts)
+    assert emails[5:7] == ["0.0", "0.0"]  # per-queue rates, with two queues too
     assert re.fullmatch(r"\d+(\.\d)?[smh]", emails[7])
     assert row(screen, "reports")[1:5] == ["1", "0", "0", "1"]
     total = row(screen, "total")
@@ -136,10 +138,11 @@ def test_top_names_a_missing_queue_in_one_line(tmp_path: Path) -> None:
     assert "no queue at" in done.stderr
 
 
-def test_rate_meter_rates_are_counter_deltas_and_one_queue_gets_the_totals() -> None:
-    def snap(doc: Document, t: float) -> Snapshot:
-        return Snapshot("memory://t", doc, str(doc.version), t, 0.0, 0)
+def snap(doc: Document, t: float) -> Snapshot:
+    return Snapshot("memory://t", doc, str(doc.version), t, 0.0, 0)
 
+
+def test_rate_meter_rates_are_counter_deltas_per_queue_and_in_total() -> None:
     doc, _ = apply(
         Document.empty(), [Push(id=f"a{i}", payload=b"x", queue="only") for i in range(4)], 0
     )
@@ -155,3 +158,25 @@ def test_rate_meter_rates_are_counter_deltas_and_one_queue_gets_the_totals() -> 
         "only": {"pushed": 0.0, "completed": 0.0, "failed": 0.0, "dead": 0.0},
         "other": {"pushed": 1.0, "completed": 0.0, "failed": 0.0, "dead": 0.0},
     }
+
+
+def test_top_lists_a_drained_queue_with_its_rates_and_marks_a_paused_one() -> None:
+    doc, _ = apply(
+        Document.empty(),
+        [Push(id=f"e{i}", payload=b"x", queue="emails") for i in range(4)]
+        + [Push(id="r", payload=b"x", queue="reports"), SetQueue("reports", paused=True)],
+        0,
+    )
+    held, (claimed,) = apply(doc, [ClaimOp("w", ("emails",), 4)], 1)
+    assert isinstance(claimed, Claimed)
+    done, _ = apply(
+        held, [Complete(j.id, j.claim.token) for j in claimed.jobs if j.claim is not None], 2
+    )
+    meter = RateMeter()
+    meter.update(snap(doc, 100.0))
+    rates = meter.update(snap(done, 102.0))
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(render(snap(done, 102.0), rates, None, None, 102.0))
+    screen = console.export_text()
+    assert row(screen, "emails")[1:7] == ["0", "0", "0", "0", "0.0", "2.0"]
+    assert row(screen, "reports")[1:3] == ["paused", "1"]

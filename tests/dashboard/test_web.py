@@ -87,6 +87,10 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
         "waiting": 0,
         "paused": False,
         "set_aside": 0,
+        "pushed_total": 2,
+        "completed_total": 0,
+        "failed_total": 1,
+        "dead_total": 1,
     }
     assert data["status"]["completed"] == 3
     series = data["series"]
@@ -101,6 +105,21 @@ async def test_api_overview_feeds_the_charts(board: Dashboard, http: aiohttp.Cli
     assert next(w["worker"] for w in data["workers"]) == "worker-1"
     assert len(series["times"]) >= 2  # this minute's sample, then the live counters
     assert series["depth"]["emails"][-1] == 3
+
+
+async def test_a_drained_queue_stays_on_the_overview_with_its_counters(
+    http: aiohttp.ClientSession, seeded: Seeded
+) -> None:
+    async with http.get("/api/overview") as response:
+        data = await response.json()
+    done = data["status"]["queues"]["done"]  # its three jobs completed: none is left
+    assert (done["depth"], done["claimed"], done["dead"]) == (0, 0, 0)
+    assert (done["pushed_total"], done["completed_total"]) == (3, 3)
+    html = await page(http, "/")
+    row = re.search(r'<tr data-queue="done">(.*?)</tr>', html, re.S)
+    assert row is not None
+    cells = dict(re.findall(r'data-field="(\w+)">(?:<a[^>]*>)?([^<]*)<', row[1]))
+    assert (cells["depth"], cells["claimed"], cells["dead"]) == ("0", "0", "0")
 
 
 async def test_jobs_pages_filters_and_job_detail(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
 from test_cli import _restore_logging, assert_one_error_line, invoke, qdir, read_doc, url_of
 
+from osqueue import Broker, BrokerConfig, NewJob
 from osqueue.cli.queue import parse_rate
 from osqueue.cli.schedule import parse_every
 from osqueue.errors import InvalidInput
@@ -139,3 +142,50 @@ def test_bad_durations_and_rates_name_their_option() -> None:
     with pytest.raises(InvalidInput) as err:
         parse_rate("50/week")
     assert err.value.field == "rate"
+
+
+def _drained(qdir: Path) -> None:
+    """Two jobs through "emails" (none left), one still queued on "held"."""
+
+    async def build() -> None:
+        async with Broker(url_of(qdir), BrokerConfig(address="127.0.0.1:1")) as broker:
+            q = broker.client()
+            await q.push_many([NewJob(b"e", queue="emails") for _ in range(2)])
+            for job in await q.claim("w", ["emails"], max_jobs=2):
+                await q.complete(job)
+            await q.push(b"h", queue="held")
+
+    asyncio.run(build())
+
+
+def test_a_drained_queue_stays_listed_paused_shows_and_remove_forgets_it(qdir: Path) -> None:
+    _drained(qdir)
+    url = url_of(qdir)
+    status = json.loads(invoke("status", url, "--json").stdout)
+    emails = status["queues"]["emails"]
+    assert (emails["depth"], emails["claimed"], emails["dead"]) == (0, 0, 0)
+    assert (emails["pushed_total"], emails["completed_total"]) == (2, 2)
+    assert status["queues"]["held"]["depth"] == 1
+
+    paused = invoke("queue", url, "emails", "--pause", "--embedded")
+    assert paused.exit_code == 0, paused.stderr
+    table = invoke("status", url).stdout
+    assert re.search(r"^emails paused\W+0\W", table, re.MULTILINE), table
+    assert re.search(r"^held\W+1\W", table, re.MULTILINE), table
+    assert json.loads(invoke("status", url, "--json").stdout)["queues"]["emails"]["paused"]
+
+    refused = invoke("queue", url, "held", "--remove", "--embedded")
+    assert_one_error_line(
+        refused, 3, "queue 'held' still holds 1 live job: cancel or purge its jobs"
+    )
+    alone = invoke("queue", url, "emails", "--remove", "--pause", "--embedded")
+    assert_one_error_line(alone, 3, "give --remove alone")
+    unknown = invoke("queue", url, "nothere", "--remove", "--embedded")
+    assert_one_error_line(unknown, 3, "no queue 'nothere' is known")
+
+    removed = invoke("queue", url, "emails", "--remove", "--embedded")
+    assert removed.exit_code == 0, removed.stderr
+    assert removed.stdout.strip() == "emails: removed"
+    after = json.loads(invoke("status", url, "--json").stdout)
+    assert set(after["queues"]) == {"held"}
+    assert "emails" not in read_doc(qdir).queue_totals

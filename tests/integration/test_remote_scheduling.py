@@ -83,6 +83,22 @@ async def test_set_queue_round_trip_and_limits_hold_for_remote_workers(
     assert doc.queue_settings["q"].paused
 
 
+async def test_a_queue_is_removed_over_the_wire_once_it_holds_nothing(
+    remote: RemoteClient, queue_url: str
+) -> None:
+    await remote.push(b"x", queue="old")
+    with pytest.raises(InvalidInput, match="queue 'old' still holds 1 live job") as err:
+        await remote.set_queue("old", remove=True)
+    assert err.value.field == "queue"
+    (job,) = await remote.claim("w", ["old"])
+    await remote.complete(job)
+    stats = await remote.stats()
+    assert (stats.queues["old"].depth, stats.queues["old"].completed_total) == (0, 1)
+    assert await remote.set_queue("old", remove=True) == QueueSettings("old")
+    assert "old" not in (await remote.stats()).queues
+    assert "old" not in (await read_document(queue_url)).queue_totals
+
+
 async def test_groups_and_parents_over_the_wire(remote: RemoteClient) -> None:
     await remote.set_queue("q", max_claimed_per_group=1)
     first = await remote.push(b"1", queue="q", group="tenant-7")

@@ -81,12 +81,15 @@ def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
     was = [*before.jobs.values(), *chain.spilled_in(before).values()]
     left = [j for j in was if j.status != "done" and not chain.holds(after, j.id)]
     became: dict[str, int] = defaultdict(int)  # (a job back after it left is NOT_REVIVED's)
+    done_in: dict[str, int] = defaultdict(int)  # queue -> its jobs that became done
     for job in after.jobs.values():
         old = before.jobs.get(job.id)
         if old is None and chain.first_seen.get(job.id) != after.version:
             continue
         if old is None or old.status != job.status:
             became[job.status] += 1
+            if job.status == "done":
+                done_in[job.queue] += 1
     a, b = before.stats, after.stats
     pushed, completed = b.pushed - a.pushed, b.completed - a.completed
     dead, cancelled = b.dead - a.dead, b.cancelled - a.cancelled
@@ -101,6 +104,35 @@ def _counter_step(chain: Chain, before: Document, after: Document) -> list[str]:
         )
     if not became["dead"] <= dead <= became["dead"] + len(left):
         problems.append(f"dead +{dead} but {became['dead']} jobs became dead")
+    problems.extend(_queue_counter_step(before, after, done_in))
+    return problems
+
+
+_QUEUE_COUNTERS = ("pushed", "completed", "failed", "dead")
+
+
+def _queue_counter_step(before: Document, after: Document, done_in: dict[str, int]) -> list[str]:
+    """Each step adds to the known queues' counters what it adds to the totals (the
+    simulated run removes no queue), and a queue's completions are its jobs that
+    became done."""
+    a, b = before.stats, after.stats
+    totals = tuple(getattr(b, n) - getattr(a, n) for n in _QUEUE_COUNTERS)
+    per_queue = tuple(
+        sum(getattr(t, n) for t in after.queue_totals.values())
+        - sum(getattr(t, n) for t in before.queue_totals.values())
+        for n in _QUEUE_COUNTERS
+    )
+    problems = []
+    if per_queue != totals:
+        problems.append(
+            f"the queues' counters moved by {per_queue}, the totals by {totals} "
+            "(pushed, completed, failed, dead)"
+        )
+    for q, t in after.queue_totals.items():
+        old_t = before.queue_totals.get(q)
+        moved = t.completed - (old_t.completed if old_t is not None else 0)
+        if moved != done_in.get(q, 0):
+            problems.append(f"queue {q!r}: completed +{moved} but {done_in.get(q, 0)} became done")
     return problems
 
 

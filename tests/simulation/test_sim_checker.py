@@ -51,12 +51,23 @@ from osqueue.state import (
     to_datetime,
     transition,
 )
+from osqueue.state.document import totals
 from osqueue.state.model import Claim, Counters, StoredJob
 
 T0 = 1_800_000_000.0
 #: segment thresholds of the stories that spill: j1 stays, the next three spill
 SPILLING = Policy(segment_jobs=3, head_jobs=1, load_jobs=2, spill_above_jobs=3)
 _replace = msgspec.structs.replace
+
+
+def _count(doc: Document, stats: Counters, queue: str) -> None:
+    """Forged counters, moved in ``queue``'s counters alike (as a commit moves both),
+    so that a forged version breaks only the rule its story is about."""
+    moved = totals(doc, queue)
+    for name in ("pushed", "completed", "failed", "dead"):
+        delta = getattr(stats, name) - getattr(doc.stats, name)
+        setattr(moved, name, max(0, getattr(moved, name) + delta))
+    doc.stats = stats
 
 
 class Story:
@@ -110,16 +121,16 @@ class Story:
                 doc.next_token = max(doc.next_token, job.claim.token + 1)
         doc.version += 1 + skip
         if stats is not None:
-            doc.stats = stats
+            _count(doc, stats, jobs[0].queue if jobs else "default")
         self._land(doc)
 
     def drop(self, job_id: str, stats: Counters | None = None) -> None:
         """A version without ``job_id``, nothing else changed (but ``stats`` if given)."""
         doc = self.doc.copy()
-        doc.drop_job(job_id)
+        dropped = doc.drop_job(job_id)
         doc.version += 1
         if stats is not None:
-            doc.stats = stats
+            _count(doc, stats, dropped.queue if dropped is not None else "default")
         self._land(doc)
 
     def spill(self) -> SegmentRef:
@@ -864,6 +875,28 @@ def test_counters_hold_with_cancels_and_a_cancel_that_did_not_count_is_caught() 
     assert s.rules() == set()
     s.back_to(len(s.landed) - 1)
     s.drop("j2")  # the cancel again, its counter not moved
+    assert s.rules() == {Rule.COUNTERS}
+
+
+@pytest.mark.parametrize("wrong", ["completed in another queue", "pushed alone"])
+def test_a_queue_counter_that_moves_apart_from_the_jobs_is_caught(wrong: str) -> None:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"), Push(id="j2", payload=b"y", queue="other"))
+    s.pushed("j1")
+    s.pushed("j2", acked=False)  # (it stays queued: no answer, so no loss)
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    forged = s.doc.copy()  # the completion's version, its queue counters rewritten
+    s.back_to(len(s.landed) - 1)
+    if wrong == "pushed alone":
+        totals(forged, "default").pushed += 1
+    else:
+        totals(forged, "default").completed -= 1
+        totals(forged, "other").completed += 1
+    s._land(forged)
+    s.archive_done()
     assert s.rules() == {Rule.COUNTERS}
 
 

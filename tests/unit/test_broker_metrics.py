@@ -11,6 +11,9 @@ from collections.abc import Callable
 import pytest
 from metrics_helpers import Samples, http_get, names, scrape, value
 from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 
 import osqueue
 from osqueue.broker.broker import State
@@ -354,3 +357,42 @@ def test_without_the_extra_metrics_listen_is_a_clear_error(
     assert "pip install 'osqueue[metrics]'" in str(caught.value)
     assert caught.value.extra == "metrics"
     osqueue.Broker(MemoryStorage(), config(metrics_listen=None))  # no endpoint: no need
+
+
+async def test_a_drained_queue_keeps_its_series_with_per_queue_counters_and_pause() -> None:
+    clock = ManualClock()
+    async with osqueue.Broker(MemoryStorage(), config(), clock=clock) as broker:
+        q = broker.client()
+        for i in range(3):
+            await q.push(b"mail %d" % i, queue="emails", max_attempts=1)
+        await q.push(b"x", queue="other")
+        first, second, third = await q.claim("w1", ["emails"], max_jobs=3)
+        await q.complete(first)
+        await q.complete(second)
+        await q.fail(third, error="boom")  # its only attempt: dead
+        await q.purge_dead()  # nothing of "emails" is left in the document
+        await q.set_queue("paused", paused=True)  # known by a setting alone
+        await q.schedule("nightly", queue="other", cron="0 3 * * *")
+        samples = await scrape(broker.metrics_address)
+        answer = await http_get(
+            broker.metrics_address, headers="Accept: application/openmetrics-text\r\n"
+        )
+
+    queues = {"emails", "other", "paused"}
+    assert queues == {
+        labels[0][1] for (name, labels), _ in samples.items() if name == "osqueue_queue_depth"
+    }
+    for gauge in QUEUE_GAUGES:
+        assert value(samples, f"osqueue_queue_{gauge}", queue="emails") == 0, gauge
+    counters = {"pushed": 3, "completed": 2, "failed": 1, "died": 1}
+    for name, n in counters.items():
+        assert value(samples, f"osqueue_queue_{name}_total", queue="emails") == n, name
+        assert value(samples, f"osqueue_queue_{name}_total", queue="paused") == 0, name
+    assert value(samples, "osqueue_queue_pushed_total", queue="other") == 1
+    paused = {queue: value(samples, "osqueue_queue_paused", queue=queue) for queue in queues}
+    assert paused == {"emails": 0, "other": 0, "paused": 1}
+    assert value(samples, "osqueue_schedules") == 1
+    # what Prometheus asks for first: valid OpenMetrics (no family named twice)
+    assert answer.headers["content-type"].startswith("application/openmetrics-text")
+    families = list(openmetrics_families(answer.body.decode()))
+    assert len({f.name for f in families}) == len(families)

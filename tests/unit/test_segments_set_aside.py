@@ -267,3 +267,17 @@ async def test_a_cancel_that_reads_a_tampered_segment_sets_it_aside(store: Stora
         await broker.segments.settled()
         assert ref.key in broker.document.segments.aside
         assert broker.document.segments.aside[ref.key].ref.remaining == len(inside)
+
+
+async def test_a_queue_whose_only_jobs_are_set_aside_is_not_removed(store: Storage) -> None:
+    async with Broker(store, config()) as broker:
+        ref = await eight_jobs(broker)
+        broker.segments.cache.evict(ref.key)
+        await store.delete(ref.key)
+        await drain(broker)  # every other job done: the set-aside ones are left
+        q = broker.client()
+        with pytest.raises(InvalidInput, match=f"still holds {ref.count} live job") as refused:
+            await q.set_queue("default", remove=True)
+        assert refused.value.field == "queue"
+        assert "default" in broker.document.queue_totals
+        assert ref.key in broker.document.segments.aside

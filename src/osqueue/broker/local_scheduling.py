@@ -91,10 +91,10 @@ class SchedulingCalls:
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
         result_ttl_s: float | None = None,
+        remove: bool = False,
     ) -> QueueSettings:
-        op = SetQueue(
-            queue, rate_per_s, burst, max_claimed, max_claimed_per_group, paused, result_ttl_s
-        )
+        limits = (rate_per_s, burst, max_claimed, max_claimed_per_group, paused, result_ttl_s)
+        op = SetQueue(queue, *limits, remove)
         result = _answer(await self.broker.add_op(op), QueueSet, "set_queue")
         assert isinstance(result, QueueSet)
         return settings_info(result.queue, result.settings)

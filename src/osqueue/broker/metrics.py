@@ -33,6 +33,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from osqueue.api import Stats
 from osqueue.broker.activity import STORAGE_CALLS, BrokerCounters, CommitRecords
 from osqueue.broker.archiver import Archiver
 from osqueue.broker.intake import Intake
@@ -306,3 +307,38 @@ class BrokerCollector:
         yield from gauges.values()
         yield oldest
         yield aside
+        yield from _queue_totals(stats)
+        yield GaugeMetricFamily(
+            "osqueue_schedules",
+            "Schedules (periodic jobs) in the document.",
+            value=len(doc.schedules),
+        )
+
+
+def _queue_totals(stats: Stats) -> Iterator[Metric]:
+    """Each known queue's counters (kept in the document, so they survive failovers)
+    and whether it is paused."""
+    families = {
+        "pushed": "Jobs pushed to the queue (carried across failovers).",
+        "completed": "Jobs of the queue completed (carried across failovers).",
+        "failed": "Failed attempts of the queue's jobs (carried across failovers).",
+        # not "dead": osqueue_queue_dead is the gauge of dead letters held, and one
+        # family name for two metrics is invalid OpenMetrics
+        "died": "Jobs of the queue that ran out of attempts (carried across failovers).",
+    }
+    counters = {
+        name: CounterMetricFamily(f"osqueue_queue_{name}", text, labels=["queue"])
+        for name, text in families.items()
+    }
+    paused = GaugeMetricFamily(
+        "osqueue_queue_paused",
+        "1 while the queue is paused (nothing of it is claimed).",
+        labels=["queue"],
+    )
+    for queue, q in stats.queues.items():
+        values = (q.pushed_total, q.completed_total, q.failed_total, q.dead_total)
+        for counter, value in zip(counters.values(), values, strict=True):
+            counter.add_metric([queue], value)
+        paused.add_metric([queue], 1.0 if q.paused else 0.0)
+    yield from counters.values()
+    yield paused

@@ -96,6 +96,14 @@ def queue(
             show_default=False,
         ),
     ] = None,
+    remove: Annotated[
+        bool,
+        typer.Option(
+            "--remove",
+            help="Forget the queue: status, top, the dashboard and the metrics stop "
+            "listing it (refused while it holds live jobs or schedules).",
+        ),
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="OSQUEUE_JSON", help="Print JSON.")
     ] = False,
@@ -105,6 +113,8 @@ def queue(
     embedded: Embedded = False,
 ) -> None:
     """Show or change a queue's settings, enforced at claim time by the broker.
+
+    A queue is listed from its first push or setting until --remove.
 
     Example: osqueue queue URL index --rate 50/s --max-claimed 10
     --max-claimed-per-group 1;  osqueue queue URL emails --pause.
@@ -117,6 +127,13 @@ def queue(
         "paused": paused,
         "result_ttl_s": result_ttl_s,
     }
+    if remove:
+        if any(v is not None for v in changes.values()):
+            raise InvalidInput("give --remove alone, without a setting", field="remove")
+        options = ClientOptions(url, token, token_file, tls_ca, embedded)
+        asyncio.run(_set(options, name, {"remove": True}))
+        typer.echo(json.dumps({"queue": name, "removed": True}) if as_json else f"{name}: removed")
+        return
     if all(v is None for v in changes.values()):
         doc = asyncio.run(read_document(url))
         settings = settings_info(name, doc.queue_settings.get(name))

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from osqueue.api import Stats
+from osqueue.api import QueueStats, Stats
 from osqueue.cli.console import printable, screen, shown, stdout
 from osqueue.cli.options import AsJson, Url
 from osqueue.cli.snapshot import read_document
@@ -99,6 +99,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
             "waiting": q.waiting,
             "paused": q.paused,
             "set_aside": q.set_aside,
+            **_totals(q),
         }
         for name, q in sorted(stats.queues.items())
     }
@@ -138,6 +139,24 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
     }
 
 
+def _totals(q: QueueStats) -> dict[str, int]:
+    """A queue's counters over its life (kept by the document per known queue)."""
+    return {
+        "pushed_total": q.pushed_total,
+        "completed_total": q.completed_total,
+        "failed_total": q.failed_total,
+        "dead_total": q.dead_total,
+    }
+
+
+def queue_cell(name: str, q: dict[str, Any]) -> Text:
+    """A queue's name as the tables show it, marked when the queue is paused."""
+    cell = shown(name)
+    if q.get("paused"):
+        cell.append(" paused", style="bold yellow")
+    return cell
+
+
 def render(snapshot: dict[str, Any]) -> Group:
     """The status as rich renderables: a header and a table per queue."""
     broker = snapshot["broker"]
@@ -174,7 +193,7 @@ def render(snapshot: dict[str, Any]) -> Group:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in snapshot["queues"].items():
         table.add_row(
-            shown(name),
+            queue_cell(name, q),
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['delayed']:,}",

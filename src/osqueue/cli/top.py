@@ -6,10 +6,9 @@ holding jobs with their heartbeat ages.  ``q`` quits (Ctrl-C too).
 
 Like ``osqueue status`` it reads the queue document from storage, so it needs
 no broker and never disturbs one.  Rates are counter deltas between two reads.
-The document counts pushes and completions per queue too
-(:func:`osqueue.dashboard.history.flows_of`), so every queue row has its rates
-(a document written before it counted per queue shows ``-`` on rows when
-there are several queues; the total row always has them).  The commit rate is
+The document counts pushes and completions per queue (its ``queue_totals``,
+read by :func:`osqueue.dashboard.history.flows_of`), so every queue has its
+own push/s and complete/s from the second read on.  The commit rate is
 document versions per second; ops per commit and the p99 commit time come
 from the summary the serving broker keeps in the document
 (:class:`~osqueue.dashboard.brokerlog.DocumentMetrics`).
@@ -34,7 +33,7 @@ from rich.text import Text
 
 from osqueue.cli.console import printable, screen, shown
 from osqueue.cli.options import Url
-from osqueue.cli.status import age_text, set_aside_text
+from osqueue.cli.status import age_text, queue_cell, set_aside_text
 from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
 from osqueue.dashboard.history import FLOWS, Flow, flows_of, rate
 from osqueue.dashboard.snapshot import Snapshot, SnapshotSource
@@ -70,7 +69,7 @@ class RateMeter:
     """Counter deltas between consecutive snapshots."""
 
     def __init__(self) -> None:
-        self._last: tuple[float, Flow, dict[str, Flow] | None] | None = None
+        self._last: tuple[float, Flow, dict[str, Flow]] | None = None
 
     def update(self, snapshot: Snapshot) -> Rates:
         total, per_queue = flows_of(snapshot)
@@ -81,13 +80,9 @@ class RateMeter:
         t0, total0, per_queue0 = last
         seconds = t - t0
         rates = Rates(total={n: rate(total0.get(n), total.get(n), seconds) for n in FLOWS})
-        if per_queue is not None and per_queue0 is not None:
-            for q, flow in per_queue.items():
-                before = per_queue0.get(q, Flow())
-                rates.per_queue[q] = {n: rate(before.get(n), flow.get(n), seconds) for n in FLOWS}
-        elif rates.total is not None and len(snapshot.doc.index.queues()) == 1:
-            (only,) = snapshot.doc.index.queues()
-            rates.per_queue[only] = rates.total  # one queue: its rates are the totals
+        for q, flow in per_queue.items():
+            before = per_queue0.get(q, Flow())
+            rates.per_queue[q] = {n: rate(before.get(n), flow.get(n), seconds) for n in FLOWS}
         return rates
 
 
@@ -161,7 +156,7 @@ def _queue_table(status: dict[str, Any], rates: Rates) -> Table:
     for name, q in status["queues"].items():
         per_queue = rates.per_queue.get(name)
         table.add_row(
-            shown(name),
+            queue_cell(name, q),
             f"{q['depth']:,}",
             f"{q['ready']:,}",
             f"{q['claimed']:,}",

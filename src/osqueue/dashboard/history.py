@@ -12,8 +12,9 @@ process itself (its charts start empty and cover only the time it has run).
 
 A provider implements :class:`History`; the web app and ``osqueue top`` use
 nothing else.  :func:`flows_of` is the one place that says which cumulative
-counters a snapshot carries (the totals, and each queue's); :class:`QueueRates`
-turns each queue's into its recent rates for the overview.
+counters a snapshot carries (the totals, and each known queue's: the
+document's ``queue_totals``); :class:`QueueRates` turns each queue's into its
+recent rates for the overview.
 """
 
 from __future__ import annotations
@@ -47,16 +48,15 @@ class Flow:
 
 
 def flows_of(snapshot: Snapshot) -> tuple[Flow, dict[str, Flow]]:
-    """The totals, and each queue's (the document's per-queue counts; a queue that
-    has counted nothing yet is absent)."""
+    """The totals, and each known queue's (the document's ``queue_totals``)."""
     doc = snapshot.doc
     stats = doc.stats
     total = Flow(
         pushed=stats.pushed, completed=stats.completed, failed=stats.failed, dead=stats.dead
     )
     per_queue = {
-        q: Flow(pushed=f.pushed, completed=f.completed, failed=f.failed, dead=f.dead)
-        for q, f in doc.flows.items()
+        q: Flow(pushed=t.pushed, completed=t.completed, failed=t.failed, dead=t.dead)
+        for q, t in doc.queue_totals.items()
     }
     return total, per_queue
 
@@ -65,42 +65,38 @@ class QueueRates:
     """Each queue's rates over the last ``window_s``, from the document's per-queue
     counters as this process read them: the first and the last read in the
     window, so a rate needs reads ``min_span_s`` apart.  A queue missing from
-    the first read had counted nothing then (counts only grow), unless that
-    document kept no per-queue counts at all (written before them, with jobs
-    counted): then such a queue has no rate until the window moves on."""
+    the first read was not known then: it had counted nothing."""
 
     def __init__(self, *, window_s: float = 60.0, min_span_s: float = 1.0) -> None:
         if window_s <= 0 or min_span_s < 0:
             raise ValueError("window_s must be positive and min_span_s not negative")
         self.window_s = window_s
         self.min_span_s = min_span_s
-        #: (read at, each queue's counts, a missing queue had counted nothing)
-        self._reads: deque[tuple[float, dict[str, Flow], bool]] = deque()
+        #: (read at, each queue's counts)
+        self._reads: deque[tuple[float, dict[str, Flow]]] = deque()
 
     def observe(self, snapshot: Snapshot) -> None:
-        total, per_queue = flows_of(snapshot)
+        _, per_queue = flows_of(snapshot)
         reads = self._reads
         t = snapshot.read_at
         if reads and t < reads[-1][0]:  # a clock that stepped back: start again
             reads.clear()
-        reads.append((t, per_queue, bool(per_queue) or total == Flow()))
+        reads.append((t, per_queue))
         while len(reads) > 2 and reads[1][0] <= t - self.window_s:
             reads.popleft()
 
     def rates(self, now: float) -> dict[str, dict[str, float]]:
-        """queue -> {"pushed": per second, "completed": per second} (only queues
-        with a rate; see the class docstring)."""
+        """queue -> {"pushed": per second, "completed": per second}, for each queue
+        known at the window's last read (empty until there are two reads)."""
         reads = [r for r in self._reads if r[0] >= now - self.window_s]
         if len(reads) < 2:
             return {}
-        (t0, first, complete), (t1, last, _) = reads[0], reads[-1]
+        (t0, first), (t1, last) = reads[0], reads[-1]
         if t1 - t0 < self.min_span_s:
             return {}
         out: dict[str, dict[str, float]] = {}
         for queue, flow in last.items():
-            before = first.get(queue, Flow() if complete else None)
-            if before is None:
-                continue
+            before = first.get(queue, Flow())
             out[queue] = {
                 name: round(rate(before.get(name), flow.get(name), t1 - t0), 3)
                 for name in ("pushed", "completed")

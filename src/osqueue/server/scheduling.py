@@ -66,5 +66,7 @@ class SchedulingRpcs:
         settings = request.settings
         self.check.queue(settings.queue, "queue")
         admin = await self._scheduling(context)
-        result = await admin.set_queue(settings.queue, **settings_args_from_pb(settings))
+        result = await admin.set_queue(
+            settings.queue, **settings_args_from_pb(settings), remove=request.remove
+        )
         return pb.SetQueueResponse(settings=queue_settings_to_pb(result))

@@ -21,6 +21,7 @@ from osqueue.state.model import (
     QUEUE_ID_RE,
     READABLE_FORMATS,
     BrokerInfo,
+    QueueTotals,
     SegmentRef,
     StoredJob,
     StoredSettings,
@@ -29,7 +30,7 @@ from osqueue.state.model import (
 from osqueue.state.schedules import Schedules
 from osqueue.state.segment_codec import SEGMENT_PREFIX
 from osqueue.state.segments import Segments
-from osqueue.state.validate import PRIORITY_MAX, PRIORITY_MIN
+from osqueue.state.validate import NAME_RE, PRIORITY_MAX, PRIORITY_MIN
 from osqueue.storage.keys import check_key
 
 _encoder = msgspec.json.Encoder()
@@ -55,8 +56,8 @@ def encode(doc: Document) -> bytes:
     holds schedules, queue settings, or jobs that wait or carry a group, else
     :data:`SEGMENTS_FORMAT` (3) with segment references, else
     :data:`PLAIN_FORMAT` (2).  The record of finished jobs and the header's
-    ``dependencies_at`` go in any of them (a release that does not know them
-    ignores them).  ``len(encode(doc)) == doc.size_bytes()``.
+    ``dependencies_at`` and ``queue_totals`` go in any of them (a release that
+    does not know them ignores them).  ``len(encode(doc)) == doc.size_bytes()``.
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
@@ -167,11 +168,11 @@ def decode(data: bytes) -> Document:
         jobs=jobs,
         segments=_segments(wire),
         history=wire.history,
-        flows=wire.flows,
         queue_settings=_queue_settings(wire),
         schedules=_schedules(wire),
         finished=_finished(wire),
         dependencies_at=wire.dependencies_at,
+        queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
 
@@ -273,6 +274,14 @@ def _queue_settings(wire: WireDocument) -> dict[str, StoredSettings]:
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.queue_settings{path}", message) from exc
+
+
+def _queue_totals(wire: WireDocument) -> dict[str, QueueTotals]:
+    """The known queues (their counters' types and signs are msgspec's to check)."""
+    for queue in wire.queue_totals:
+        if not NAME_RE.match(queue):
+            raise _fail(f"$.queue_totals[{queue!r}]", f"{queue!r} is not a queue name")
+    return dict(wire.queue_totals)
 
 
 def _schedules(wire: WireDocument) -> Schedules:

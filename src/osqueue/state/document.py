@@ -24,6 +24,7 @@ falls below what is written and is within a few dozen bytes of it.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,7 +42,7 @@ from osqueue.state.model import (
     BrokerInfo,
     Counters,
     Header,
-    QueueFlow,
+    QueueTotals,
     StoredJob,
     StoredSettings,
 )
@@ -76,7 +77,6 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
-        "flows",
         "format",
         "history",
         "index",
@@ -85,6 +85,7 @@ class Document:
         "next_token",
         "queue_id",
         "queue_settings",
+        "queue_totals",
         "recent",
         "schedules",
         "segments",
@@ -112,11 +113,11 @@ class Document:
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
         history: tuple[HistorySample, ...] = (),
-        flows: dict[str, QueueFlow] | None = None,
         queue_settings: dict[str, StoredSettings] | None = None,
         schedules: Schedules | None = None,
         finished: FinishedRecord | None = None,
         dependencies_at: datetime | None = None,
+        queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
     ) -> None:
         self.format = format
@@ -129,7 +130,6 @@ class Document:
         self.next_seq = next_seq
         self.archived_through = archived_through
         self.stats = stats if stats is not None else Counters()
-        self.flows: dict[str, QueueFlow] = flows if flows is not None else {}
         self.recent = recent if recent is not None else {}
         self.jobs = jobs if jobs is not None else {}
         self.index = index if index is not None else Index.build(self.jobs.values())
@@ -137,6 +137,8 @@ class Document:
         self.segments = segments if segments is not None else Segments()
         #: queue -> its settings (:mod:`osqueue.state.limits`); replaced, never edited
         self.queue_settings: dict[str, StoredSettings] = queue_settings or {}
+        #: the known queues and their counters (a queue stays listed until removed)
+        self.queue_totals: dict[str, QueueTotals] = queue_totals or {}
         #: the periodic jobs (:mod:`osqueue.state.schedules`)
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
@@ -176,7 +178,6 @@ class Document:
             next_seq=self.next_seq,
             archived_through=self.archived_through,
             stats=self.stats,
-            flows=self.flows,
             recent=dict(self.recent),
             jobs=dict(self.jobs),
             index=self.index.copy(),
@@ -191,6 +192,7 @@ class Document:
             schedules=self.schedules.copy(),
             finished=self.finished.copy(),
             dependencies_at=self.dependencies_at,
+            queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
         )
         new._head_len = self._head_len
@@ -282,10 +284,10 @@ class Document:
                 archived_through=self.archived_through,
                 stats=self.stats,
                 queue_id=self.queue_id,
-                flows=self.flows,
                 history=self.history,
                 queue_settings=self.queue_settings,
                 dependencies_at=self.dependencies_at,
+                queue_totals=self.queue_totals,
             )
         )
         self._head_len = len(head)
@@ -416,6 +418,22 @@ class Document:
         )
 
 
+def totals(doc: Document, queue: str) -> QueueTotals:
+    """``queue``'s counters in ``doc``; a queue not known yet becomes known (the
+    header's measured length is stale then).  A known queue costs one dict lookup."""
+    found = doc.queue_totals.get(queue)
+    if found is None:
+        found = doc.queue_totals[queue] = QueueTotals()
+        doc._head_len = None
+    return found
+
+
+def forget_queue(doc: Document, queue: str) -> None:
+    """``queue`` is known no more: its counters and settings leave the document."""
+    doc.queue_totals.pop(queue, None)
+    doc.set_queue_settings(queue, None)
+
+
 def same_value(a: Document, b: Document) -> bool:
     """Two documents hold the same value (what they encode to, caches aside)."""
     return (
@@ -427,11 +445,11 @@ def same_value(a: Document, b: Document) -> bool:
         and a.archived_through == b.archived_through
         and a.queue_id == b.queue_id
         and a.stats == b.stats
-        and a.flows == b.flows
         and a.history == b.history
         and a.recent == b.recent
         and a.segments == b.segments
         and a.queue_settings == b.queue_settings
+        and a.queue_totals == b.queue_totals
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished

@@ -175,20 +175,6 @@ class BrokerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     workers: tuple[WorkerSeen, ...] = ()
 
 
-class QueueFlow(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """One queue's lifetime counts, stored as ``[pushed, completed, failed, dead]``
-    (what per-queue rates are read from: the dashboard, ``/metrics``)."""
-
-    pushed: int = 0
-    completed: int = 0
-    failed: int = 0
-    dead: int = 0
-
-
-#: :class:`QueueFlow`'s fields, in their stored order
-FLOW_FIELDS = ("pushed", "completed", "failed", "dead")
-
-
 class Counters(msgspec.Struct, frozen=True):
     pushed: int = 0
     completed: int = 0
@@ -198,6 +184,21 @@ class Counters(msgspec.Struct, frozen=True):
     cancelled: int = 0
     #: records of finished jobs dropped before their TTL (the record's caps)
     finished_evicted: int = 0
+
+
+class QueueTotals(msgspec.Struct, array_like=True, gc=False):
+    """One queue's counters over its life (``[pushed, completed, failed, dead]`` in
+    the document).  A queue is *known* while it has an entry: the first push or
+    setting that names it adds one, and only ``set_queue(..., remove=True)``
+    drops it, so a queue with no jobs at the moment stays listed with zeros.
+
+    Mutable on purpose: a commit adds one to a field per op (the transition owns
+    its document; :meth:`~osqueue.state.document.Document.copy` copies these)."""
+
+    pushed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    completed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    failed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    dead: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -339,11 +340,11 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     history: tuple[HistorySample, ...] = ()
     #: format 4: queue -> its settings (pause, rate, caps)
     queue_settings: dict[str, StoredSettings] = {}
-    #: queue -> its lifetime counts (any format; older releases ignore it)
-    flows: dict[str, QueueFlow] = {}
     #: broker time of the last push that named parents (any format; a release
     #: that does not know it ignores it)
     dependencies_at: datetime | None = None
+    #: the known queues and their counters (:class:`QueueTotals`)
+    queue_totals: dict[str, QueueTotals] = {}
 
 
 class WireDocument(msgspec.Struct, frozen=True):
@@ -370,10 +371,10 @@ class WireDocument(msgspec.Struct, frozen=True):
     queues: dict[str, QueueSection] = {}
     #: format 4: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
-    #: queue -> its lifetime counts (any format; older releases ignore it)
-    flows: dict[str, QueueFlow] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     dependencies_at: datetime | None = None
     #: the record of finished jobs (any format; older releases ignore it)
     finished: list[FinishedJob] = []
+    #: the known queues and their counters
+    queue_totals: dict[str, QueueTotals] = {}

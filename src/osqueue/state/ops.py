@@ -217,7 +217,9 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
 
 
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
-    """Change a queue's settings (None: leave as it is; 0: remove the limit)."""
+    """Change a queue's settings (None: leave as it is; 0: remove the limit), or
+    with ``remove`` (and no setting) forget the queue: it is no longer listed.
+    Removing is refused while the queue holds live jobs or schedules."""
 
     queue: str
     rate_per_s: float | None = None
@@ -226,6 +228,7 @@ class SetQueue(msgspec.Struct, frozen=True, gc=False):
     max_claimed_per_group: int | None = None
     paused: bool | None = None
     result_ttl_s: float | None = None
+    remove: bool = False
 
 
 class PutSchedule(msgspec.Struct, frozen=True, gc=False):

@@ -17,10 +17,10 @@ import msgspec
 
 from osqueue.api import FinishedStatus
 from osqueue.errors import InvalidInput, QueueFull
-from osqueue.state import deps, limits, schedules
+from osqueue.state import deps, limits, schedules, validate
 from osqueue.state import results as finishing
-from osqueue.state.document import Document
-from osqueue.state.model import Schedule, StoredJob, to_datetime
+from osqueue.state.document import Document, forget_queue, totals
+from osqueue.state.model import Schedule, StoredJob, StoredSettings, to_datetime
 from osqueue.state.ops import (
     Counted,
     OpResult,
@@ -32,7 +32,6 @@ from osqueue.state.ops import (
     Scheduled,
     SetQueue,
 )
-from osqueue.state.stats import FlowCounts
 
 MAX_GROUP_CHARS = 128
 
@@ -49,13 +48,13 @@ class Tx(Protocol):
 
     def push(self, op: Push) -> OpResult: ...
 
-    flows: FlowCounts
-
 
 # --------------------------------------------------------------------------- queue settings
 
 
 def set_queue(tx: Tx, op: SetQueue) -> OpResult:
+    if op.remove:
+        return _remove_queue(tx.doc, op)
     fields = {
         "rate_per_s": op.rate_per_s,
         "burst": op.burst,
@@ -68,7 +67,39 @@ def set_queue(tx: Tx, op: SetQueue) -> OpResult:
     doc = tx.doc
     new = limits.updated(doc.queue_settings.get(op.queue), now=tx.now, **fields)  # type: ignore[arg-type]
     doc.set_queue_settings(op.queue, None if limits.is_default(new) else new)
+    totals(doc, op.queue)  # a queue with a setting is known from now on
     return QueueSet(op.queue, new)
+
+
+def _remove_queue(doc: Document, op: SetQueue) -> OpResult:
+    """Forget a queue (no longer listed), refused while anything still uses it."""
+    validate.queue_name(op.queue)
+    changes = (op.rate_per_s, op.burst, op.max_claimed, op.max_claimed_per_group, op.paused)
+    if any(v is not None for v in (*changes, op.result_ttl_s)):
+        raise InvalidInput("remove changes no setting: give it alone", field="remove")
+    queue, index = op.queue, doc.index
+    jobs = sum(index.count(queue, status) for status in _LIVE) + (
+        doc.segments.spilled(queue) + doc.segments.set_aside_jobs(queue) if doc.segments else 0
+    )  # (jobs in segments set aside are live too: readmit brings them back)
+    named = sorted(s.name for s in doc.schedules if s.queue == queue)
+    if jobs or named:
+        held = [f"{jobs} live job{'s' if jobs != 1 else ''}"] if jobs else []
+        if named:
+            held.append(f"schedule{'s' if len(named) != 1 else ''} {', '.join(named)}")
+        raise InvalidInput(
+            f"queue {queue!r} still holds {' and '.join(held)}: cancel or purge its jobs "
+            "and remove its schedules first",
+            field="queue",
+        )
+    if queue not in doc.queue_totals and queue not in doc.queue_settings:
+        raise InvalidInput(f"no queue {queue!r} is known", field="queue")
+    forget_queue(doc, queue)
+    return QueueSet(queue, StoredSettings())
+
+
+#: the statuses of jobs that keep a queue from being removed (done jobs only wait
+#: for their archive object)
+_LIVE = ("waiting", "queued", "claimed", "dead")
 
 
 # --------------------------------------------------------------------------- schedules
@@ -167,7 +198,7 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     doc.note_dependencies(tx.now_dt)
     if placed is None:
         tx.stats["pushed"] += 1
-        tx.flows.add(job.queue, "pushed")
+        totals(doc, job.queue).pushed += 1
         tx.stats["cancelled"] += 1
         finishing.record(tx, job, "cancelled")
         if job.dedupe:

@@ -8,7 +8,7 @@ from datetime import datetime
 from osqueue.api import QueueStats, Stats
 from osqueue.state.document import Document
 from osqueue.state.limits import held_count
-from osqueue.state.model import FLOW_FIELDS, QueueFlow
+from osqueue.state.model import QueueTotals
 
 
 def stats_of(doc: Document, now: float) -> Stats:
@@ -16,14 +16,18 @@ def stats_of(doc: Document, now: float) -> Stats:
 
     Jobs in segments count from their references (``depth`` includes them,
     ``spilled`` counts them), so no segment object is read.  Jobs in segments
-    set aside are counted apart (``set_aside``), not in ``depth``."""
+    set aside are counted apart (``set_aside``), not in ``depth``.  Every known
+    queue is listed (:attr:`Document.queue_totals`), with zeros when it holds no job."""
     index, segments = doc.index, doc.segments
-    names = index.queues()
-    if segments or doc.queue_settings:
-        aside = {e.ref.queue for e in segments.aside.values()}
-        names = sorted(set(names) | segments.queues() | aside | set(doc.queue_settings))
+    # (a queue's done jobs wait only for their archive object: they keep no queue listed)
+    names = {q for q, status in index.counts if status != "done"}
+    names |= set(doc.queue_settings) | set(doc.queue_totals)
+    if segments:
+        names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     queues: dict[str, QueueStats] = {}
-    for q in names:
+    no_totals = QueueTotals()
+    for q in sorted(names):
+        totals = doc.queue_totals.get(q, no_totals)
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
@@ -36,6 +40,10 @@ def stats_of(doc: Document, now: float) -> Stats:
             spilled=spilled,
             waiting=index.count(q, "waiting"),
             paused=_paused(doc, q),
+            pushed_total=totals.pushed,
+            completed_total=totals.completed,
+            failed_total=totals.failed,
+            dead_total=totals.dead,
             set_aside=segments.set_aside_jobs(q) if segments.aside else 0,
             set_aside_segments=len(segments.set_aside_of(q)) if segments.aside else 0,
         )
@@ -86,29 +94,3 @@ def _oldest_age_s(doc: Document, queue: str, now: float) -> float | None:
         if ref is not None:
             created = ref.next_created_at
     return None if created is None else max(0.0, now - created.timestamp())
-
-
-class FlowCounts:
-    """The per-queue counts (``Document.flows``) one commit changes: the queues it
-    touches are copied on their first count, so a commit costs a dictionary
-    update per counted op and a merge of the queues it touched."""
-
-    __slots__ = ("_changed", "_stored")
-
-    def __init__(self, stored: dict[str, QueueFlow]) -> None:
-        self._stored = stored
-        self._changed: dict[str, dict[str, int]] = {}
-
-    def add(self, queue: str, name: str) -> None:
-        """Count one ``name`` (pushed, completed, failed, dead) of ``queue``."""
-        counts = self._changed.get(queue)
-        if counts is None:
-            stored = self._stored.get(queue) or QueueFlow()
-            counts = self._changed[queue] = {f: getattr(stored, f) for f in FLOW_FIELDS}
-        counts[name] += 1
-
-    def merged(self) -> dict[str, QueueFlow]:
-        """The stored counts with this commit's (the same dict when it counted none)."""
-        if not self._changed:
-            return self._stored
-        return {**self._stored, **{q: QueueFlow(**c) for q, c in self._changed.items()}}

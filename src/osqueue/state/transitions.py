@@ -33,7 +33,7 @@ from osqueue.errors import (
 )
 from osqueue.state import deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
-from osqueue.state.document import Document, encode_job
+from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
@@ -68,7 +68,7 @@ from osqueue.state.ops import (
 )
 from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
 from osqueue.state.segments import Stream
-from osqueue.state.stats import FlowCounts, depths
+from osqueue.state.stats import depths
 
 _replace = msgspec.structs.replace
 _OK = Ok()
@@ -80,6 +80,9 @@ _OK = Ok()
 #: queued job grown by this, so claims and completions never take a written
 #: document past the cap (a failure's error text still can).
 CLAIM_RESERVE_BYTES = 280
+#: What a new known queue adds to the header besides its name (checked to need no
+#: escapes): ``"":[1,0,0,0],``
+_KNOWN_QUEUE_BYTES = 13
 
 
 @dataclass(slots=True)
@@ -153,8 +156,6 @@ class _Tx:
         self.policy = policy
         self.version = doc.version + 1
         self.stats = msgspec.structs.asdict(doc.stats)
-        #: the per-queue counts this commit changes
-        self.flows = FlowCounts(doc.flows)
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
@@ -216,7 +217,7 @@ class _Tx:
     def _requeue(self, job: StoredJob, error: str, retry_after_s: float | None) -> StoredJob:
         if job.attempts >= job.max_attempts:
             self.stats["dead"] += 1
-            self.flows.add(job.queue, "dead")
+            totals(self.doc, job.queue).dead += 1
             finishing.record(self, job, "dead", error=error)
             return _replace(
                 job, status="dead", claim=None, run_at=None, last_error=error, done_at=self.now_dt
@@ -296,12 +297,15 @@ class _Tx:
             job = placed
         # the job's encoding, made here once and kept for the commit's encode
         frag = encode_job(job)
-        self._admit(len(frag), cache=not op.after)
+        if op.queue in doc.queue_totals:
+            self._admit(len(frag), cache=not op.after)
+        else:  # the header grows by the new queue's counters too: measured afresh next
+            self._admit(len(frag) + len(op.queue) + _KNOWN_QUEUE_BYTES, cache=False)
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
         self.stats["pushed"] += 1
-        self.flows.add(job.queue, "pushed")
+        totals(doc, op.queue).pushed += 1
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
@@ -383,7 +387,7 @@ class _Tx:
         self._put(done)
         self.completed.append(done)
         self.stats["completed"] += 1
-        self.flows.add(job.queue, "completed")
+        totals(self.doc, job.queue).completed += 1
         return _OK
 
     def fail(self, op: Fail) -> OpResult:
@@ -391,7 +395,7 @@ class _Tx:
         job = self._held(op.job_id, op.token)
         error = str(op.error)[: self.policy.max_error_chars]
         self.stats["failed"] += 1
-        self.flows.add(job.queue, "failed")
+        totals(self.doc, job.queue).failed += 1
         self._put(self._requeue(job, error, retry_after))
         return _OK
 
@@ -546,7 +550,6 @@ def transition(
     new = tx.doc
     new.version = tx.version
     new.stats = Counters(**tx.stats)
-    new.flows = tx.flows.merged()
     new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner

@@ -174,6 +174,10 @@ def stats_to_pb(stats: Stats) -> pb.StatsResponse:
         entry.spilled = q.spilled
         entry.set_aside = q.set_aside
         entry.set_aside_segments = q.set_aside_segments
+        entry.pushed_total = q.pushed_total
+        entry.completed_total = q.completed_total
+        entry.failed_total = q.failed_total
+        entry.dead_total = q.dead_total
         if q.oldest_age_s is not None:
             entry.oldest_age_s = q.oldest_age_s
     if stats.broker_id is not None:
@@ -198,6 +202,10 @@ def stats_from_pb(msg: pb.StatsResponse) -> Stats:
             spilled=q.spilled,
             set_aside=q.set_aside,
             set_aside_segments=q.set_aside_segments,
+            pushed_total=q.pushed_total,
+            completed_total=q.completed_total,
+            failed_total=q.failed_total,
+            dead_total=q.dead_total,
         )
         for name, q in sorted(msg.queues.items())
     }

@@ -121,6 +121,7 @@ class SchedulingRpcs:
         max_claimed_per_group: int | None = None,
         paused: bool | None = None,
         result_ttl_s: float | None = None,
+        remove: bool = False,
     ) -> QueueSettings:
         fields = {
             "rate_per_s": rate_per_s,
@@ -131,7 +132,10 @@ class SchedulingRpcs:
             "result_ttl_s": result_ttl_s,
         }
         check_settings(queue, **fields)  # type: ignore[arg-type]
-        request = pb.SetQueueRequest(settings=settings_to_pb(queue, **fields))  # type: ignore[arg-type]
+        request = pb.SetQueueRequest(
+            settings=settings_to_pb(queue, **fields),  # type: ignore[arg-type]
+            remove=remove,
+        )
 
         async def attempt(conn: Conn, deadline: float) -> QueueSettings:
             response = await conn.stub.SetQueue(

@@ -722,6 +722,10 @@ class QueueStats(_message.Message):
     SPILLED_FIELD_NUMBER: _builtins.int
     SET_ASIDE_FIELD_NUMBER: _builtins.int
     SET_ASIDE_SEGMENTS_FIELD_NUMBER: _builtins.int
+    PUSHED_TOTAL_FIELD_NUMBER: _builtins.int
+    COMPLETED_TOTAL_FIELD_NUMBER: _builtins.int
+    FAILED_TOTAL_FIELD_NUMBER: _builtins.int
+    DEAD_TOTAL_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
     claimed: _builtins.int
     dead: _builtins.int
@@ -737,6 +741,11 @@ class QueueStats(_message.Message):
     depth, not claimable until readmitted; and how many segments hold them.
     """
     set_aside_segments: _builtins.int
+    pushed_total: _builtins.int
+    """Jobs pushed, completed, failed (attempts) and dead over the queue's life."""
+    completed_total: _builtins.int
+    failed_total: _builtins.int
+    dead_total: _builtins.int
     def __init__(
         self,
         *,
@@ -750,10 +759,14 @@ class QueueStats(_message.Message):
         spilled: _builtins.int = ...,
         set_aside: _builtins.int = ...,
         set_aside_segments: _builtins.int = ...,
+        pushed_total: _builtins.int = ...,
+        completed_total: _builtins.int = ...,
+        failed_total: _builtins.int = ...,
+        dead_total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "oldest_age_s", b"oldest_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "dead", b"dead", "delayed", b"delayed", "depth", b"depth", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "set_aside", b"set_aside", "set_aside_segments", b"set_aside_segments", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s", "claimed", b"claimed", "completed_total", b"completed_total", "dead", b"dead", "dead_total", b"dead_total", "delayed", b"delayed", "depth", b"depth", "failed_total", b"failed_total", "oldest_age_s", b"oldest_age_s", "paused", b"paused", "pushed_total", b"pushed_total", "set_aside", b"set_aside", "set_aside_segments", b"set_aside_segments", "spilled", b"spilled", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_age_s: _TypeAlias = _typing.Literal["oldest_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_age_s: _TypeAlias = _typing.Literal["_oldest_age_s", b"_oldest_age_s"]  # noqa: Y015
@@ -1197,16 +1210,22 @@ class SetQueueRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SETTINGS_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    remove: _builtins.bool
+    """Forget the queue (it is no longer listed) instead of changing a setting;
+    refused while the queue holds live jobs or schedules.
+    """
     @_builtins.property
     def settings(self) -> Global___QueueSettings: ...
     def __init__(
         self,
         *,
         settings: Global___QueueSettings | None = ...,
+        remove: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["remove", b"remove", "settings", b"settings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
