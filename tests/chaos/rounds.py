@@ -329,6 +329,9 @@ class Rounds:
             await self._until(
                 lambda: any("suspect lease" in line for line in standby.tail) or None,
                 f"{standby.name} to log the live lease as suspect",
+                # it judges the next renewal it reads (within a third of a lease, then
+                # its poll): the takeover's bound holds it
+                TAKEOVER_S,
             )
             stepped = time.time()
             held = await self.recorder.wait_for(
