@@ -23,6 +23,15 @@ latest tick is skipped too (no job) when it fell due more than
 ``schedule_grace_s`` before the commit.  A clock that steps back fires
 nothing until it passes ``next_at`` again.
 
+Paused schedules (``paused``, set by a :class:`~osqueue.state.ops.PutSchedule`):
+their ticks still come due and are recorded as they are now, but as skipped
+(``last_note`` says paused, no job pushed, ``next_at`` moves on), so a paused
+schedule never piles up missed ticks.  Resuming is a put with ``paused=False``,
+which (as every put) starts at the first tick after the commit: the ticks that
+fell due while paused are never fired, not even once.  The broker's idle loop
+wakes for a paused schedule's ticks as for any other (one commit per batch of
+ticks, no job): the wake-up stays a heap lookup.
+
 Pure: ``now`` is passed in.  The broker's idle timer wakes for the earliest
 ``next_at`` (:meth:`Schedules.next_due`).
 """
@@ -420,7 +429,10 @@ def fire_due(
         tick = latest_tick(s, now)
         job_id: str | None = tick_job_id(s.name, tick)
         note: str | None = None
-        if s.catch_up == "skip" and now - tick > grace_s:
+        if s.paused:
+            note = f"tick {tick_text(tick)} skipped: the schedule is paused"
+            job_id = None
+        elif s.catch_up == "skip" and now - tick > grace_s:
             note = f"tick {tick_text(tick)} skipped: due {now - tick:.0f}s before (catch_up=skip)"
             job_id = None
         else:
@@ -459,4 +471,5 @@ def schedule_info(s: Schedule) -> ScheduleInfo:
         last_run_at=s.last_at.timestamp() if s.last_at is not None else None,
         last_job_id=s.last_job,
         note=s.last_note,
+        paused=s.paused,
     )
