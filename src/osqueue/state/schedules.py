@@ -170,6 +170,12 @@ def check_every(value: float, field: str = "every_s") -> float:
     return float(value)
 
 
+def check_paused(value: bool, field: str = "paused") -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"must be true or false, not {value!r}", field=field)
+    return value
+
+
 def check_spec(
     *,
     name: str,

@@ -119,8 +119,7 @@ def put_schedule(tx: Tx, op: PutSchedule) -> OpResult:
         catch_up=op.catch_up,
         max_payload_bytes=policy.max_inline_payload_bytes,
     )
-    if not isinstance(op.paused, bool):
-        raise InvalidInput(f"must be true or false, not {op.paused!r}", field="paused")
+    schedules.check_paused(op.paused)
     old = doc.schedules.get(op.name)
     if old is None and len(doc.schedules) >= policy.max_schedules:
         raise QueueFull(f"the document holds max_schedules={policy.max_schedules} schedules")
