@@ -197,16 +197,19 @@ def test_rescheduling_a_name_replaces_it_and_never_refires_a_recorded_tick() -> 
 def test_a_paused_schedule_fires_nothing_across_many_due_ticks_and_moves_on() -> None:
     doc = scheduled(Document.empty(), T0, paused=True)
     s = doc.schedules.get("beat")
-    assert s is not None and s.paused
+    assert s is not None
+    assert s.paused
     for minute in range(1, 11):  # ten ticks come due, each with a commit
         doc, _ = apply(doc, [], T0 + minute * 60 + 1)
         s = doc.schedules.get("beat")
-        assert s is not None and s.last_at is not None
+        assert s is not None
+        assert s.last_at is not None
         assert (s.last_at.timestamp(), s.next_at.timestamp()) == (
             T0 + minute * 60,
             T0 + (minute + 1) * 60,
         )
-        assert s.last_note is not None and "paused" in s.last_note
+        assert s.last_note is not None
+        assert "paused" in s.last_note
     doc, _ = apply(doc, [], T0 + 30 * 60 + 1)  # and twenty with no commit
     assert jobs_of(doc) == []
     s = doc.schedules.get("beat")
@@ -224,7 +227,8 @@ def test_a_resumed_schedule_fires_its_next_tick_on_time_and_never_the_missed_one
     doc, _ = apply(doc, [], T0 + 9 * 60 + 30)  # 6-9 missed with no commit
     doc = scheduled(doc, T0 + 9 * 60 + 40, paused=False)  # resumed
     s = doc.schedules.get("beat")
-    assert s is not None and not s.paused
+    assert s is not None
+    assert not s.paused
     assert s.next_at.timestamp() == T0 + 10 * 60
     doc, _ = apply(doc, [], T0 + 9 * 60 + 59)
     assert jobs_of(doc) == ["beat:20260101T000100Z"]  # no burst of the missed ticks
