@@ -262,7 +262,7 @@ def _show(infos: list[ScheduleInfo], as_json: bool) -> None:
             typer.echo(json.dumps(info_dict(info)))
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("name", "queue", "when", "next run", "last run", "last job", "note", "paused"):
+    for column in ("name", "queue", "when", "next run", "last run", "last job", "state", "note"):
         table.add_column(column, no_wrap=column not in ("note",), overflow="fold")
     for info in infos:
         when = (
@@ -277,8 +277,8 @@ def _show(infos: list[ScheduleInfo], as_json: bool) -> None:
             _when(info.next_run_at),
             _when(info.last_run_at),
             shown(info.last_job_id),
+            "paused" if info.paused else "active",
             shown(exits.one_line(info.note or "")),
-            "paused" if info.paused else "",
         )
     console = stdout()
     console.print(table)
