@@ -199,6 +199,10 @@ def test_a_paused_schedule_fires_nothing_across_many_due_ticks_and_moves_on() ->
     s = doc.schedules.get("beat")
     assert s is not None
     assert s.paused
+    assert next_tick_at(doc) is None  # the idle broker does not wake for it
+    assert next_tick_at(decode(encode(doc))) is None  # nor once read back
+    both = scheduled(doc, T0, name="other", every_s=300.0)
+    assert next_tick_at(both) == T0 + 300
     for minute in range(1, 11):  # ten ticks come due, each with a commit
         doc, _ = apply(doc, [], T0 + minute * 60 + 1)
         s = doc.schedules.get("beat")
@@ -223,6 +227,7 @@ def test_a_resumed_schedule_fires_its_next_tick_on_time_and_never_the_missed_one
     doc, _ = apply(doc, [], T0 + 61)
     assert jobs_of(doc) == ["beat:20260101T000100Z"]
     doc = scheduled(doc, T0 + 62, paused=True)
+    assert next_tick_at(doc) is None
     doc, _ = apply(doc, [], T0 + 5 * 60 + 1)  # ticks 2-5 skipped while paused
     doc, _ = apply(doc, [], T0 + 9 * 60 + 30)  # 6-9 missed with no commit
     doc = scheduled(doc, T0 + 9 * 60 + 40, paused=False)  # resumed
@@ -230,6 +235,7 @@ def test_a_resumed_schedule_fires_its_next_tick_on_time_and_never_the_missed_one
     assert s is not None
     assert not s.paused
     assert s.next_at.timestamp() == T0 + 10 * 60
+    assert next_tick_at(doc) == T0 + 10 * 60  # awake again
     doc, _ = apply(doc, [], T0 + 9 * 60 + 59)
     assert jobs_of(doc) == ["beat:20260101T000100Z"]  # no burst of the missed ticks
     doc, _ = apply(doc, [], T0 + 10 * 60 + 0.5)
