@@ -254,8 +254,10 @@ class ScheduleInfo:
     next_run_at: float
     last_run_at: float | None = None
     last_job_id: str | None = None
-    #: why the last tick pushed no job (skipped, or the document was full)
+    #: why the last tick pushed no job (skipped, paused, or the document was full)
     note: str | None = None
+    #: paused: its ticks are skipped (no job) until it is put back with paused=False
+    paused: bool = False
 
 
 @runtime_checkable
@@ -353,13 +355,16 @@ class Scheduling(Protocol):
         priority: int = 0,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         catch_up: CatchUp = "once",
+        paused: bool = False,
     ) -> ScheduleInfo:
         """Push a job to ``queue`` on every tick: ``cron`` (five fields, UTC or the
         ``tz`` named) or ``every_s`` (on the multiples of ``every_s`` since the
         epoch), exactly one of them.  Re-scheduling a name replaces it.  Each
         tick yields exactly one job, across crashes and failovers; ticks missed
         while no broker served yield one job (``catch_up="once"``) or none
-        (``"skip"``)."""
+        (``"skip"``).  A ``paused`` schedule pushes no job: its ticks are
+        skipped, and put back with ``paused=False`` it fires from its next tick
+        on (never the ticks missed while paused)."""
         ...
 
     async def unschedule(self, name: str) -> bool:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 from dashboard_helpers import TOKEN, Seeded, dashboard_config
 
+from osqueue import Broker, BrokerConfig
+from osqueue.client.remote import RemoteClient
 from osqueue.dashboard.security import Access
 from osqueue.dashboard.web import Dashboard
 from osqueue.server.runner import BrokerServer
@@ -203,6 +206,53 @@ async def test_after_login_retry_purge_and_cancel_go_through_the_broker(
     assert "logged out" in body
     status, _, body = await post(http, "/dead/purge", {"csrf": csrf_of(body), "scope": "all"})
     assert status == 403  # the session is no longer admin
+
+
+async def test_a_schedule_is_paused_and_resumed_from_the_schedules_page(
+    http: aiohttp.ClientSession, client: RemoteClient, seeded: Seeded
+) -> None:
+    await client.schedule("nightly:eu", queue="reports", every_s=3600.0, payload=b"go")
+    html = await page(http, "/dead")
+    status, _, body = await post(http, "/schedules/nightly%3Aeu/pause", {"csrf": csrf_of(html)})
+    assert status == 403  # no login: refused, nothing changed
+    assert not seeded.document().schedules.get("nightly:eu").paused  # type: ignore[union-attr]
+
+    body = await login(http)
+    status, where, body = await post(http, "/schedules/nightly%3Aeu/pause", {"csrf": csrf_of(body)})
+    assert (status, where) == (200, "/schedules")
+    assert "paused schedule nightly:eu" in body
+    stored = seeded.document().schedules.get("nightly:eu")
+    assert stored is not None
+    assert stored.paused
+    assert (stored.every_s, stored.payload, stored.queue) == (3600.0, b"go", "reports")
+    assert 'action="/schedules/nightly%3Aeu/resume"' in body  # the name as one segment
+    assert 'data-paused="true"' in body
+    status, where, body = await post(
+        http, "/schedules/nightly%3Aeu/resume", {"csrf": csrf_of(body)}
+    )
+    assert "resumed schedule nightly:eu" in body
+    assert not seeded.document().schedules.get("nightly:eu").paused  # type: ignore[union-attr]
+    assert 'action="/schedules/nightly%3Aeu/pause"' in body
+
+    status, _, body = await post(http, "/schedules/nothere/pause", {"csrf": csrf_of(body)})
+    assert status == 404
+    assert "NotFound: no schedule &#39;nothere&#39;" in body
+    status, _, _ = await post(http, "/schedules/nightly%3Aeu/stop", {"csrf": csrf_of(html)})
+    assert status == 404
+
+
+async def test_a_read_only_dashboard_shows_the_schedule_buttons_disabled(tmp_path: Path) -> None:
+    directory = tmp_path / "queue"
+    directory.mkdir()
+    async with Broker(directory.as_uri(), BrokerConfig(address="127.0.0.1:1")) as broker:
+        await broker.client().schedule("beat", queue="health", every_s=60.0)
+    async with Dashboard(dashboard_config(directory.as_uri(), token=None)) as dashboard:
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(dashboard.address, cookie_jar=jar) as http:
+            html = await page(http, "/schedules")
+    (button,) = re.findall(r"<button[^>]*data-action=\"pause\"[^>]*>", html, re.S)
+    assert "disabled" in button
+    assert 'action="/schedules/beat/pause"' in html
 
 
 async def test_bulk_purge_of_one_queue(http: aiohttp.ClientSession, seeded: Seeded) -> None:

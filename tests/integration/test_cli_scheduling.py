@@ -54,6 +54,52 @@ def test_schedule_add_list_and_remove(qdir: Path) -> None:
     assert [s.name for s in read_doc(qdir).schedules] == ["nightly"]
 
 
+def test_schedule_pause_and_resume_one_schedule(qdir: Path) -> None:
+    url = url_of(qdir)
+    added = invoke(
+        "schedule", url, "add", "beat", "--every", "1h", "-q", "health", "--data", "ping",
+        "--priority", "3", "--catch-up", "skip", "--embedded",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    paused = invoke("schedule", url, "pause", "beat", "--embedded")
+    assert paused.exit_code == 0, paused.stderr
+    assert paused.stdout.strip() == "paused schedule beat: its ticks push no job until resumed"
+    s = read_doc(qdir).schedules.get("beat")
+    assert s is not None
+    assert s.paused
+    # put back as it was: only paused changed
+    assert (s.every_s, s.queue, s.payload, s.priority, s.catch_up) == (
+        3600.0, "health", b"ping", 3, "skip",
+    )  # fmt: skip
+    listed = invoke("schedule", url, "list", "--json")
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert row["paused"] is True
+    (line,) = [ln for ln in invoke("schedule", url, "list").stdout.splitlines() if "beat" in ln]
+    assert "paused" in line
+
+    resumed = invoke("schedule", url, "resume", "beat", "--embedded")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert resumed.stdout.startswith("resumed schedule beat: next run ")
+    s = read_doc(qdir).schedules.get("beat")
+    assert s is not None
+    assert not s.paused
+    listed = invoke("schedule", url, "list", "--json")
+    assert json.loads(listed.stdout)["paused"] is False
+    (line,) = [ln for ln in invoke("schedule", url, "list").stdout.splitlines() if "beat" in ln]
+    assert "active" in line
+    assert "paused" not in line
+
+    missing = invoke("schedule", url, "pause", "nothere", "--embedded")
+    assert_one_error_line(
+        missing, 4, f"NotFound: no schedule 'nothere' at {url} (`osqueue schedule {url} list`"
+    )
+    no_name = invoke("schedule", url, "resume", "--embedded")
+    assert_one_error_line(no_name, 3, "resume needs the schedule's NAME")
+    helped = invoke("schedule", "--help")
+    assert "pause" in helped.stdout
+    assert "OSQUEUE_" in helped.stdout
+
+
 def test_schedule_add_errors_name_the_field(qdir: Path) -> None:
     url = url_of(qdir)
     no_queue = invoke("schedule", url, "add", "x", "--every", "1m", "--embedded")

@@ -44,6 +44,23 @@ async def test_schedules_round_trip(remote: RemoteClient, queue_url: str) -> Non
     assert [s.name for s in await remote.schedules()] == ["nightly"]
 
 
+async def test_a_schedule_is_paused_and_resumed_over_the_wire(
+    remote: RemoteClient, queue_url: str
+) -> None:
+    paused = await remote.schedule("beat", queue="q", every_s=60.0, paused=True)
+    assert paused.paused
+    assert [s.paused for s in await remote.schedules()] == [True]
+    stored = (await read_document(queue_url)).schedules.get("beat")
+    assert stored is not None
+    assert stored.paused
+    resumed = await remote.schedule("beat", queue="q", every_s=60.0)
+    assert not resumed.paused
+    assert [s.paused for s in await remote.schedules()] == [False]
+    with pytest.raises(InvalidInput) as err:  # the client's own check
+        await remote.schedule("beat", queue="q", every_s=60.0, paused="yes")  # type: ignore[arg-type]
+    assert err.value.field == "paused"
+
+
 async def test_schedule_errors_name_the_field_before_and_after_sending(
     remote: RemoteClient, broker_server: BrokerServer
 ) -> None:

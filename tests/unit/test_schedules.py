@@ -194,6 +194,62 @@ def test_rescheduling_a_name_replaces_it_and_never_refires_a_recorded_tick() -> 
     assert jobs_of(doc) == ["beat:20260101T000100Z", "beat:20260101T000130Z"]
 
 
+def test_a_paused_schedule_fires_nothing_across_many_due_ticks_and_moves_on() -> None:
+    doc = scheduled(Document.empty(), T0, paused=True)
+    s = doc.schedules.get("beat")
+    assert s is not None
+    assert s.paused
+    assert next_tick_at(doc) is None  # the idle broker does not wake for it
+    assert next_tick_at(decode(encode(doc))) is None  # nor once read back
+    both = scheduled(doc, T0, name="other", every_s=300.0)
+    assert next_tick_at(both) == T0 + 300
+    for minute in range(1, 11):  # ten ticks come due, each with a commit
+        doc, _ = apply(doc, [], T0 + minute * 60 + 1)
+        s = doc.schedules.get("beat")
+        assert s is not None
+        assert s.last_at is not None
+        assert (s.last_at.timestamp(), s.next_at.timestamp()) == (
+            T0 + minute * 60,
+            T0 + (minute + 1) * 60,
+        )
+        assert s.last_note is not None
+        assert "paused" in s.last_note
+    doc, _ = apply(doc, [], T0 + 30 * 60 + 1)  # and twenty with no commit
+    assert jobs_of(doc) == []
+    s = doc.schedules.get("beat")
+    assert s is not None
+    assert (s.next_at.timestamp(), s.last_job) == (T0 + 31 * 60, None)
+    assert doc.stats.pushed == 0
+
+
+def test_a_resumed_schedule_fires_its_next_tick_on_time_and_never_the_missed_ones() -> None:
+    doc = scheduled(Document.empty(), T0)
+    doc, _ = apply(doc, [], T0 + 61)
+    assert jobs_of(doc) == ["beat:20260101T000100Z"]
+    doc = scheduled(doc, T0 + 62, paused=True)
+    assert next_tick_at(doc) is None
+    doc, _ = apply(doc, [], T0 + 5 * 60 + 1)  # ticks 2-5 skipped while paused
+    doc, _ = apply(doc, [], T0 + 9 * 60 + 30)  # 6-9 missed with no commit
+    doc = scheduled(doc, T0 + 9 * 60 + 40, paused=False)  # resumed
+    s = doc.schedules.get("beat")
+    assert s is not None
+    assert not s.paused
+    assert s.next_at.timestamp() == T0 + 10 * 60
+    assert next_tick_at(doc) == T0 + 10 * 60  # awake again
+    doc, _ = apply(doc, [], T0 + 9 * 60 + 59)
+    assert jobs_of(doc) == ["beat:20260101T000100Z"]  # no burst of the missed ticks
+    doc, _ = apply(doc, [], T0 + 10 * 60 + 0.5)
+    assert jobs_of(doc) == ["beat:20260101T000100Z", "beat:20260101T001000Z"]
+    assert doc.stats.pushed == 2
+
+
+def test_paused_must_be_a_bool() -> None:
+    doc, (res,) = apply(Document.empty(), [PutSchedule("beat", "q", every_s=60.0, paused=1)], T0)  # type: ignore[arg-type]
+    assert isinstance(res, InvalidInput), res
+    assert res.field == "paused"
+    assert not doc.schedules
+
+
 def test_unschedule_removes_and_says_whether_there_was_one() -> None:
     doc = scheduled(Document.empty(), T0)
     doc, res = apply(doc, [RemoveSchedule("beat"), RemoveSchedule("beat")], T0 + 1)

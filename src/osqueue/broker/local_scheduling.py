@@ -54,6 +54,7 @@ class SchedulingCalls:
         priority: int = 0,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         catch_up: CatchUp = "once",
+        paused: bool = False,
     ) -> ScheduleInfo:
         if isinstance(payload, bytearray | memoryview):
             payload = bytes(payload)
@@ -67,6 +68,7 @@ class SchedulingCalls:
             priority=priority,
             max_attempts=max_attempts,
             catch_up=catch_up,
+            paused=paused,
         )
         result = _answer(await self.broker.add_op(op), Scheduled, "schedule")
         assert isinstance(result, Scheduled)

@@ -5,6 +5,8 @@ itself says something is due:
 
 * a schedule tick (:func:`osqueue.state.next_tick_at`): a commit is due then,
   claims parked or not, since the commit that finds the tick due pushes its job.
+  A paused schedule's ticks wake nothing (they push no job; a commit that
+  comes anyway records them as skipped).
   Ticks are fired on whole multiples of :data:`TICK_BATCH_S` (a tick is at most
   that late): 10,000 schedules of a minute fall due 167 times a second, and one
   commit a second fires them all instead of one commit each (every commit writes

@@ -1,7 +1,10 @@
-"""``osqueue schedule URL add|list|remove``: periodic jobs, held in the queue document.
+"""``osqueue schedule URL add|list|remove|pause|resume``: periodic jobs, held in
+the queue document.
 
-``add`` and ``remove`` go through the broker (only it writes the document);
-``list`` reads the document from storage, so it works while no broker runs.
+``add``, ``remove``, ``pause`` and ``resume`` go through the broker (only it
+writes the document; ``pause`` and ``resume`` read the schedule through the
+broker and put it back with ``paused`` set); ``list`` reads the document from
+storage, so it works while no broker runs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class ScheduleAction(enum.StrEnum):
     add = "add"
     list = "list"
     remove = "remove"
+    pause = "pause"
+    resume = "resume"
 
 
 class CatchUpChoice(enum.StrEnum):
@@ -62,10 +67,13 @@ def schedule(
     url: Url,
     action: Annotated[
         ScheduleAction,
-        typer.Argument(help="add (or replace) a schedule, list them, or remove one."),
+        typer.Argument(help="add (or replace) a schedule, list them, remove, pause or resume one."),
     ],
     name: Annotated[
-        str | None, typer.Argument(help="The schedule's name (add, remove).", show_default=False)
+        str | None,
+        typer.Argument(
+            help="The schedule's name (add, remove, pause, resume).", show_default=False
+        ),
     ] = None,
     cron: Annotated[
         str | None,
@@ -112,12 +120,13 @@ def schedule(
     tls_ca: TlsCa = None,
     embedded: Embedded = False,
 ) -> None:
-    """Add, list or remove periodic jobs; each tick pushes exactly one job.
+    """Add, list, remove, pause or resume periodic jobs; each tick pushes exactly one job.
 
     Examples: osqueue schedule URL add nightly --cron "0 3 * * *" --tz Europe/Paris
     --queue reports --data '{"kind": "nightly"}';  osqueue schedule URL add beat
     --every 30s --queue health;  osqueue schedule URL list;  osqueue schedule URL
-    remove beat.
+    remove beat;  osqueue schedule URL pause beat (its ticks are skipped, no job);
+    osqueue schedule URL resume beat (from its next tick; missed ticks never fire).
     """
     options = ClientOptions(url, token, token_file, tls_ca, embedded)
     if action is ScheduleAction.list:
@@ -134,6 +143,16 @@ def schedule(
                 f"no schedule {name!r} at {url} (`osqueue schedule {url} list` shows them)"
             )
         typer.echo(f"removed schedule {name}")
+        return
+    if action in (ScheduleAction.pause, ScheduleAction.resume):
+        paused = action is ScheduleAction.pause
+        info = asyncio.run(_set_paused(options, name, paused))
+        if as_json:
+            typer.echo(json.dumps(info_dict(info)))
+        elif paused:
+            typer.echo(f"paused schedule {info.name}: its ticks push no job until resumed")
+        else:
+            typer.echo(f"resumed schedule {info.name}: next run {_when(info.next_run_at)}")
         return
     if queue is None:
         raise InvalidInput("add needs --queue", field="queue")
@@ -160,6 +179,36 @@ def schedule(
 async def _add(options: ClientOptions, name: str, spec: dict[str, Any]) -> ScheduleInfo:
     async with open_client(options) as client:
         return await _scheduling(client).schedule(name, **spec)  # type: ignore[no-any-return]
+
+
+def spec_of(info: ScheduleInfo) -> dict[str, Any]:
+    """The keyword arguments of ``schedule`` that put ``info`` back as it is."""
+    return {
+        "queue": info.queue,
+        "payload": info.payload,
+        "cron": info.cron,
+        "every_s": info.every_s,
+        "tz": info.tz,
+        "priority": info.priority,
+        "max_attempts": info.max_attempts,
+        "catch_up": info.catch_up,
+        "paused": info.paused,
+    }
+
+
+async def set_paused(client: object, name: str, paused: bool, where: str) -> ScheduleInfo:
+    """Put schedule ``name`` back with ``paused`` set (NotFound: there is none)."""
+    scheduling = _scheduling(client)
+    for info in await scheduling.schedules():
+        if info.name == name:
+            spec = spec_of(info) | {"paused": paused}
+            return await scheduling.schedule(name, **spec)  # type: ignore[no-any-return]
+    raise NotFound(f"no schedule {name!r} at {where} (`osqueue schedule {where} list` shows them)")
+
+
+async def _set_paused(options: ClientOptions, name: str, paused: bool) -> ScheduleInfo:
+    async with open_client(options) as client:
+        return await set_paused(client, name, paused, options.url)
 
 
 async def _remove(options: ClientOptions, name: str) -> bool:
@@ -194,6 +243,7 @@ def info_dict(info: ScheduleInfo) -> dict[str, Any]:
         "last_run_at": info.last_run_at,
         "last_job_id": info.last_job_id,
         "note": info.note,
+        "paused": info.paused,
     }
 
 
@@ -212,7 +262,7 @@ def _show(infos: list[ScheduleInfo], as_json: bool) -> None:
             typer.echo(json.dumps(info_dict(info)))
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("name", "queue", "when", "next run", "last run", "last job", "note"):
+    for column in ("name", "queue", "when", "next run", "last run", "last job", "state", "note"):
         table.add_column(column, no_wrap=column not in ("note",), overflow="fold")
     for info in infos:
         when = (
@@ -227,6 +277,7 @@ def _show(infos: list[ScheduleInfo], as_json: bool) -> None:
             _when(info.next_run_at),
             _when(info.last_run_at),
             shown(info.last_job_id),
+            "paused" if info.paused else "active",
             shown(exits.one_line(info.note or "")),
         )
     console = stdout()

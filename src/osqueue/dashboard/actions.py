@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from osqueue.cli.dead import DeadAction, on_dead
 from osqueue.cli.options import ClientOptions, open_client
+from osqueue.cli.schedule import set_paused
 from osqueue.errors import OsqueueError
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,16 @@ class Actions:
             "queue %s",
             "paused" if paused else "resumed",
             extra={"action": "pause" if paused else "resume", "queue": queue},
+        )
+
+    async def pause_schedule(self, name: str, *, paused: bool) -> None:
+        """Pause (or resume) schedule ``name``: put back as it is, ``paused`` set."""
+        async with open_client(self.options) as client:
+            await set_paused(client, name, paused, self.options.url)
+        log.info(
+            "schedule %s",
+            "paused" if paused else "resumed",
+            extra={"action": "pause" if paused else "resume", "schedule": name},
         )
 
 

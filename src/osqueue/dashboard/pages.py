@@ -50,6 +50,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/dead/{action}", dead_action)
     app.router.add_post("/queues/{queue}/{verb}", pause)
     app.router.add_get("/schedules", schedules)
+    app.router.add_post("/schedules/{name}/{verb}", pause_schedule)
     app.router.add_get("/archive", archive)
     app.router.add_get("/archive/find", archive_find)
     app.router.add_get("/broker", broker)
@@ -288,7 +289,28 @@ async def pause(request: web.Request) -> web.StreamResponse:
 async def schedules(request: web.Request) -> web.Response:
     board = _readable(request)
     snap = await board.source.current()
-    return _html(request, "schedules.html", schedules=snap.schedules(), now=time.time())
+    return _html(
+        request,
+        "schedules.html",
+        schedules=snap.schedules(),
+        now=time.time(),
+        pause_available=PAUSE_AVAILABLE,
+    )
+
+
+async def pause_schedule(request: web.Request) -> web.StreamResponse:
+    """PAUSE / RESUME one schedule (put back through the client with ``paused`` set)."""
+    board = dashboard_of(request)
+    verb = request.match_info["verb"]
+    if verb not in ("pause", "resume"):
+        raise web.HTTPNotFound()
+    await _form_for_action(request)
+    name = request.match_info["name"]
+    await board.actions.pause_schedule(name, paused=verb == "pause")
+    done = "paused" if verb == "pause" else "resumed"
+    session_of(request).notify("ok", f"{done} schedule {name}")
+    await board.source.refresh()
+    return _redirect("/schedules")
 
 
 # --------------------------------------------------------------------------- archive

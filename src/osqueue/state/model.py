@@ -320,8 +320,10 @@ class Schedule(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     last_at: datetime | None = None
     #: the job the last fired tick pushed
     last_job: str | None = None
-    #: why the last tick pushed no job (skipped, the document full)
+    #: why the last tick pushed no job (skipped, paused, the document full)
     last_note: str | None = None
+    #: paused: its ticks come due and are recorded as skipped, no job pushed
+    paused: bool = False
 
 
 class Header(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -233,7 +233,7 @@ class SetQueue(msgspec.Struct, frozen=True, gc=False):
 
 class PutSchedule(msgspec.Struct, frozen=True, gc=False):
     """Add a schedule, or replace the one of that name (its last tick is kept, so
-    a tick it recorded is never fired again)."""
+    a tick it recorded is never fired again); ``paused`` pauses or resumes it."""
 
     name: str
     queue: str
@@ -244,6 +244,7 @@ class PutSchedule(msgspec.Struct, frozen=True, gc=False):
     priority: int = 0
     max_attempts: int = 5
     catch_up: CatchUp = "once"
+    paused: bool = False
 
 
 class RemoveSchedule(msgspec.Struct, frozen=True, gc=False):

@@ -23,6 +23,16 @@ latest tick is skipped too (no job) when it fell due more than
 ``schedule_grace_s`` before the commit.  A clock that steps back fires
 nothing until it passes ``next_at`` again.
 
+Paused schedules (``paused``, set by a :class:`~osqueue.state.ops.PutSchedule`):
+their ticks still come due and are recorded as they are now, but as skipped
+(``last_note`` says paused, no job pushed, ``next_at`` moves on), so a paused
+schedule never piles up missed ticks.  Resuming is a put with ``paused=False``,
+which (as every put) starts at the first tick after the commit: the ticks that
+fell due while paused are never fired, not even once.  The broker's idle loop
+does not wake for a paused schedule's ticks (:meth:`Schedules.next_due` leaves
+them out: they are on a heap of their own); a commit that comes anyway records
+them.
+
 Pure: ``now`` is passed in.  The broker's idle timer wakes for the earliest
 ``next_at`` (:meth:`Schedules.next_due`).
 """
@@ -161,6 +171,12 @@ def check_every(value: float, field: str = "every_s") -> float:
     return float(value)
 
 
+def check_paused(value: bool, field: str = "paused") -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"must be true or false, not {value!r}", field=field)
+    return value
+
+
 def check_spec(
     *,
     name: str,
@@ -274,28 +290,35 @@ def first_next_at(schedule: Schedule, now: float) -> float:
 
 
 class Schedules:
-    """A document's schedules by name, with a heap of due times and a cache of
-    each schedule's encoding (10,000 schedules cost a commit a byte join)."""
+    """A document's schedules by name, with heaps of due times (the active
+    schedules', which wake the broker, and the paused ones') and a cache of each
+    schedule's encoding (10,000 schedules cost a commit a byte join)."""
 
-    __slots__ = ("_frags", "_heap", "_section", "_total", "by_name")
+    __slots__ = ("_frags", "_heap", "_paused_heap", "_section", "_total", "by_name")
 
     def __init__(self, items: list[Schedule] | None = None) -> None:
         self.by_name: dict[str, Schedule] = {}
         self._frags: dict[str, bytes] = {}
         self._heap: list[tuple[float, str]] = []
+        self._paused_heap: list[tuple[float, str]] = []
         self._section: bytes | None = None
         #: the encodings' total length, once every schedule has one (None: not yet)
         self._total: int | None = None
         for s in items or ():
             self.by_name[s.name] = s
-            self._heap.append((s.next_at.timestamp(), s.name))
+            self._heap_of(s).append((s.next_at.timestamp(), s.name))
         heapq.heapify(self._heap)
+        heapq.heapify(self._paused_heap)
+
+    def _heap_of(self, schedule: Schedule) -> list[tuple[float, str]]:
+        return self._paused_heap if schedule.paused else self._heap
 
     def copy(self) -> Schedules:
         new = Schedules()
         new.by_name = dict(self.by_name)
         new._frags = dict(self._frags)
         new._heap = list(self._heap)
+        new._paused_heap = list(self._paused_heap)
         new._section = self._section
         new._total = self._total
         return new
@@ -337,7 +360,7 @@ class Schedules:
         self.by_name[name] = schedule
         self._frags[name] = frag
         self._section = None
-        heapq.heappush(self._heap, (schedule.next_at.timestamp(), name))
+        heapq.heappush(self._heap_of(schedule), (schedule.next_at.timestamp(), name))
 
     def remove(self, name: str) -> Schedule | None:
         old = self.by_name.pop(name, None)
@@ -365,12 +388,13 @@ class Schedules:
         return total + max(0, len(self.by_name) - 1)  # and the commas between
 
     def next_due(self) -> float | None:
-        """The earliest ``next_at`` (stale heap entries are dropped)."""
+        """The earliest ``next_at`` of an active schedule (stale heap entries, and
+        those of schedules paused since, are dropped)."""
         heap = self._heap
         while heap:
             at, name = heap[0]
             s = self.by_name.get(name)
-            if s is not None and s.next_at.timestamp() == at:
+            if s is not None and s.next_at.timestamp() == at and not s.paused:
                 return at
             heapq.heappop(heap)
         return None
@@ -379,12 +403,12 @@ class Schedules:
         """The schedules whose ``next_at`` has come, by name (they are taken off the
         heap: :meth:`put` each back with its new ``next_at``)."""
         out: dict[str, Schedule] = {}
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            at, name = heapq.heappop(heap)
-            s = self.by_name.get(name)
-            if s is not None and s.next_at.timestamp() == at:
-                out[name] = s
+        for heap in (self._heap, self._paused_heap):
+            while heap and heap[0][0] <= now:
+                at, name = heapq.heappop(heap)
+                s = self.by_name.get(name)
+                if s is not None and s.next_at.timestamp() == at:
+                    out[name] = s
         return [out[name] for name in sorted(out)]
 
     def section(self) -> bytes:
@@ -420,7 +444,10 @@ def fire_due(
         tick = latest_tick(s, now)
         job_id: str | None = tick_job_id(s.name, tick)
         note: str | None = None
-        if s.catch_up == "skip" and now - tick > grace_s:
+        if s.paused:
+            note = f"tick {tick_text(tick)} skipped: the schedule is paused"
+            job_id = None
+        elif s.catch_up == "skip" and now - tick > grace_s:
             note = f"tick {tick_text(tick)} skipped: due {now - tick:.0f}s before (catch_up=skip)"
             job_id = None
         else:
@@ -459,4 +486,5 @@ def schedule_info(s: Schedule) -> ScheduleInfo:
         last_run_at=s.last_at.timestamp() if s.last_at is not None else None,
         last_job_id=s.last_job,
         note=s.last_note,
+        paused=s.paused,
     )

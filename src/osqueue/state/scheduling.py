@@ -119,6 +119,7 @@ def put_schedule(tx: Tx, op: PutSchedule) -> OpResult:
         catch_up=op.catch_up,
         max_payload_bytes=policy.max_inline_payload_bytes,
     )
+    schedules.check_paused(op.paused)
     old = doc.schedules.get(op.name)
     if old is None and len(doc.schedules) >= policy.max_schedules:
         raise QueueFull(f"the document holds max_schedules={policy.max_schedules} schedules")
@@ -136,6 +137,7 @@ def put_schedule(tx: Tx, op: PutSchedule) -> OpResult:
         catch_up=op.catch_up,
         last_at=old.last_at if old is not None else None,
         last_job=old.last_job if old is not None else None,
+        paused=op.paused,
     )
     schedule = msgspec.structs.replace(
         draft, next_at=to_datetime(schedules.first_next_at(draft, tx.now))

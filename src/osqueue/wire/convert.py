@@ -241,6 +241,7 @@ def schedule_spec_to_pb(
     priority: int,
     max_attempts: int,
     catch_up: str,
+    paused: bool = False,
 ) -> pb.Schedule:
     """The message of a ``schedule`` call (only its spec fields)."""
     msg = pb.Schedule(
@@ -250,6 +251,7 @@ def schedule_spec_to_pb(
         priority=priority,
         max_attempts=max_attempts,
         catch_up=catch_up,
+        paused=paused,
     )
     if cron is not None:
         msg.cron = cron
@@ -272,6 +274,7 @@ def schedule_spec_from_pb(msg: pb.Schedule) -> dict[str, Any]:
         "priority": msg.priority,
         "max_attempts": msg.max_attempts if msg.HasField("max_attempts") else DEFAULT_MAX_ATTEMPTS,
         "catch_up": msg.catch_up or "once",
+        "paused": msg.paused,
     }
 
 
@@ -286,6 +289,7 @@ def schedule_info_to_pb(info: ScheduleInfo) -> pb.Schedule:
         priority=info.priority,
         max_attempts=info.max_attempts,
         catch_up=info.catch_up,
+        paused=info.paused,
     )
     msg.next_run_at = info.next_run_at
     if info.last_run_at is not None:

@@ -18,7 +18,7 @@ from osqueue.client.remote.connection import Conn
 from osqueue.client.remote.failover import Failover
 from osqueue.errors import InvalidInput
 from osqueue.state.limits import check_settings
-from osqueue.state.schedules import check_name, check_spec
+from osqueue.state.schedules import check_name, check_paused, check_spec
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
     queue_settings_from_pb,
@@ -50,6 +50,7 @@ class SchedulingRpcs:
         priority: int = 0,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         catch_up: CatchUp = "once",
+        paused: bool = False,
     ) -> ScheduleInfo:
         if isinstance(payload, bytearray | memoryview):
             payload = bytes(payload)
@@ -65,6 +66,7 @@ class SchedulingRpcs:
             catch_up=catch_up,
             max_payload_bytes=len(payload),  # the broker applies its own limit
         )
+        check_paused(paused)
         request = pb.ScheduleRequest(
             schedule=schedule_spec_to_pb(
                 name,
@@ -76,6 +78,7 @@ class SchedulingRpcs:
                 priority=priority,
                 max_attempts=max_attempts,
                 catch_up=catch_up,
+                paused=paused,
             )
         )
 

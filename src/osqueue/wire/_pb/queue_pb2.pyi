@@ -953,6 +953,7 @@ class Schedule(_message.Message):
     LAST_RUN_AT_FIELD_NUMBER: _builtins.int
     LAST_JOB_ID_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     queue: _builtins.str
     cron: _builtins.str
@@ -972,6 +973,8 @@ class Schedule(_message.Message):
     last_job_id: _builtins.str
     note: _builtins.str
     """Why the last tick pushed no job."""
+    paused: _builtins.bool
+    """Paused: its ticks are skipped (no job) until it is put back unpaused."""
     def __init__(
         self,
         *,
@@ -988,10 +991,11 @@ class Schedule(_message.Message):
         last_run_at: _builtins.float | None = ...,
         last_job_id: _builtins.str | None = ...,
         note: _builtins.str | None = ...,
+        paused: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_cron", b"_cron", "_every_s", b"_every_s", "_last_job_id", b"_last_job_id", "_last_run_at", b"_last_run_at", "_max_attempts", b"_max_attempts", "_note", b"_note", "_tz", b"_tz", "cron", b"cron", "every_s", b"every_s", "last_job_id", b"last_job_id", "last_run_at", b"last_run_at", "max_attempts", b"max_attempts", "note", b"note", "tz", b"tz"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cron", b"_cron", "_every_s", b"_every_s", "_last_job_id", b"_last_job_id", "_last_run_at", b"_last_run_at", "_max_attempts", b"_max_attempts", "_note", b"_note", "_tz", b"_tz", "catch_up", b"catch_up", "cron", b"cron", "every_s", b"every_s", "last_job_id", b"last_job_id", "last_run_at", b"last_run_at", "max_attempts", b"max_attempts", "name", b"name", "next_run_at", b"next_run_at", "note", b"note", "payload", b"payload", "priority", b"priority", "queue", b"queue", "tz", b"tz"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cron", b"_cron", "_every_s", b"_every_s", "_last_job_id", b"_last_job_id", "_last_run_at", b"_last_run_at", "_max_attempts", b"_max_attempts", "_note", b"_note", "_tz", b"_tz", "catch_up", b"catch_up", "cron", b"cron", "every_s", b"every_s", "last_job_id", b"last_job_id", "last_run_at", b"last_run_at", "max_attempts", b"max_attempts", "name", b"name", "next_run_at", b"next_run_at", "note", b"note", "paused", b"paused", "payload", b"payload", "priority", b"priority", "queue", b"queue", "tz", b"tz"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cron: _TypeAlias = _typing.Literal["cron"]  # noqa: Y015
     _WhichOneofArgType__cron: _TypeAlias = _typing.Literal["_cron", b"_cron"]  # noqa: Y015
