@@ -373,6 +373,7 @@ async def test_a_drained_queue_keeps_its_series_with_per_queue_counters_and_paus
         await q.purge_dead()  # nothing of "emails" is left in the document
         await q.set_queue("paused", paused=True)  # known by a setting alone
         await q.schedule("nightly", queue="other", cron="0 3 * * *")
+        await q.schedule("hourly", queue="other", cron="0 * * * *", paused=True)
         samples = await scrape(broker.metrics_address)
         answer = await http_get(
             broker.metrics_address, headers="Accept: application/openmetrics-text\r\n"
@@ -391,7 +392,8 @@ async def test_a_drained_queue_keeps_its_series_with_per_queue_counters_and_paus
     assert value(samples, "osqueue_queue_pushed_total", queue="other") == 1
     paused = {queue: value(samples, "osqueue_queue_paused", queue=queue) for queue in queues}
     assert paused == {"emails": 0, "other": 0, "paused": 1}
-    assert value(samples, "osqueue_schedules") == 1
+    assert value(samples, "osqueue_schedules") == 2
+    assert value(samples, "osqueue_schedules_paused") == 1
     # what Prometheus asks for first: valid OpenMetrics (no family named twice)
     assert answer.headers["content-type"].startswith("application/openmetrics-text")
     families = list(openmetrics_families(answer.body.decode()))

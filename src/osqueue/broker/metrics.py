@@ -313,6 +313,11 @@ class BrokerCollector:
             "Schedules (periodic jobs) in the document.",
             value=len(doc.schedules),
         )
+        yield GaugeMetricFamily(
+            "osqueue_schedules_paused",
+            "Schedules paused one by one (osqueue schedule URL pause NAME).",
+            value=sum(s.paused for s in doc.schedules),
+        )
 
 
 def _queue_totals(stats: Stats) -> Iterator[Metric]:
