@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from archive_helpers import done_job
 from remote_helpers import quiet_broker_config
 from typer.testing import CliRunner, Result
 
@@ -26,8 +27,7 @@ import osqueue
 from osqueue.broker.archive import parse_key, write_archive
 from osqueue.cli.app import app
 from osqueue.clock import ManualClock
-from osqueue.state import DOCUMENT_KEY, Claim, StoredJob, decode
-from osqueue.state.model import to_datetime
+from osqueue.state import DOCUMENT_KEY, decode
 from osqueue.storage import from_url
 
 #: 08:10 UTC: every step below stays within this hour
@@ -158,27 +158,12 @@ def test_verify_reports_a_shortfall_when_an_archive_object_is_deleted(tmp_path: 
     assert "count check skipped" in skipped.stdout
 
 
-def _done(job_id: str, version: int) -> StoredJob:
-    at = to_datetime(T0)
-    return StoredJob(
-        id=job_id,
-        queue="default",
-        seq=1,
-        status="done",
-        created_at=at,
-        first_claimed_at=at,
-        claim=Claim(worker="w", token=1, claimed_at=at, heartbeat_at=at),
-        done_version=version,
-        done_at=at,
-    )
-
-
 async def test_an_object_with_other_content_at_the_key_is_not_taken_as_archived(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage = from_url(tmp_path.as_uri())
     queue_id = "01jd0000000000000000000000"
-    mine = [_done("j1", 7), _done("j2", 7)]
+    mine = [done_job("j1", 7, at=T0), done_job("j2", 7, at=T0)]
     key = "archive/date=2027-01-15/hour=08/00000000000000000007-01jd0000000000000000000000.jsonl"
     await storage.put(key, b'{"id":"someone-else"}\n')
     with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive"):
@@ -200,7 +185,7 @@ async def test_an_object_with_other_content_at_the_key_is_not_taken_as_archived(
     assert await write_archive(storage, mine, queue_id) == 7
     assert sorted(await storage.list("archive/")) == sorted(keys)
     # And the object at the first key holding exactly these bytes is already archived.
-    other = [_done("j3", 8)]
+    other = [done_job("j3", 8, at=T0)]
     await write_archive(storage, other, queue_id)
     await write_archive(storage, other, queue_id)
     assert len(await storage.list("archive/")) == 3

@@ -38,7 +38,13 @@ def read_doc(path: Path) -> Document:
 @pytest.fixture
 def deep(tmp_path: Path) -> tuple[str, list[str]]:
     """A stopped queue: 30 jobs on ``a`` (two priorities, most of them spilled),
-    3 on ``b``, one of a's claimed; returns its URL and a's ids in claim order."""
+    3 on ``b``, one of a's claimed; returns its URL and a's ids in claim order.
+
+    Each push waits for the spill it started to commit, so every stream spills
+    its tail each time it reaches ``spill_above_jobs`` (4): 12 of each
+    priority's 15 jobs in 3 segments behind its head of 3.  The claim leaves
+    2 of priority 0 before its barrier, so one load takes ``load_jobs`` (4)
+    of them back: 20 stay spilled, however slow the machine."""
     path = tmp_path / "queue"
     path.mkdir()
     url = f"file://{path}"
@@ -50,12 +56,16 @@ def deep(tmp_path: Path) -> tuple[str, list[str]]:
             high: list[str] = []
             for i in range(15):
                 low.append(await q.push(b"l%d" % i, queue="a", priority=1))
+                await broker.segments.settled()
                 high.append(await q.push(b"h%d" % i, queue="a", priority=0))
+                await broker.segments.settled()
             await q.push_many([NewJob(b"b", queue="b") for _ in range(3)])
             await broker.segments.settled()
+            assert [ref.count for ref in read_doc(path).segments] == [4] * 6
             (claimed,) = await q.claim("w-cli", ["a"])
             await broker.segments.settled()
             assert claimed.id == high[0]
+            assert sum(ref.remaining for ref in read_doc(path).segments) == 20
             return high + low
 
     return url, asyncio.run(build())

@@ -18,6 +18,15 @@ from osqueue.spark import register
 from osqueue.storage import MemoryStorage
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A Spark test's time limit is its own: the one SparkSession starts in the
+    first Spark test's setup (about a minute on a loaded machine), so setup is
+    outside the limit (``func_only``)."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.timeout(func_only=True))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     # Spark starts its Python workers with $PYSPARK_PYTHON: this venv's interpreter.

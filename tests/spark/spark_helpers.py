@@ -97,5 +97,19 @@ def archived_ids(url: str) -> list[str]:
     return [str(record["id"]) for record in archive_records(url)]
 
 
-def wait_archived(url: str, count: int) -> None:
-    wait_until(lambda: len(archived_ids(url)) >= count, timeout_s=30, what=f"{count} archived")
+def archive_wait_s(config: BrokerConfig) -> float:
+    """How long a serving broker may take to write the archive objects of the
+    completions it has committed: it writes each right after its commit, and
+    retries a failed write with backoff up to ``retry_cap_s``; a broker that
+    cannot write to its store for a whole ``lease_s`` has lost the queue.
+    Twice that, for a loaded machine."""
+    return 2 * (config.lease_s + config.retry_cap_s)
+
+
+def wait_archived(served: ServedBroker, count: int) -> None:
+    """Wait until the archive objects hold ``count`` jobs (what a reader lists)."""
+    wait_until(
+        lambda: len(archived_ids(served.url)) >= count,
+        timeout_s=archive_wait_s(served.broker.config),
+        what=f"{count} archived",
+    )

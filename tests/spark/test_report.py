@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from spark_helpers import archived_ids, served_broker, wait_until
+from spark_helpers import served_broker, wait_archived
 from typer.testing import CliRunner
 
 from osqueue.api import NewJob
@@ -36,7 +36,7 @@ def test_report_counts_throughput_latency_attempts_and_dead_letters(
         (again,) = served.run(q.claim("w", ["default"], max_jobs=1, wait_s=5.0))
         assert again.id == good[0].id
         served.run(q.complete_many([again, *good[1:]]))
-        wait_until(lambda: len(archived_ids(file_queue)) == 8, timeout_s=30, what="8 archived")
+        wait_archived(served, 8)
 
         report = build_report(spark, file_queue)
     assert report.completed == 8

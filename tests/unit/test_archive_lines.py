@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+from archive_helpers import done_job
 
 from osqueue.broker.archive import (
     ArchiveRecord,
@@ -12,31 +13,13 @@ from osqueue.broker.archive import (
     read_lines,
     render,
 )
-from osqueue.state import Claim, StoredJob
-from osqueue.state.model import to_datetime
 
 DECODER = msgspec.json.Decoder(ArchiveRecord)
-T0 = 1_800_000_000.0
 QID = "01jd0000000000000000000000"
 
 
-def done(job_id: str, version: int) -> StoredJob:
-    at = to_datetime(T0)
-    return StoredJob(
-        id=job_id,
-        queue="default",
-        seq=1,
-        status="done",
-        created_at=at,
-        first_claimed_at=at,
-        claim=Claim(worker="w", token=1, claimed_at=at, heartbeat_at=at),
-        done_version=version,
-        done_at=at,
-    )
-
-
 def test_what_the_broker_writes_reads_back_with_no_bad_line() -> None:
-    key, data = render([done("b", 42), done("a", 42)], QID)
+    key, data = render([done_job("b", 42), done_job("a", 42)], QID)
     assert key_version(key) == 42
     records, bad = read_lines(data, key, DECODER)
     assert [r.id for r in records] == ["a", "b"]
@@ -44,7 +27,7 @@ def test_what_the_broker_writes_reads_back_with_no_bad_line() -> None:
 
 
 def test_an_empty_object_and_a_last_line_without_its_newline_are_bad() -> None:
-    key, data = render([done("a", 42), done("b", 42)], QID)
+    key, data = render([done_job("a", 42), done_job("b", 42)], QID)
     assert read_lines(b"", key, DECODER) == ([], [BadLine(key, 1, 0, "the object is empty")])
     records, bad = read_lines(data[:-1], key, DECODER)  # one byte short: the final newline
     assert [r.id for r in records] == ["a"]
@@ -54,7 +37,7 @@ def test_an_empty_object_and_a_last_line_without_its_newline_are_bad() -> None:
 
 
 def test_a_key_of_another_shape_checks_no_version() -> None:
-    _, data = render([done("a", 42)], QID)
+    _, data = render([done_job("a", 42)], QID)
     assert key_version("archive/README") is None
     records, bad = read_lines(data, "archive/copy.jsonl", DECODER)
     assert [r.version for r in records] == [42]
