@@ -354,6 +354,9 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         push_batch_max=rng.randint(1, 6),
         payload_sweep_s=rng.choice((0.5, 1.0, 2.0)) * c.lease_s,
         inline_max=_side(c.seed, "inline_max").choice((16, 64)),
+        # every run cancels some of its jobs once pushed, many of them spilled, so
+        # loads meet the cancels their segments carry (not drawn from rng either)
+        cancel_rate=max(c.cancel_rate, _side(c.seed, "cancel_rate").choice((0.1, 0.2))),
         # not drawn from rng (the seeds' other draws stay as they were): a third
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],

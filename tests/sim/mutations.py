@@ -207,8 +207,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="skip-schedule-ignores-grace",
         file="state/schedules.py",
-        original='        if s.catch_up == "skip" and now - tick > grace_s:\n',
-        replacement='        if s.catch_up == "skip" and now - tick > 0:\n',
+        original='        elif s.catch_up == "skip" and now - tick > grace_s:\n',
+        replacement='        elif s.catch_up == "skip" and now - tick > 0:\n',
         family="schedules",
         models="a catch_up=skip schedule skips every late tick, even one within its grace",
     ),
