@@ -112,6 +112,9 @@ MAX_QUEUES_SHOWN = 8
 RECENT_WORKERS_WINDOW_S = 300.0
 
 
+_Seen = tuple[float, tuple[str, ...], tuple[str, ...]]
+
+
 class RecentWorkers:
     """The workers this broker heard from recently: each one's last claim (waiting
     or not) and the queues it asked for, for readers of the document.
@@ -136,8 +139,9 @@ class RecentWorkers:
         self.window_s = window_s
         self.max_workers = max_workers
         self.refresh_s = refresh_s
-        #: worker -> (broker time of its last claim, the queues it asked for)
-        self._seen: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
+        #: worker -> (broker time of its last claim, the queues shown, the queues it
+        #: asked for as given: a claim naming them again is not checked again)
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
         self._summary: tuple[WorkerSeen, ...] = ()
         self._summary_at = -float("inf")
         #: a worker was added since the summary: rebuild it now, not at the refresh
@@ -146,12 +150,16 @@ class RecentWorkers:
     def claimed(self, worker: str, queues: tuple[str, ...], now: float) -> None:
         """``worker`` asked for jobs of ``queues`` at broker time ``now`` (the names
         are checked first: the record reaches the document)."""
-        validate.worker_name(worker)
-        queues = validate.queue_names(queues)
         seen = self._seen
-        if worker not in seen:
-            self._new = True
-        seen[worker] = (now, queues[:MAX_QUEUES_SHOWN])
+        known = seen.get(worker)
+        if known is not None and known[2] == queues:  # checked when first seen
+            seen[worker] = (now, known[1], queues)
+        else:
+            validate.worker_name(worker)
+            shown = validate.queue_names(queues)[:MAX_QUEUES_SHOWN]
+            if known is None:
+                self._new = True
+            seen[worker] = (now, shown, queues)
         seen.move_to_end(worker)
         if len(seen) > self.max_workers:
             seen.popitem(last=False)
@@ -170,7 +178,7 @@ class RecentWorkers:
             del seen[oldest]
         self._summary = tuple(
             WorkerSeen(worker=w, seen_at=to_datetime(at), queues=queues)
-            for w, (at, queues) in reversed(seen.items())
+            for w, (at, queues, _) in reversed(seen.items())
         )
         return self._summary
 
