@@ -15,29 +15,15 @@ from pathlib import Path
 
 import pytest
 from backends import BACKENDS, Wrapped, backend_url
+from segment_helpers import SMALL, config
 
 import osqueue
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.clock import ManualClock
 from osqueue.errors import DuplicateKey, JobNotFound
 from osqueue.state import DOCUMENT_KEY, SEGMENT_PREFIX, Document, decode, decode_segment
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
-
-SMALL = {
-    "segment_jobs": 4,
-    "head_jobs": 2,
-    "load_jobs": 3,
-    "spill_above_jobs": 3,
-    "retry_base_s": 0.001,
-    "payload_sweep_interval_s": None,
-    "stats_log_interval_s": None,
-    "lease_s": 3600.0,
-}
-
-
-def config(**kw: object) -> BrokerConfig:
-    return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=BACKENDS)

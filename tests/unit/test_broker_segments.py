@@ -9,9 +9,10 @@ import asyncio
 
 import pytest
 from backends import Wrapped
+from segment_helpers import config
 
 import osqueue
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.clock import ManualClock
 from osqueue.errors import StorageError
 from osqueue.state import (
@@ -31,20 +32,6 @@ from osqueue.storage import MemoryStorage
 from osqueue.storage.port import Storage
 
 T0 = 1_800_000_000.0
-SMALL = {
-    "segment_jobs": 4,
-    "head_jobs": 2,
-    "load_jobs": 3,
-    "spill_above_jobs": 3,
-    "retry_base_s": 0.001,
-    "payload_sweep_interval_s": None,
-    "stats_log_interval_s": None,
-    "lease_s": 3600.0,
-}
-
-
-def config(**kw: object) -> BrokerConfig:
-    return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
 class Gated(Wrapped):

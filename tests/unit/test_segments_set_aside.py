@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from metrics_helpers import scrape, value
+from segment_helpers import config
 
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.broker.segments_read import find_spilled, jobs_after, read_spilled
 from osqueue.cli.status import status_of
 from osqueue.errors import CorruptDocument, InvalidInput, JobNotFound
@@ -27,21 +28,6 @@ from osqueue.state import (
 from osqueue.storage import MemoryStorage
 from osqueue.storage.port import Storage
 from osqueue.storage.url import from_url
-
-SMALL = {
-    "segment_jobs": 4,
-    "head_jobs": 2,
-    "load_jobs": 3,
-    "spill_above_jobs": 3,
-    "retry_base_s": 0.001,
-    "payload_sweep_interval_s": None,
-    "stats_log_interval_s": None,
-    "lease_s": 3600.0,
-}
-
-
-def config(**kw: object) -> BrokerConfig:
-    return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "file"])
