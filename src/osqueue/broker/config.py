@@ -68,6 +68,9 @@ class BrokerConfig:
     #: until the lease renewal is due), so the document passes this by one batch
     #: at most; None: never wait.
     spill_hold_bytes: int | None = 4 * 1024 * 1024
+    #: Compaction: adjacent segments of a queue (per priority) holding at most half
+    #: this many jobs each are merged into objects of at most this many; None: never.
+    compact_jobs: int | None = 50_000
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
@@ -149,7 +152,7 @@ class BrokerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
-        for name in ("spill_above_jobs", "spill_hold_bytes"):
+        for name in ("spill_above_jobs", "spill_hold_bytes", "compact_jobs"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise InvalidInput(
@@ -182,6 +185,7 @@ class BrokerConfig:
             head_jobs=self.head_jobs,
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
+            compact_jobs=self.compact_jobs,
             result_ttl_s=self.result_ttl_s,
             result_inline_max_bytes=self.result_inline_max_bytes,
             max_result_bytes=self.max_result_bytes,

@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.compact import Compactor
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
@@ -159,6 +160,20 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: the compaction in flight (adjacent small segments merged)
+        self.compactor = Compactor(
+            storage,
+            cache=self.cache,
+            retry=retry,
+            tasks=tasks,
+            intake=intake,
+            life=life,
+            counters=self.counters,
+            writing=self.writing,
+            delete=self._delete,
+            broken=self._set_aside,
+            changed=self._check_quiet,
+        )
 
     # ------------------------------------------------------------------ after a commit
 
@@ -166,7 +181,7 @@ class SegmentManager:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
         doc = t.doc
-        if self._loads or self.spills.busy:
+        if self._loads or self.spills.busy or self.compactor.busy:
             self._settle(doc)
         if self._asides:
             self._settle_asides()
@@ -189,6 +204,8 @@ class SegmentManager:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:
             self.spills.plan(doc, self._policy)
+        if doc.segments:
+            self.compactor.plan(doc, self._policy)
         self._check_quiet()
 
     @property
@@ -196,6 +213,7 @@ class SegmentManager:
         """A spill, load, read or delete is in flight."""
         return bool(
             self.spills.busy
+            or self.compactor.busy
             or self._loads
             or self._reading
             or self._asides
@@ -242,6 +260,7 @@ class SegmentManager:
             if memo is not None and first is not None:  # the jobs it put ahead of the barrier
                 self._ahead[stream] = (first.key, first.loaded, memo[2] + len(load.jobs))
         self.spills.settle(doc)
+        self.compactor.settle(doc)
 
     # ------------------------------------------------------------------ loads
 

@@ -112,14 +112,30 @@ class SegmentCache:
         ``document()`` (the broker's, which moves on meanwhile) says whether the job
         is still unloaded there.  A candidate that fails its check is passed to
         ``broken(key, why)`` (the broker sets it aside) and skipped."""
+        for _ in range(3):  # again if a candidate was compacted meanwhile (then merged)
+            found, moved = await self._locate(job_id, document, broken)
+            if found is not None or not moved:
+                return found
+        return None
+
+    async def _locate(
+        self,
+        job_id: str,
+        document: Callable[[], Document | None],
+        broken: Callable[[str, str], None],
+    ) -> tuple[Cancel | None, bool]:
+        """One look (see :meth:`locate`); and whether a candidate holding the job
+        left the references meanwhile (loaded, or compacted into another)."""
         doc = document()
         if doc is None:
-            return None
+            return None, False
+        moved = False
         for ref in candidates(doc, job_id):
             try:
                 obj = await self.fetch(ref, attempts=3)
             except NotFound:
-                continue  # loaded and deleted meanwhile
+                moved = True  # loaded or merged, and deleted meanwhile
+                continue
             except CorruptDocument as exc:
                 broken(ref.key, str(exc))
                 continue
@@ -128,8 +144,10 @@ class SegmentCache:
                 continue
             now = document()
             current = now.segments.find(ref.key) if now is not None else None
-            if current is None or i < current.loaded or job_id in current.cancelled:
-                return None  # loaded (it is in the document, or gone) or cancelled already
+            if current is None:
+                return None, True  # loaded and dropped, or merged: look again
+            if i < current.loaded or job_id in current.cancelled:
+                return None, False  # loaded (it is in the document, or gone) or cancelled
             (job,) = obj.jobs(i, i + 1)
-            return Cancel(job_id, segment=ref.key, seq=job.seq)
-        return None
+            return Cancel(job_id, segment=ref.key, seq=job.seq), False
+        return None, moved

@@ -46,6 +46,10 @@ class Policy:
     head_jobs: int = 500
     #: jobs one Load puts back
     load_jobs: int = 500
+    #: compaction (osqueue.state.compaction): adjacent segments of a stream holding
+    #: at most half this many jobs each are merged into objects of at most this
+    #: many (None: never)
+    compact_jobs: int | None = 50_000
     # Scheduling (osqueue.state.schedules, .limits, .deps)
     #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
     schedule_grace_s: float = 60.0
@@ -216,6 +220,22 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
     key: str
 
 
+# --------------------------------------------------------------------------- compaction
+
+
+class Compact(msgspec.Struct, frozen=True, gc=False):
+    """The broker wrote one object holding the jobs of the adjacent segments
+    ``refs`` (their lines, in order): reference it (``ref``) in their place.
+    Applied only if each of ``refs`` is still referenced, unchanged and
+    adjacent in its stream, and ``ref`` describes exactly their union
+    (:func:`osqueue.state.compaction.merged_ref`); otherwise it fails alone
+    (``Conflict``) and the object is left to be deleted.  The merged objects
+    are reported in ``Transition.dropped_segments`` (deleted after the commit)."""
+
+    refs: tuple[SegmentRef, ...]
+    ref: SegmentRef
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit), or
     with ``remove`` (and no setting) forget the queue: it is no longer listed.
@@ -267,6 +287,7 @@ Op = (
     | Load
     | SetAside
     | Readmit
+    | Compact
     | SetQueue
     | PutSchedule
     | RemoveSchedule
@@ -321,6 +342,7 @@ __all__ = [
     "Cancel",
     "ClaimOp",
     "Claimed",
+    "Compact",
     "Complete",
     "Counted",
     "Fail",

@@ -78,7 +78,26 @@ def encode_segment(jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = No
         count=len(jobs),
     )
     body = lines if lines is not None else [_encoder.encode(job) for job in jobs]
-    return b"\n".join((_encoder.encode(header), *body, b""))
+    return _join(header, body)
+
+
+def _join(header: SegmentHeader, lines: Sequence[bytes]) -> bytes:
+    return b"\n".join((_encoder.encode(header), *lines, b""))
+
+
+def join_segments(objects: Sequence[SegmentLines]) -> bytes:
+    """One object holding the jobs of ``objects`` (adjacent segments of one stream,
+    in seq order), their lines as they are: what a compaction writes."""
+    first, last = objects[0].header, objects[-1].header
+    header = SegmentHeader(
+        format=SEGMENT_FORMAT,
+        queue=first.queue,
+        priority=first.priority,
+        first_seq=first.first_seq,
+        last_seq=last.last_seq,
+        count=sum(len(obj) for obj in objects),
+    )
+    return _join(header, [line for obj in objects for line in obj.lines])
 
 
 def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:

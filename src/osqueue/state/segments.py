@@ -234,6 +234,17 @@ class Segments:
                 return
         raise KeyError(ref.key)
 
+    def swap(self, olds: list[SegmentRef], new: SegmentRef) -> None:
+        """Put ``new`` in the place of ``olds``, adjacent references of its stream (a
+        compaction; the caller checked them)."""
+        refs = self.streams[new.stream]
+        at = next(i for i, r in enumerate(refs) if r.key == olds[0].key)
+        refs[at : at + len(olds)] = [new]
+        for old in olds:
+            self._forget(old)
+        self._index(new)
+        self._moved(new.queue)
+
     def remove(self, ref: SegmentRef) -> None:
         stream = ref.stream
         refs = self.streams[stream]

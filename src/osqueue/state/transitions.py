@@ -6,10 +6,9 @@ and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
 result.  No I/O, no clock: ``now`` is passed in.
 
-Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
-segment in claim order that is not loaded yet and reports its stream in
-:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
-applied by :mod:`osqueue.state.spill`.
+Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first segment in
+claim order not loaded yet and reports its stream in :attr:`Transition.starved`;
+``Spill``, ``Load``, a cancel in a segment: :mod:`.spill`; ``Compact``: :mod:`.compaction`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import deps, scheduling, spill, sweep, validate
+from osqueue.state import compaction, deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
@@ -99,7 +98,7 @@ class Transition:
     reclaimed: list[str] = field(default_factory=list)
     #: streams whose claims stopped at a segment not loaded yet (load them now)
     starved: set[Stream] = field(default_factory=set)
-    #: segment objects no reference names any more (fully loaded: delete them)
+    #: segment objects no reference names any more (fully loaded, or compacted)
     dropped_segments: list[str] = field(default_factory=list)
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
@@ -501,6 +500,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     Load: _Tx.load,
     SetAside: lambda tx, op: spill.set_aside(tx.doc, op, tx.now),
     Readmit: lambda tx, op: spill.readmit(tx.doc, op),
+    compaction.Compact: lambda tx, op: compaction.compact(tx.doc, op, tx.dropped_segments),
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
