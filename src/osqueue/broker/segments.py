@@ -211,14 +211,8 @@ class SegmentManager:
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        return bool(
-            self.spills.busy
-            or self.compactor.busy
-            or self._loads
-            or self._reading
-            or self._asides
-            or self.deletes.deleting
-        )
+        writing = self.spills.busy or self.compactor.busy or self.deletes.deleting
+        return bool(writing or self._loads or self._reading or self._asides)
 
     def _check_quiet(self) -> None:
         if self.busy:
