@@ -38,7 +38,7 @@ def _module_name(path: Path) -> str:
 
 
 def _top(module: str) -> str | None:
-    """``osqueue.broker.local`` -> ``broker``; ``osqueue`` -> ``""``; foreign -> None."""
+    """``osqueue.broker.inproc.client`` -> ``broker``; ``osqueue`` -> ``""``; foreign -> None."""
     if module == "osqueue":
         return ""
     if not module.startswith("osqueue."):

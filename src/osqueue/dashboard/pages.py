@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.web_request import FileField
 from multidict import MultiDictProxy
 
-from osqueue.broker.activity import RECENT_WORKERS_WINDOW_S
+from osqueue.broker.observe.activity import RECENT_WORKERS_WINDOW_S
 from osqueue.cli.dead import DeadAction
 from osqueue.cli.jobs import job_dict
 from osqueue.dashboard.actions import PAUSE_AVAILABLE

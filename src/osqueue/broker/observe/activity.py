@@ -16,9 +16,9 @@ from osqueue.state import validate
 from osqueue.state.model import BrokerPerf, WorkerSeen, to_datetime
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.lifecycle import Lifecycle
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
