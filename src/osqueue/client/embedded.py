@@ -37,6 +37,7 @@ class EmbeddedClient(LocalClient):
 
     def __init__(self, broker: Broker, *, owns_storage: bool = True) -> None:
         super().__init__(broker)
+        self._broker = broker  # the whole broker: this client stops it
         self._owns_storage = owns_storage
         self._closed = False
 
@@ -57,10 +58,10 @@ class EmbeddedClient(LocalClient):
             return
         self._closed = True
         try:
-            await self.broker.stop()
+            await self._broker.stop()
         finally:
             if self._owns_storage:
-                await self.broker.storage.close()
+                await self._broker.storage.close()
 
 
 async def start_embedded(

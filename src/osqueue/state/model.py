@@ -144,7 +144,7 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
 class WorkerSeen(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A worker the broker heard from recently (its last claim, waiting or not), so
     readers of the document see idle workers too (see
-    :class:`osqueue.broker.observe.activity.RecentWorkers`)."""
+    :class:`osqueue.broker.observe.counters.RecentWorkers`)."""
 
     worker: str
     #: broker time of its last claim

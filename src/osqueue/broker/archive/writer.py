@@ -9,7 +9,7 @@ from collections.abc import Callable
 from osqueue.broker.archive.objects import write_archive
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.broker.core.tasks import SideTasks
-from osqueue.broker.observe.activity import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.errors import StorageError
 from osqueue.state import StoredJob
 from osqueue.storage.port import Storage

@@ -31,7 +31,8 @@ taking ops, flushes, clears the address and returns within the drain timeout.
   :mod:`~osqueue.broker.cold.sweep` the segment objects no document names;
 * :mod:`~osqueue.broker.cold.manager`: deep backlogs' segment objects written,
   read ahead, loaded and deleted between commits;
-* :mod:`~osqueue.broker.observe.activity`: the counters and their periodic log line;
+* :mod:`~osqueue.broker.observe.counters`: the counters, and
+  :mod:`~osqueue.broker.observe.activity` their periodic log line;
 * :mod:`~osqueue.broker.observe.metrics`: the Prometheus collector over all of these
   (served at ``/metrics`` with ``BrokerConfig.metrics_listen``);
 * :mod:`~osqueue.broker.core.lifecycle` and :mod:`~osqueue.broker.core.tasks`: the
@@ -56,12 +57,14 @@ from osqueue.broker.core.lifecycle import Lifecycle, State
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.broker.core.tasks import SideTasks
 from osqueue.broker.core.waiters import Waiters
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.broker.lease.hold import Lease
 from osqueue.broker.objects.payload_sweep import PayloadSweeper
 from osqueue.broker.objects.payloads import Payloads
 from osqueue.broker.objects.result_sweep import ResultSweeper
 from osqueue.broker.objects.results import ResultObjects
-from osqueue.broker.observe.activity import ActivityLog, BrokerCounters
+from osqueue.broker.observe.activity import ActivityLog
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import MaybeCommitted, OsqueueError, ShuttingDown
 from osqueue.ids import new_id
@@ -70,7 +73,6 @@ from osqueue.state.results import Answer
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.inproc.client import LocalClient
     from osqueue.broker.observe.metrics import BrokerCollector
     from osqueue.metrics.exposition import MetricsEndpoint
 
@@ -212,8 +214,6 @@ class Broker:
         )
 
     def client(self) -> LocalClient:
-        from osqueue.broker.inproc.client import LocalClient
-
         return LocalClient(self)
 
     def tasks(self) -> list[asyncio.Task[None]]:

@@ -25,7 +25,7 @@ from osqueue.broker.core.waiters import Waiters
 from osqueue.broker.core.wakeups import commit_due, idle_timeout_s
 from osqueue.broker.lease.hold import Lease, Reapply, StepDown
 from osqueue.broker.objects.payloads import Payloads
-from osqueue.broker.observe.activity import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock, Timer
 from osqueue.errors import (
     BrokerUnavailable,

@@ -21,7 +21,7 @@ from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.state import Claimed, Fail, Result, StoredJob
 
 if TYPE_CHECKING:
-    from osqueue.broker.core.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def raise_if_error(result: Result) -> Result:
 class ClaimedJobs:
     """The claimed jobs of one broker's claims, with their payloads."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
 
     async def jobs(self, result: Result) -> list[Job]:

@@ -58,7 +58,7 @@ from osqueue.state import (
 from osqueue.state.results import Answer
 
 if TYPE_CHECKING:
-    from osqueue.broker.core.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class LocalClient(SchedulingCalls, SegmentCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
         config = broker.config
         #: payloads up to this size go inline (and within max_payload_bytes)

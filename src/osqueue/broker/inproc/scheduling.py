@@ -26,7 +26,7 @@ from osqueue.state.limits import settings_info
 from osqueue.state.schedules import schedule_info
 
 if TYPE_CHECKING:
-    from osqueue.broker.core.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 
 def _answer(result: Result, kind: type[object], what: str) -> object:
@@ -40,7 +40,7 @@ def _answer(result: Result, kind: type[object], what: str) -> object:
 class SchedulingCalls:
     """``schedule``, ``unschedule``, ``schedules`` and ``set_queue`` on a broker here."""
 
-    broker: Broker
+    broker: BrokerHost
 
     async def schedule(
         self,

@@ -14,13 +14,13 @@ from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.state import Counted, Readmit
 
 if TYPE_CHECKING:
-    from osqueue.broker.core.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 
 class SegmentCalls:
     """``readmit_segment`` on a broker here."""
 
-    broker: Broker
+    broker: BrokerHost
 
     async def readmit_segment(self, key: str) -> int:
         """Put the set-aside segment ``key`` back in its stream, in seq order, once

@@ -10,7 +10,7 @@ from osqueue.broker.archive.objects import by_version
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.broker.lease.watch import LeaseWatch
-from osqueue.broker.observe.activity import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import Conflict, CorruptDocument, DocumentGone, NotFound, StorageError
 from osqueue.state import (

@@ -9,7 +9,7 @@ from osqueue.broker.cold.manager import SegmentManager
 from osqueue.broker.core.lifecycle import Lifecycle
 from osqueue.broker.lease.hold import Lease
 from osqueue.broker.objects.payloads import Payloads
-from osqueue.broker.observe.activity import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
 

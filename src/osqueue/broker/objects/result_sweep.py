@@ -12,7 +12,7 @@ import logging
 from osqueue.broker.core.lifecycle import Lifecycle
 from osqueue.broker.lease.hold import Lease
 from osqueue.broker.objects.results import ResultObjects
-from osqueue.broker.observe.activity import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
 

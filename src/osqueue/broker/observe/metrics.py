@@ -10,7 +10,7 @@ may import it, and the broker's collector sits here, beside what it reads.
 
 The hot path pays almost nothing: the counters the broker keeps anyway, and
 once per commit (never per op) a commit's duration, its size and its ops
-counted by kind and outcome (:class:`~osqueue.broker.observe.activity.CommitRecords`).
+counted by kind and outcome (:class:`~osqueue.broker.observe.counters.CommitRecords`).
 Everything else is read when Prometheus asks: the state, the lease's epoch,
 the queue counts from :func:`osqueue.state.stats_of` (what ``stats()``
 answers).  No metric carries a payload, a job id or a token.
@@ -39,7 +39,7 @@ from osqueue.broker.core.intake import Intake
 from osqueue.broker.core.lifecycle import Lifecycle, State
 from osqueue.broker.core.waiters import Waiters
 from osqueue.broker.lease.hold import Lease
-from osqueue.broker.observe.activity import STORAGE_CALLS, BrokerCounters, CommitRecords
+from osqueue.broker.observe.counters import STORAGE_CALLS, BrokerCounters, CommitRecords
 from osqueue.clock import Clock
 from osqueue.errors import OsqueueError
 from osqueue.metrics.exposition import buckets_of, label_of
