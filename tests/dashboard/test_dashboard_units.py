@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from osqueue.broker.payloads import BadPayload
+from osqueue.broker.objects.payloads import BadPayload
 from osqueue.dashboard.brokerlog import BrokerLog, DocumentMetrics
 from osqueue.dashboard.history import DocumentHistory, Flow, SampledHistory, flows_of
 from osqueue.dashboard.queries import (

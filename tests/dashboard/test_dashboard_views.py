@@ -12,7 +12,7 @@ from test_dashboard_units import T0, build, snapshot
 
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.activity import RecentWorkers
+from osqueue.broker.observe.counters import RecentWorkers
 from osqueue.dashboard.history import DocumentHistory, QueueRates, nice_ticks
 from osqueue.dashboard.queries import job_times
 from osqueue.dashboard.render import ago, until

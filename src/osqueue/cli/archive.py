@@ -31,7 +31,7 @@ from typing import Annotated
 import msgspec
 import typer
 
-from osqueue.broker.archive import (
+from osqueue.broker.archive.objects import (
     PREFIX,
     ArchiveRecord,
     BadLine,

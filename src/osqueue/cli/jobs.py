@@ -1,7 +1,7 @@
 """``osqueue jobs URL``: list the jobs in the queue document and its segments (a
 snapshot from storage); ``--payload ID`` writes one job's payload instead, read
 through the checked read every payload reader uses
-(:func:`~osqueue.broker.payloads.read_payload`)."""
+(:func:`~osqueue.broker.objects.payloads.read_payload`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from osqueue.broker.payloads import read_payload
-from osqueue.broker.segments_read import (
+from osqueue.broker.cold.read import (
     Listed,
     SortKey,
     cursor_text,
@@ -28,6 +27,7 @@ from osqueue.broker.segments_read import (
     sort_key,
     spilled_count,
 )
+from osqueue.broker.objects.payloads import read_payload
 from osqueue.cli import exits
 from osqueue.cli.console import printable, shown, stdout
 from osqueue.cli.options import AsJson, Url

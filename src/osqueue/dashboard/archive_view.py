@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from osqueue.broker import archive
-from osqueue.broker.archive import PREFIX, ArchiveRecord
+from osqueue.broker.archive import objects as archive
+from osqueue.broker.archive.objects import PREFIX, ArchiveRecord
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.storage.port import Storage
 

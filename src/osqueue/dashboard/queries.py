@@ -14,7 +14,7 @@ segment objects: per queue and priority the claim order is the document's
 jobs below the first segment, the segments in seq order, then the rest, and a
 segment's reference carries its seq range and its count, so a page after a
 cursor reads only the segment objects the page falls in
-(:mod:`osqueue.broker.segments_read`), and totals count spilled jobs from the
+(:mod:`osqueue.broker.cold.read`), and totals count spilled jobs from the
 references.
 """
 
@@ -27,13 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from osqueue.broker.payloads import BadPayload, read_payload
-from osqueue.broker.segments_read import (
+from osqueue.broker.cold.read import (
     SnapshotMoved,
     find_spilled,
     jobs_after,
     spilled_count,
 )
+from osqueue.broker.objects.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput
 from osqueue.state import Document, StoredJob
 from osqueue.storage.port import Storage
@@ -290,7 +290,7 @@ def _hexdump(data: bytes) -> str:
 
 async def payload_of(job: StoredJob, storage: Storage) -> bytes | BadPayload:
     """The job's payload: inline, or its object under ``payloads/`` read and checked
-    (:func:`~osqueue.broker.payloads.read_payload`); why not, when it is gone or
+    (:func:`~osqueue.broker.objects.payloads.read_payload`); why not, when it is gone or
     fails its check."""
     try:
         return await read_payload(storage, job)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.archive import by_version
+from osqueue.broker.archive.objects import by_version
 from osqueue.broker.config import BrokerConfig
-from osqueue.broker.lease_watch import LeaseWatch
-from osqueue.broker.retry import StorageRetry
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.broker.lease.watch import LeaseWatch
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import Conflict, CorruptDocument, DocumentGone, NotFound, StorageError
 from osqueue.state import (
@@ -30,7 +30,7 @@ from osqueue.state import (
 from osqueue.storage.port import Blob, Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.archiver import Archiver
+    from osqueue.broker.archive.writer import Archiver
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Lease:
     epoch and the times of its last write (renewals count from it), all on the
     clock's monotonic time.  Reads the document, never accepting one that
     vanished or went back in version; as a standby, waits for the owner's lease
-    to run out as a :class:`~osqueue.broker.lease_watch.LeaseWatch` judges it
+    to run out as a :class:`~osqueue.broker.lease.watch.LeaseWatch` judges it
     (no new version seen for the lease's length); takes the document over
     (epoch + 1, the archive objects of inherited done jobs written first, every
     claim's heartbeat clock restarted); and after a write that failed, reads

@@ -3,7 +3,7 @@
 Turns calls into typed ops, submits them to the broker's next group commit and
 raises the op's own error.  Payloads above the broker's inline limit are stored
 as objects under ``payloads/`` before the push is submitted (and read back on
-claim), so the document stays small (see :mod:`osqueue.broker.payloads`: each
+claim), so the document stays small (see :mod:`osqueue.broker.objects.payloads`: each
 upload stays out of the payload sweep's reach until its push is answered).
 
 The gRPC service serves remote clients through this client too, so every push
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Unpack
 import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
-from osqueue.broker.claimed import ClaimedJobs, raise_if_error
-from osqueue.broker.local_scheduling import SchedulingCalls
-from osqueue.broker.local_segments import SegmentCalls
+from osqueue.broker.inproc.claimed import ClaimedJobs, raise_if_error
+from osqueue.broker.inproc.scheduling import SchedulingCalls
+from osqueue.broker.inproc.segments import SegmentCalls
 from osqueue.errors import (
     DuplicateKey,
     InvalidInput,
@@ -58,7 +58,7 @@ from osqueue.state import (
 from osqueue.state.results import Answer
 
 if TYPE_CHECKING:
-    from osqueue.broker.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class LocalClient(SchedulingCalls, SegmentCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
         config = broker.config
         #: payloads up to this size go inline (and within max_payload_bytes)

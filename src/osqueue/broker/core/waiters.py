@@ -14,8 +14,8 @@ from osqueue.state.limits import capacity_now
 from osqueue.state.results import Answer, answer
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lifecycle import Lifecycle
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
 
 
 @dataclass(slots=True)

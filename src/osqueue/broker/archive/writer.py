@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.archive import write_archive
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.tasks import SideTasks
+from osqueue.broker.archive.objects import write_archive
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.broker.core.tasks import SideTasks
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.errors import StorageError
 from osqueue.state import StoredJob
 from osqueue.storage.port import Storage

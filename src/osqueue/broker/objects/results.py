@@ -7,8 +7,8 @@ record of finished jobs keeps it (:mod:`osqueue.state.finished_jobs`).  The obje
 is read back by ``result()``.
 
 Objects nothing references are deleted by the orphan sweep
-(:mod:`osqueue.broker.orphans`, run by
-:class:`~osqueue.broker.result_sweep.ResultSweeper`): the upload of a
+(:mod:`osqueue.broker.objects.orphans`, run by
+:class:`~osqueue.broker.objects.result_sweep.ResultSweeper`): the upload of a
 completion that never committed (refused, a stale token, the broker died
 between the upload and the commit) and the object of an entry that expired or
 was evicted.  Until its completion is answered an upload is in
@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from osqueue.api import EncodedResult, Job
-from osqueue.broker.orphans import sweep_orphans
+from osqueue.broker.objects.orphans import sweep_orphans
 from osqueue.errors import (
     CorruptDocument,
     DuplicateKey,
@@ -231,7 +231,7 @@ class ResultObjects:
         document: Callable[[], Document | None],
         may_delete: Callable[[], bool],
     ) -> tuple[set[str], int]:
-        """One sweep of ``results/`` (see :func:`~osqueue.broker.orphans.sweep_orphans`)."""
+        """One sweep of ``results/`` (see :func:`~osqueue.broker.objects.orphans.sweep_orphans`)."""
         return await sweep_orphans(
             self.storage,
             RESULT_PREFIX,

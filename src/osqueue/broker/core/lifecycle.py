@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from osqueue.errors import NotBroker, OsqueueError, ShuttingDown
 
 if TYPE_CHECKING:
-    from osqueue.broker.lease import Lease
+    from osqueue.broker.lease.hold import Lease
 
 
 class State(Enum):

@@ -3,7 +3,7 @@ orphans, by the payload sweep's rule.
 
 An orphan is an object under ``segments/`` that no reference names and no
 spill of this broker is writing (:attr:`SegmentManager.writing
-<osqueue.broker.segments.SegmentManager.writing>`): left by a broker that died
+<osqueue.broker.cold.manager.SegmentManager.writing>`): left by a broker that died
 between a ``put`` and its commit, by a ``Spill`` whose commit never landed, or
 by a delete that failed.  :meth:`SegmentDeletes.sweep` (run with the payload
 sweep, every ``payload_sweep_interval_s``) lists ``segments/``; an object two
@@ -26,9 +26,9 @@ from osqueue.state import SEGMENT_PREFIX, Document
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The broker's spills: a deep stream's tail written to segment objects, then
-referenced by the next commit (:class:`~osqueue.broker.segments.SegmentManager`
+referenced by the next commit (:class:`~osqueue.broker.cold.manager.SegmentManager`
 plans them after each commit and settles them after the commit that took them).
 
 A stream has one spill in flight at most.  Its objects are built from the
@@ -19,17 +19,17 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments_sweep import SegmentCounters
+from osqueue.broker.cold.sweep import SegmentCounters
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import OsqueueError, StorageError
 from osqueue.ids import new_id
 from osqueue.state import Document, Policy, Spill, SpillPlan, Stream, plan_spills
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
 
 log = logging.getLogger(__name__)
 

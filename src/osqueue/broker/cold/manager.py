@@ -7,7 +7,7 @@ hands the :class:`~osqueue.state.Transition` to :meth:`SegmentManager.committed`
 which (synchronously, in microseconds) settles what that commit decided and
 plans what comes next:
 
-* **Spill** (:mod:`~osqueue.broker.segments_spill`).  A stream whose tail
+* **Spill** (:mod:`~osqueue.broker.cold.spill`).  A stream whose tail
   passed ``spill_above_jobs`` gets a side task that builds the object from
   the document's cached job encodings, stores it whole under a key of its own
   (``put``), and only then adds the ``Spill`` op to the next commit.  The key
@@ -22,7 +22,7 @@ plans what comes next:
   left, or at once when a claim stopped at the barrier (``Transition.starved``).
   The commit that loads wakes the parked claims it serves, so a long-polling
   claimer waits one load at most.  Objects are kept parsed, within
-  ``segment_cache_bytes`` (:mod:`~osqueue.broker.segments_cache`).
+  ``segment_cache_bytes`` (:mod:`~osqueue.broker.cold.cache`).
 * **Set aside.**  Every object read is checked against the size and SHA-256
   its reference recorded at spill.  One that is missing or fails (or whose
   header or a line does not decode) is not tried again: a ``SetAside`` op
@@ -37,7 +37,7 @@ plans what comes next:
   the next commit, checked against that committed document with the lease
   just renewed; a referenced object is never deleted.
 
-Internal ops are submitted with :meth:`~osqueue.broker.intake.Intake.add_internal`
+Internal ops are submitted with :meth:`~osqueue.broker.core.intake.Intake.add_internal`
 (they wake an idle commit loop).  An internal op has no future: after each
 commit, an op no longer waiting in the intake was in that commit, and the
 document says whether it applied.  A takeover reads no segment: the new
@@ -50,12 +50,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.cache import SegmentCache
+from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.spill import SpillWriter
+from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
 from osqueue.broker.config import BrokerConfig
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments_cache import SegmentCache
-from osqueue.broker.segments_demand import ClaimDemand
-from osqueue.broker.segments_spill import SpillWriter
-from osqueue.broker.segments_sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound
 from osqueue.state import (
@@ -74,10 +74,10 @@ from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +417,7 @@ class SegmentManager:
 
     async def sweep(self, suspects: set[str]) -> set[str]:
         """One orphan sweep (:meth:`SegmentDeletes.sweep
-        <osqueue.broker.segments_sweep.SegmentDeletes.sweep>`)."""
+        <osqueue.broker.cold.sweep.SegmentDeletes.sweep>`)."""
         return await self.deletes.sweep(suspects)
 
     # ------------------------------------------------------------------ cancel

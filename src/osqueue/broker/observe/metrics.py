@@ -10,7 +10,7 @@ may import it, and the broker's collector sits here, beside what it reads.
 
 The hot path pays almost nothing: the counters the broker keeps anyway, and
 once per commit (never per op) a commit's duration, its size and its ops
-counted by kind and outcome (:class:`~osqueue.broker.activity.CommitRecords`).
+counted by kind and outcome (:class:`~osqueue.broker.observe.counters.CommitRecords`).
 Everything else is read when Prometheus asks: the state, the lease's epoch,
 the queue counts from :func:`osqueue.state.stats_of` (what ``stats()``
 answers).  No metric carries a payload, a job id or a token.
@@ -34,12 +34,12 @@ from prometheus_client.metrics_core import (
 )
 
 from osqueue.api import Stats
-from osqueue.broker.activity import STORAGE_CALLS, BrokerCounters, CommitRecords
-from osqueue.broker.archiver import Archiver
-from osqueue.broker.intake import Intake
-from osqueue.broker.lease import Lease
-from osqueue.broker.lifecycle import Lifecycle, State
-from osqueue.broker.waiters import Waiters
+from osqueue.broker.archive.writer import Archiver
+from osqueue.broker.core.intake import Intake
+from osqueue.broker.core.lifecycle import Lifecycle, State
+from osqueue.broker.core.waiters import Waiters
+from osqueue.broker.lease.hold import Lease
+from osqueue.broker.observe.counters import STORAGE_CALLS, BrokerCounters, CommitRecords
 from osqueue.clock import Clock
 from osqueue.errors import OsqueueError
 from osqueue.metrics.exposition import buckets_of, label_of
@@ -99,7 +99,7 @@ def _outcome(result: type) -> str:
 class BrokerCollector:
     """A prometheus_client collector of one broker's metrics (see the module doc;
     every metric is listed in docs/operations.md).  Made by the broker
-    (:meth:`Broker.metrics_collector <osqueue.broker.broker.Broker.metrics_collector>`);
+    (:meth:`Broker.metrics_collector <osqueue.broker.core.broker.Broker.metrics_collector>`);
     making one turns the per-commit records on."""
 
     def __init__(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.lease import Lease
-from osqueue.broker.lifecycle import Lifecycle
-from osqueue.broker.payloads import Payloads
-from osqueue.broker.segments import SegmentManager
+from osqueue.broker.cold.manager import SegmentManager
+from osqueue.broker.core.lifecycle import Lifecycle
+from osqueue.broker.lease.hold import Lease
+from osqueue.broker.objects.payloads import Payloads
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class PayloadSweeper:
-    """Runs :meth:`Payloads.sweep <osqueue.broker.payloads.Payloads.sweep>` every
+    """Runs :meth:`Payloads.sweep <osqueue.broker.objects.payloads.Payloads.sweep>` every
     ``interval_s`` while the broker serves.
 
     The objects it deletes are left behind by a push whose broker died between
@@ -30,7 +30,7 @@ class PayloadSweeper:
     suspects one sweep hands to the next; a failed sweep is logged and tried
     again an interval later.  With ``segments``, each sweep also runs the
     segments' orphan sweep (:meth:`SegmentManager.sweep
-    <osqueue.broker.segments.SegmentManager.sweep>`), with suspects of its own.
+    <osqueue.broker.cold.manager.SegmentManager.sweep>`), with suspects of its own.
     """
 
     def __init__(

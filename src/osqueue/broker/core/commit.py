@@ -4,7 +4,7 @@ Every cycle takes the ops waiting (at most ``max_batch_ops``), applies them
 to the held document with the pure :func:`osqueue.state.transition`, and
 writes the new version with one compare-and-set (:meth:`CommitLoop.write_batch`).
 No op is answered before that write is durable; one bad op fails alone.  A
-failed write is resolved by reading back (:meth:`osqueue.broker.lease.Lease.resolve`):
+failed write is resolved by reading back (:meth:`osqueue.broker.lease.hold.Lease.resolve`):
 our own landed write counts as committed, another broker's ownership makes
 this broker step down, otherwise the batch is re-applied on what is stored.
 """
@@ -14,18 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.archiver import Archiver
+from osqueue.broker.archive.writer import Archiver
+from osqueue.broker.cold.manager import SegmentManager
 from osqueue.broker.config import BrokerConfig
-from osqueue.broker.intake import Futures, Intake, answer_all
-from osqueue.broker.lease import Lease, Reapply, StepDown
-from osqueue.broker.lifecycle import Lifecycle, State
-from osqueue.broker.payloads import Payloads
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments import SegmentManager
-from osqueue.broker.tasks import SideTasks
-from osqueue.broker.waiters import Waiters
-from osqueue.broker.wakeups import commit_due, idle_timeout_s
+from osqueue.broker.core.intake import Futures, Intake, answer_all
+from osqueue.broker.core.lifecycle import Lifecycle, State
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.broker.core.tasks import SideTasks
+from osqueue.broker.core.waiters import Waiters
+from osqueue.broker.core.wakeups import commit_due, idle_timeout_s
+from osqueue.broker.lease.hold import Lease, Reapply, StepDown
+from osqueue.broker.objects.payloads import Payloads
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock, Timer
 from osqueue.errors import (
     BrokerUnavailable,
@@ -137,7 +137,7 @@ class CommitLoop:
 
     def _due_for_commit(self) -> bool:
         """An idle commit is due: lease renewal, a segment load or spill, a schedule
-        tick, or a sweep a parked claim waits on (:mod:`osqueue.broker.wakeups`)."""
+        tick, or a sweep a parked claim waits on (:mod:`osqueue.broker.core.wakeups`)."""
         if self._intake.urgent:
             return True
         if self._clock.monotonic() - self._lease.written_at >= self._renew_s:

@@ -11,8 +11,8 @@ from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
 from osqueue.state import Load, MarkArchived, Op, Result, SetAside, Spill
 
 if TYPE_CHECKING:
-    from osqueue.broker.activity import BrokerCounters
-    from osqueue.broker.lifecycle import Lifecycle
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.observe.counters import BrokerCounters
 
 #: The broker's own ops that make an idle commit loop write (archive marks wait
 #: for the next commit).

@@ -12,14 +12,14 @@ deleted only if two sweeps an interval apart both found it unreferenced, no
 push in flight uses it (:attr:`Payloads.uploading`), and the broker's lease has
 at least half its length left (so no other broker can be committing).  Since
 every upload has its own key, a push retried elsewhere never writes an object
-a sweep deletes.  :class:`~osqueue.broker.payload_sweep.PayloadSweeper` runs
+a sweep deletes.  :class:`~osqueue.broker.objects.payload_sweep.PayloadSweeper` runs
 the sweep every ``payload_sweep_interval_s`` while the broker serves.
 
 What a reader must find is recorded at push: the job keeps the object's size
 and the SHA-256 of its bytes (a checksum, so an object replaced by another of
 the same size is caught too).  :func:`read_payload` is the one way to read a
 payload object, for every reader: the claim (:meth:`Payloads.read`; the
-in-process client then fails that job alone, :mod:`osqueue.broker.claimed`),
+in-process client then fails that job alone, :mod:`osqueue.broker.inproc.claimed`),
 the dashboard's job page, the CLI and the Spark data source.  It checks both
 and raises :class:`BadPayload` naming the job, the key, what was expected and
 what was found; an object the store refuses to open (a ``file://`` key that
@@ -35,7 +35,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from osqueue.broker.orphans import sweep_orphans
+from osqueue.broker.objects.orphans import sweep_orphans
 from osqueue.errors import NotFound, OsqueueError, StorageError, UnsafePath
 from osqueue.ids import new_id
 from osqueue.state import PAYLOAD_PREFIX, Document, StoredJob

@@ -1,6 +1,6 @@
 """The result sweep: every interval, delete the result objects nothing references.
 
-It follows the payload sweep's rule (:mod:`osqueue.broker.orphans`, the same
+It follows the payload sweep's rule (:mod:`osqueue.broker.objects.orphans`, the same
 function), on its own interval (``result_sweep_interval_s``): result objects
 expire with their entries, so they are swept more often than payload objects.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.lease import Lease
-from osqueue.broker.lifecycle import Lifecycle
-from osqueue.broker.results import ResultObjects
+from osqueue.broker.core.lifecycle import Lifecycle
+from osqueue.broker.lease.hold import Lease
+from osqueue.broker.objects.results import ResultObjects
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock
 from osqueue.errors import StorageError
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 class ResultSweeper:
-    """Runs :meth:`ResultObjects.sweep <osqueue.broker.results.ResultObjects.sweep>`
+    """Runs :meth:`ResultObjects.sweep <osqueue.broker.objects.results.ResultObjects.sweep>`
     every ``interval_s`` while the broker serves.
 
     The objects it deletes belong to entries of the record of finished jobs

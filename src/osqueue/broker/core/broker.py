@@ -15,26 +15,27 @@ taking ops, flushes, clears the address and returns within the drain timeout.
 
 :class:`Broker` is the facade that wires one class per concern:
 
-* :mod:`~osqueue.broker.intake`: the ops waiting for the next commit
+* :mod:`~osqueue.broker.core.intake`: the ops waiting for the next commit
   (backpressure, batches, the commit loop's wake-up);
-* :mod:`~osqueue.broker.waiters`: long-poll claims parked until a commit
+* :mod:`~osqueue.broker.core.waiters`: long-poll claims parked until a commit
   makes a job claimable;
-* :mod:`~osqueue.broker.lease`: the held document, reads, standby, takeover,
+* :mod:`~osqueue.broker.lease.hold`: the held document, reads, standby, takeover,
   and what a failed write means;
-* :mod:`~osqueue.broker.commit`: the group-commit loop;
-* :mod:`~osqueue.broker.archiver`: archive objects written after the commits
+* :mod:`~osqueue.broker.core.commit`: the group-commit loop;
+* :mod:`~osqueue.broker.archive.writer`: archive objects written after the commits
   that completed jobs;
-* :mod:`~osqueue.broker.payload_sweep`: deletes payload objects no job
-  references (:mod:`~osqueue.broker.payloads` holds the objects themselves),
-  and :mod:`~osqueue.broker.result_sweep` the result objects no record of a
-  finished job references (:mod:`~osqueue.broker.results`), and
-  :mod:`~osqueue.broker.segments_sweep` the segment objects no document names;
-* :mod:`~osqueue.broker.segments`: deep backlogs' segment objects written,
+* :mod:`~osqueue.broker.objects.payload_sweep`: deletes payload objects no job
+  references (:mod:`~osqueue.broker.objects.payloads` holds the objects themselves),
+  and :mod:`~osqueue.broker.objects.result_sweep` the result objects no record of a
+  finished job references (:mod:`~osqueue.broker.objects.results`), and
+  :mod:`~osqueue.broker.cold.sweep` the segment objects no document names;
+* :mod:`~osqueue.broker.cold.manager`: deep backlogs' segment objects written,
   read ahead, loaded and deleted between commits;
-* :mod:`~osqueue.broker.activity`: the counters and their periodic log line;
-* :mod:`~osqueue.broker.metrics`: the Prometheus collector over all of these
+* :mod:`~osqueue.broker.observe.counters`: the counters, and
+  :mod:`~osqueue.broker.observe.activity` their periodic log line;
+* :mod:`~osqueue.broker.observe.metrics`: the Prometheus collector over all of these
   (served at ``/metrics`` with ``BrokerConfig.metrics_listen``);
-* :mod:`~osqueue.broker.lifecycle` and :mod:`~osqueue.broker.tasks`: the
+* :mod:`~osqueue.broker.core.lifecycle` and :mod:`~osqueue.broker.core.tasks`: the
   broker's state, and its supervised side tasks.
 """
 
@@ -47,21 +48,23 @@ import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from osqueue.broker.activity import ActivityLog, BrokerCounters
-from osqueue.broker.archiver import Archiver
-from osqueue.broker.commit import CommitLoop
+from osqueue.broker.archive.writer import Archiver
+from osqueue.broker.cold.manager import SegmentManager
 from osqueue.broker.config import BrokerConfig
-from osqueue.broker.intake import Intake
-from osqueue.broker.lease import Lease
-from osqueue.broker.lifecycle import Lifecycle, State
-from osqueue.broker.payload_sweep import PayloadSweeper
-from osqueue.broker.payloads import Payloads
-from osqueue.broker.result_sweep import ResultSweeper
-from osqueue.broker.results import ResultObjects
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments import SegmentManager
-from osqueue.broker.tasks import SideTasks
-from osqueue.broker.waiters import Waiters
+from osqueue.broker.core.commit import CommitLoop
+from osqueue.broker.core.intake import Intake
+from osqueue.broker.core.lifecycle import Lifecycle, State
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.broker.core.tasks import SideTasks
+from osqueue.broker.core.waiters import Waiters
+from osqueue.broker.inproc.client import LocalClient
+from osqueue.broker.lease.hold import Lease
+from osqueue.broker.objects.payload_sweep import PayloadSweeper
+from osqueue.broker.objects.payloads import Payloads
+from osqueue.broker.objects.result_sweep import ResultSweeper
+from osqueue.broker.objects.results import ResultObjects
+from osqueue.broker.observe.activity import ActivityLog
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import Clock, SystemClock
 from osqueue.errors import MaybeCommitted, OsqueueError, ShuttingDown
 from osqueue.ids import new_id
@@ -70,8 +73,7 @@ from osqueue.state.results import Answer
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.local import LocalClient
-    from osqueue.broker.metrics import BrokerCollector
+    from osqueue.broker.observe.metrics import BrokerCollector
     from osqueue.metrics.exposition import MetricsEndpoint
 
 __all__ = ["Broker", "BrokerCounters", "State"]
@@ -197,7 +199,7 @@ class Broker:
         """This broker's Prometheus collector, for a registry of your own
         (``BrokerConfig.metrics_listen`` serves one by itself); from the first one
         made, every commit is recorded for it.  Needs ``osqueue[metrics]``."""
-        from osqueue.broker.metrics import BrokerCollector
+        from osqueue.broker.observe.metrics import BrokerCollector
 
         return BrokerCollector(
             broker_id=self.id,
@@ -212,8 +214,6 @@ class Broker:
         )
 
     def client(self) -> LocalClient:
-        from osqueue.broker.local import LocalClient
-
         return LocalClient(self)
 
     def tasks(self) -> list[asyncio.Task[None]]:

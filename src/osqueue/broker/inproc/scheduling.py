@@ -1,6 +1,6 @@
 """The in-process client's calls for periodic jobs and queue settings.
 
-:class:`SchedulingCalls` is the part of :class:`~osqueue.broker.local.LocalClient`
+:class:`SchedulingCalls` is the part of :class:`~osqueue.broker.inproc.client.LocalClient`
 that offers :class:`~osqueue.api.Scheduling`: each call is one op of the
 broker's next group commit (:class:`~osqueue.state.PutSchedule`,
 :class:`~osqueue.state.RemoveSchedule`, :class:`~osqueue.state.SetQueue`),
@@ -26,7 +26,7 @@ from osqueue.state.limits import settings_info
 from osqueue.state.schedules import schedule_info
 
 if TYPE_CHECKING:
-    from osqueue.broker.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 
 def _answer(result: Result, kind: type[object], what: str) -> object:
@@ -40,7 +40,7 @@ def _answer(result: Result, kind: type[object], what: str) -> object:
 class SchedulingCalls:
     """``schedule``, ``unschedule``, ``schedules`` and ``set_queue`` on a broker here."""
 
-    broker: Broker
+    broker: BrokerHost
 
     async def schedule(
         self,

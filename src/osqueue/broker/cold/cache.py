@@ -15,7 +15,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 
-from osqueue.broker.retry import StorageRetry
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, StorageError
 from osqueue.state import Cancel, Document, SegmentRef, candidates
 from osqueue.state.segment_codec import SegmentLines

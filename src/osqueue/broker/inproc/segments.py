@@ -1,7 +1,7 @@
 """The segment administration of the in-process client.
 
-:class:`SegmentCalls` is the part of :class:`~osqueue.broker.local.LocalClient`
-that readmits a segment set aside (:mod:`osqueue.broker.segments`): the
+:class:`SegmentCalls` is the part of :class:`~osqueue.broker.inproc.client.LocalClient`
+that readmits a segment set aside (:mod:`osqueue.broker.cold.manager`): the
 broker checks the restored object against its reference, then a
 :class:`~osqueue.state.Readmit` op rides the next group commit.
 """
@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from osqueue.broker.claimed import raise_if_error
+from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.state import Counted, Readmit
 
 if TYPE_CHECKING:
-    from osqueue.broker.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 
 class SegmentCalls:
     """``readmit_segment`` on a broker here."""
 
-    broker: Broker
+    broker: BrokerHost
 
     async def readmit_segment(self, key: str) -> int:
         """Put the set-aside segment ``key`` back in its stream, in seq order, once

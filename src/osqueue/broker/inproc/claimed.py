@@ -1,9 +1,9 @@
 """A claim's answer made into the jobs a handler gets.
 
-:class:`ClaimedJobs` is what :class:`~osqueue.broker.local.LocalClient` does
+:class:`ClaimedJobs` is what :class:`~osqueue.broker.inproc.client.LocalClient` does
 after a claim commits: inline payloads are used as they are, payload objects
 (``payloads/``) are read and checked against the size and checksum their push
-recorded (:mod:`osqueue.broker.payloads`).  A job whose object is missing or
+recorded (:mod:`osqueue.broker.objects.payloads`).  A job whose object is missing or
 wrong never reaches a handler: it is failed through the normal ``Fail`` path,
 with an error naming the object, and the rest of the claim is returned.
 """
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.api import Job
-from osqueue.broker.payloads import BadPayload
+from osqueue.broker.objects.payloads import BadPayload
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.state import Claimed, Fail, Result, StoredJob
 
 if TYPE_CHECKING:
-    from osqueue.broker.broker import Broker
+    from osqueue.broker.inproc.host import BrokerHost
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def raise_if_error(result: Result) -> Result:
 class ClaimedJobs:
     """The claimed jobs of one broker's claims, with their payloads."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerHost) -> None:
         self.broker = broker
 
     async def jobs(self, result: Result) -> list[Job]:
