@@ -10,16 +10,15 @@ import typer
 from osqueue.cli import exits
 from osqueue.cli.options import (
     AllowPlaintextToken,
-    ClientOptions,
     Embedded,
     TlsCa,
     TlsFingerprint,
     Token,
     TokenFile,
     Url,
-    open_client,
 )
 from osqueue.errors import JobNotFound
+from osqueue.inspect.options import ClientOptions, open_client
 
 
 def cancel(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 from typing import Annotated
 
 import typer
@@ -11,21 +10,15 @@ import typer
 from osqueue.cli import exits
 from osqueue.cli.options import (
     AllowPlaintextToken,
-    ClientOptions,
     Embedded,
     TlsCa,
     TlsFingerprint,
     Token,
     TokenFile,
     Url,
-    open_client,
 )
-from osqueue.errors import OsqueueError
-
-
-class DeadAction(enum.StrEnum):
-    retry = "retry"
-    purge = "purge"
+from osqueue.inspect.admin import DeadAction, on_dead
+from osqueue.inspect.options import ClientOptions, open_client
 
 
 def dead(
@@ -67,15 +60,3 @@ def dead(
 async def _act(options: ClientOptions, action: DeadAction, ids: list[str] | None) -> int:
     async with open_client(options) as client:
         return await on_dead(client, action, ids)
-
-
-async def on_dead(client: object, action: DeadAction, ids: list[str] | None) -> int:
-    """Retry or purge the dead jobs ``ids`` (None: all of them) through ``client``;
-    how many there were.  (``osqueue dashboard`` acts through this too.)"""
-    method = getattr(client, f"{action.value}_dead", None)
-    if method is None:
-        raise OsqueueError(f"this client ({type(client).__name__}) cannot {action.value} dead jobs")
-    count = await method(ids)
-    if not isinstance(count, int):
-        raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
-    return count

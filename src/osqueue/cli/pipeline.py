@@ -27,17 +27,16 @@ from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.cli.options import (
     AllowPlaintextToken,
-    ClientOptions,
     Embedded,
     TlsCa,
     TlsFingerprint,
     Token,
     TokenFile,
     Url,
-    open_client,
 )
 from osqueue.client.worker import WorkerConfig
 from osqueue.errors import InvalidInput
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.pipeline.dataroot import DataRoot
 from osqueue.pipeline.task import INDEX_QUEUE
 from osqueue.pipeline.wal import GenerateConfig

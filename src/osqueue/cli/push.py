@@ -41,7 +41,6 @@ from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
     AllowPlaintextToken,
-    ClientOptions,
     Embedded,
     Queue,
     TlsCa,
@@ -49,9 +48,7 @@ from osqueue.cli.options import (
     Token,
     TokenFile,
     Url,
-    open_client,
 )
-from osqueue.cli.snapshot import read_blob
 from osqueue.errors import (
     InvalidInput,
     MaybeCommitted,
@@ -62,6 +59,8 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.ids import new_id
+from osqueue.inspect.document import read_blob
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.server.limits import MIB, Limits, RequestChecker
 from osqueue.state import DOCUMENT_KEY
 from osqueue.state.codec import decode_owner

@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from osqueue.api import QueueSettings
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
-from osqueue.cli.snapshot import read_document
+from osqueue.cli.options import Embedded, TlsCa, Token, TokenFile, Url
 from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.inspect.document import read_document
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.state.limits import settings_info
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}

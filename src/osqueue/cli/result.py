@@ -12,7 +12,8 @@ import typer
 
 from osqueue.api import JobResult
 from osqueue.cli import exits
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import Embedded, TlsCa, Token, TokenFile, Url
+from osqueue.inspect.options import ClientOptions, open_client
 
 #: The wait ran out before the job finished (the table is in :mod:`osqueue.cli.exits`).
 NOT_FINISHED = exits.NOT_FINISHED

@@ -21,18 +21,18 @@ from osqueue.cli.console import stdout
 from osqueue.cli.options import (
     AllowPlaintextToken,
     AsJson,
-    ClientOptions,
     Embedded,
     TlsCa,
     TlsFingerprint,
     Token,
     TokenFile,
     Url,
-    open_client,
 )
-from osqueue.cli.snapshot import read_document
-from osqueue.cli.status import set_aside_text, status_of
+from osqueue.cli.status import set_aside_text
 from osqueue.errors import OsqueueError
+from osqueue.inspect.document import read_document
+from osqueue.inspect.options import ClientOptions, open_client
+from osqueue.inspect.status import status_of
 
 segments_app = typer.Typer(
     add_completion=False,

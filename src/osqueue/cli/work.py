@@ -27,7 +27,6 @@ from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
     AllowPlaintextToken,
-    ClientOptions,
     Embedded,
     MetricsListen,
     TlsCa,
@@ -35,10 +34,10 @@ from osqueue.cli.options import (
     Token,
     TokenFile,
     Url,
-    open_client,
 )
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
 from osqueue.errors import BrokerUnavailable, InvalidInput, MissingExtra
+from osqueue.inspect.options import ClientOptions, open_client
 
 _SPARK = "Spark"
 

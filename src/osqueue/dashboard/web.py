@@ -7,7 +7,7 @@ are HTML from Jinja2 templates with a little vanilla JavaScript that refreshes
 the overview from ``/api/overview`` and draws its charts as inline SVG.  Every
 asset is package data: the dashboard works with no internet.
 
-:class:`Dashboard` wires the parts: a :class:`~osqueue.dashboard.snapshot.SnapshotSource`
+:class:`Dashboard` wires the parts: a :class:`~osqueue.inspect.snapshot.SnapshotSource`
 reading the document in the background, the history and broker log it feeds,
 the archive view, the actions, the sessions and the access rule.  The handlers
 live in :mod:`osqueue.dashboard.pages`.
@@ -27,11 +27,7 @@ from importlib import resources
 from aiohttp import web
 
 from osqueue.address import split_host_port
-from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions, PauseUnavailable
-from osqueue.dashboard.archive_view import ArchiveView
-from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
-from osqueue.dashboard.history import DocumentHistory, History, QueueRates, SampledHistory
 from osqueue.dashboard.listener import BoundedSite
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import (
@@ -44,8 +40,12 @@ from osqueue.dashboard.security import (
     Sessions,
     access_for,
 )
-from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput, JobNotFound, NotFound, OsqueueError
+from osqueue.inspect.archive import ArchiveView
+from osqueue.inspect.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
+from osqueue.inspect.history import DocumentHistory, History, QueueRates, SampledHistory
+from osqueue.inspect.options import ClientOptions
+from osqueue.inspect.snapshot import SnapshotSource
 from osqueue.runtime import FD_RESERVE, connection_cap
 from osqueue.storage.port import Storage
 
