@@ -9,18 +9,14 @@ import typer
 
 from osqueue.cli import exits
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    Embedded,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
+    connecting,
 )
 from osqueue.inspect.admin import DeadAction, on_dead
 from osqueue.inspect.options import ClientOptions, open_client
 
 
+@connecting
 def dead(
     url: Url,
     action: Annotated[
@@ -33,23 +29,10 @@ def dead(
             "--id", envvar="OSQUEUE_IDS", help="A dead job's id (repeat it); none: every dead job."
         ),
     ] = None,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Retry or purge dead-lettered jobs (list them with: osqueue jobs URL --status dead)."""
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
     count = asyncio.run(_act(options, action, ids or None))
     verb = "retried" if action is DeadAction.retry else "purged"
     typer.echo(f"{verb} {exits.counted(count, 'dead job')}")

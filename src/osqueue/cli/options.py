@@ -1,13 +1,22 @@
 """Arguments and options shared by several commands, and how they open a client.
 
 Every option has an ``OSQUEUE_*`` environment variable (shown in ``--help``).
+The options that say how to reach the broker are declared once, here: a
+command that calls the broker takes one :class:`ClientOptions` parameter and
+is wrapped in :func:`connecting`, which shows those options in its ``--help``
+and builds the value from them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
+
+from osqueue.inspect.options import ClientOptions
 
 _CONN = "Connection"
 
@@ -89,3 +98,54 @@ Queue = Annotated[str, typer.Option("--queue", "-q", envvar="OSQUEUE_QUEUE", hel
 AsJson = Annotated[
     bool, typer.Option("--json", envvar="OSQUEUE_JSON", help="Print JSON instead of a table.")
 ]
+
+
+R = TypeVar("R")
+
+
+def _option(name: str, annotation: Any, default: object) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+#: How a command reaches the broker, in the order ``--help`` lists them; each
+#: name is the :class:`ClientOptions` field it fills.
+CONNECTION: tuple[inspect.Parameter, ...] = (
+    _option("token", Token, None),
+    _option("token_file", TokenFile, None),
+    _option("tls_ca", TlsCa, None),
+    _option("tls_fingerprint", TlsFingerprint, None),
+    _option("allow_plaintext_token", AllowPlaintextToken, False),
+    _option("embedded", Embedded, False),
+)
+
+
+def connecting(command: Callable[..., R]) -> Callable[..., R]:
+    """``command`` with its :class:`ClientOptions` parameter shown to Typer as the
+    :data:`CONNECTION` options (in its place), and the value built from them and
+    the command's ``url`` argument when it runs."""
+    signature = inspect.signature(command, eval_str=True)
+    params = list(signature.parameters.values())
+    slots = [i for i, p in enumerate(params) if p.annotation is ClientOptions]
+    if len(slots) != 1:
+        raise TypeError(f"{command.__name__} needs one ClientOptions parameter to connect")
+    slot = slots[0]
+    target = params[slot].name
+    shown = [
+        *params[:slot],
+        *(p.replace(kind=params[slot].kind) for p in CONNECTION),
+        *params[slot + 1 :],
+    ]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> R:
+        fields = {p.name: given.pop(p.name) for p in CONNECTION}
+        given[target] = ClientOptions(given["url"], **fields)
+        return command(**given)
+
+    run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in shown} | {
+        "return": signature.return_annotation
+    }
+    return run

@@ -22,7 +22,7 @@ from rich.table import Table
 from osqueue.api import ScheduleInfo
 from osqueue.cli import exits
 from osqueue.cli.console import shown, stdout
-from osqueue.cli.options import AsJson, Embedded, TlsCa, Token, TokenFile, Url
+from osqueue.cli.options import AsJson, Url, connecting
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.inspect.admin import scheduling_of, set_paused
 from osqueue.inspect.document import read_document
@@ -56,6 +56,7 @@ def parse_every(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+@connecting
 def schedule(
     url: Url,
     action: Annotated[
@@ -108,10 +109,8 @@ def schedule(
         ),
     ] = CatchUpChoice.once,
     as_json: AsJson = False,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Add, list, remove, pause or resume periodic jobs; each tick pushes exactly one job.
 
@@ -121,7 +120,6 @@ def schedule(
     remove beat;  osqueue schedule URL pause beat (its ticks are skipped, no job);
     osqueue schedule URL resume beat (from its next tick; missed ticks never fire).
     """
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
     if action is ScheduleAction.list:
         doc = asyncio.run(read_document(url))
         infos = [schedule_info(s) for s in sorted(doc.schedules, key=lambda s: s.name)]
