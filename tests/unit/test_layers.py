@@ -221,3 +221,28 @@ def test_the_sibling_check_sees_a_crossing(
     probe.write_text(source, encoding="utf-8")
     problems = sibling_imports(probe, module)
     assert len(problems) == int(found), problems
+
+
+@pytest.mark.parametrize(
+    ("own", "source", "found"),
+    [
+        ("inspect", "from osqueue.dashboard.web import Dashboard\n", "(cli) from the floor below"),
+        ("inspect", "from osqueue.cli.options import Url\n", "(cli) from the floor below"),
+        ("spark", "from osqueue.inspect.jobs import job_dict\n", "(inspect) from the floor"),
+        ("inspect", "from osqueue.broker.segments_read import list_jobs\n", None),
+        ("dashboard", "from osqueue.inspect.snapshot import Snapshot\n", None),
+    ],
+)
+def test_inspect_sits_between_spark_and_the_cli(
+    tmp_path: Path, own: str, source: str, found: str | None
+) -> None:
+    """The read side imports neither the CLI nor the dashboard, and nothing below
+    it imports the read side (Spark reads segments through the broker)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    problems = violations(probe, own, f"osqueue.{own}")
+    if found is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1, problems
+        assert found in problems[0]
