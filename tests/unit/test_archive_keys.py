@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from osqueue.broker.archive.objects import archive_key, fresh_key, parse_key
-from osqueue.dashboard.archive_view import parse_key as dashboard_key
+from osqueue.inspect.archive import parse_key as dashboard_key
 from osqueue.spark.archive import ArchiveOffset, archive_keys, latest_offset
 from osqueue.state import DOCUMENT_KEY, Document, encode
 from osqueue.state.model import to_datetime

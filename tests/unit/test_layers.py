@@ -36,6 +36,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server", ("server",)),
     ("client / worker", ("client", "sync", "testing", "")),  # "": the package's root
     ("spark, pipeline", ("spark", "pipeline")),
+    ("inspect", ("inspect",)),
     ("cli", ("cli", "bench", "dashboard")),
 )
 FLOOR_OF = {top: i for i, (_, tops) in enumerate(FLOORS) for top in tops}
@@ -317,3 +318,76 @@ def test_the_circle_check_sees_a_planted_circle(tmp_path: Path) -> None:
     (tmp_path / "osqueue/ring/c.py").write_text("import osqueue.pkg.leaf\n", encoding="utf-8")
     (tmp_path / "osqueue/pkg/inner.py").write_text("import osqueue.pkg.leaf\n", encoding="utf-8")
     assert describe_circles(import_graph(tmp_path)) == []
+
+
+# ---------------------------------------------------------------- cli and dashboard apart
+
+#: The one module of either that may import the other: the command that starts
+#: the dashboard imports its server.  Everything else both need is ``inspect``.
+SIBLING_LAUNCHERS = {("cli", "dashboard"): ("osqueue.cli.dashboard",)}
+
+
+def sibling_imports(path: Path, module: str) -> list[str]:
+    """What ``path`` (the module named ``module``) imports from its sibling on the
+    top floor: ``cli`` from ``dashboard`` or back, the launcher aside."""
+    own = _top(module)
+    sibling = {"cli": "dashboard", "dashboard": "cli"}.get(own or "")
+    if sibling is None or module in SIBLING_LAUNCHERS.get((own or "", sibling), ()):
+        return []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    shown = path.relative_to(PACKAGE.parent) if path.is_relative_to(PACKAGE) else path
+    return [
+        f"{shown}:{line}: {own} imports {target} (shared code goes in osqueue.inspect)"
+        for line, target in _imports(path, package)
+        if _top(target) == sibling
+    ]
+
+
+def test_cli_and_dashboard_do_not_import_each_other() -> None:
+    problems = [line for path in _sources() for line in sibling_imports(path, _module_name(path))]
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "found"),
+    [
+        ("osqueue.dashboard.pages", "from osqueue.cli.jobs import job_dict\n", True),
+        ("osqueue.cli.top", "def f():\n    from ..dashboard import snapshot\n", True),
+        ("osqueue.cli.dashboard", "from osqueue.dashboard import web\n", False),
+        ("osqueue.dashboard.pages", "from osqueue.inspect.jobs import job_dict\n", False),
+    ],
+)
+def test_the_sibling_check_sees_a_crossing(
+    tmp_path: Path, module: str, source: str, found: bool
+) -> None:
+    """A planted import from the dashboard into the CLI (or back, relative, in a
+    function) is reported; the launcher's and an import of ``inspect`` are not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    problems = sibling_imports(probe, module)
+    assert len(problems) == int(found), problems
+
+
+@pytest.mark.parametrize(
+    ("own", "source", "found"),
+    [
+        ("inspect", "from osqueue.dashboard.web import Dashboard\n", "(cli) from the floor below"),
+        ("inspect", "from osqueue.cli.options import Url\n", "(cli) from the floor below"),
+        ("spark", "from osqueue.inspect.jobs import job_dict\n", "(inspect) from the floor"),
+        ("inspect", "from osqueue.broker.cold.read import list_jobs\n", None),
+        ("dashboard", "from osqueue.inspect.snapshot import Snapshot\n", None),
+    ],
+)
+def test_inspect_sits_between_spark_and_the_cli(
+    tmp_path: Path, own: str, source: str, found: str | None
+) -> None:
+    """The read side imports neither the CLI nor the dashboard, and nothing below
+    it imports the read side (Spark reads segments through the broker)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    problems = violations(probe, own, f"osqueue.{own}")
+    if found is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1, problems
+        assert found in problems[0]

@@ -1,6 +1,6 @@
 """The dashboard's parts and what every request handler needs of them.
 
-:class:`Board` holds the parts (the :class:`~osqueue.dashboard.snapshot.SnapshotSource`
+:class:`Board` holds the parts (the :class:`~osqueue.inspect.snapshot.SnapshotSource`
 reading the document in the background, the history and broker log it feeds, the
 archive view, the actions, the sessions and the access rule);
 :class:`~osqueue.dashboard.web.Dashboard` serves it, and the handlers of
@@ -16,11 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from osqueue.cli.options import ClientOptions
 from osqueue.dashboard.actions import Actions
-from osqueue.dashboard.archive_view import ArchiveView
-from osqueue.dashboard.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
-from osqueue.dashboard.history import DocumentHistory, History, QueueRates, SampledHistory
 from osqueue.dashboard.render import Renderer
 from osqueue.dashboard.security import (
     Access,
@@ -30,8 +26,12 @@ from osqueue.dashboard.security import (
     Sessions,
     access_for,
 )
-from osqueue.dashboard.snapshot import SnapshotSource
 from osqueue.errors import InvalidInput
+from osqueue.inspect.archive import ArchiveView
+from osqueue.inspect.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
+from osqueue.inspect.history import DocumentHistory, History, QueueRates, SampledHistory
+from osqueue.inspect.options import ClientOptions
+from osqueue.inspect.snapshot import SnapshotSource
 from osqueue.storage.port import Storage
 
 DASHBOARD: web.AppKey[Board] = web.AppKey("dashboard")

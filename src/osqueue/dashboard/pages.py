@@ -1,6 +1,6 @@
 """The dashboard's pages and actions (aiohttp handlers).
 
-Reads come from the latest snapshot (:mod:`osqueue.dashboard.snapshot`); every
+Reads come from the latest snapshot (:mod:`osqueue.inspect.snapshot`); every
 read handler first asks :class:`~osqueue.dashboard.security.Access` whether
 this session may read, every POST whether it may act (CSRF first, then the
 admin login).  An action goes through the broker, re-reads the document so the
@@ -19,23 +19,23 @@ from aiohttp.web_request import FileField
 from multidict import MultiDictProxy
 
 from osqueue.broker.observe.counters import RECENT_WORKERS_WINDOW_S
-from osqueue.cli.dead import DeadAction
-from osqueue.cli.jobs import job_dict
 from osqueue.dashboard.actions import PAUSE_AVAILABLE
-from osqueue.dashboard.archive_view import check_day, check_hour
 from osqueue.dashboard.board import Board, dashboard_of, page_context, session_of, set_session
-from osqueue.dashboard.queries import (
+from osqueue.dashboard.render import age, segment
+from osqueue.dashboard.security import Refused, safe_next
+from osqueue.errors import InvalidInput, JobNotFound
+from osqueue.inspect.admin import DeadAction
+from osqueue.inspect.archive import check_day, check_hour
+from osqueue.inspect.jobs import (
     STATUSES,
     JobFilter,
     SegmentedJobs,
     decode_cursor,
     encode_cursor,
+    job_dict,
     payload_of,
     preview,
 )
-from osqueue.dashboard.render import age, segment
-from osqueue.dashboard.security import Refused, safe_next
-from osqueue.errors import InvalidInput, JobNotFound
 
 PAGE_SIZE = 50
 

@@ -8,7 +8,7 @@ the overview from ``/api/overview`` and draws its charts as inline SVG.  Every
 asset is package data: the dashboard works with no internet.
 
 :class:`Dashboard` serves a :class:`~osqueue.dashboard.board.Board` (the parts: a
-:class:`~osqueue.dashboard.snapshot.SnapshotSource` reading the document in the
+:class:`~osqueue.inspect.snapshot.SnapshotSource` reading the document in the
 background, the history and broker log it feeds, the archive view, the actions,
 the sessions and the access rule).  The handlers live in :mod:`osqueue.dashboard.pages`.
 """

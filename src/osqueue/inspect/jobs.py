@@ -1,4 +1,4 @@
-"""Job lists and job detail, read from a snapshot.
+"""Job lists and job detail, read from a snapshot; one job as JSON.
 
 Lists are in claim order within a queue (queue, then priority, then seq) and
 paged by key, not by offset: a page is "the next ``limit`` jobs after this
@@ -25,25 +25,31 @@ import heapq
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from osqueue.broker.cold.read import (
+    Listed,
     SnapshotMoved,
+    SortKey,
     find_spilled,
     jobs_after,
+    list_jobs,
+    sort_key,
     spilled_count,
 )
 from osqueue.broker.objects.payloads import BadPayload, read_payload
-from osqueue.errors import InvalidInput
-from osqueue.state import Document, StoredJob
+from osqueue.errors import InvalidInput, JobNotFound
+from osqueue.inspect.document import read_blob
+from osqueue.state import Document, StoredJob, decode
+from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
 STATUSES = ("queued", "claimed", "dead", "done")
+#: the states ``osqueue jobs --status`` lists
+LISTED_STATES = ("waiting", "queued", "claimed", "dead", "done")
 MAX_LIMIT = 500
 #: the most payload bytes a job page shows
 PREVIEW_BYTES = 16 * 1024
-
-SortKey = tuple[str, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +103,6 @@ def job_times(job: StoredJob, now: float) -> JobTimes:
         runs_at=run_at if delayed else None,
         died_at=job.done_at.timestamp() if job.status == "dead" and job.done_at else None,
     )
-
-
-def sort_key(job: StoredJob) -> SortKey:
-    return (job.queue, job.priority, job.seq)
 
 
 def encode_cursor(key: SortKey) -> str:
@@ -233,6 +235,98 @@ def _counting(jobs: Iterable[StoredJob], counts: list[int]) -> Iterable[StoredJo
     for job in jobs:
         counts[0] += 1
         yield job
+
+
+# -------------------------------------------------------- whole listings (osqueue jobs)
+
+#: jobs read per page when --limit 0 asks for all of them
+_PAGE = 10_000
+
+
+async def list_page(
+    url: str, queue: str | None, status: str | None, limit: int, after: SortKey | None
+) -> tuple[list[Listed], int]:
+    """The page (every job when ``limit`` is 0), and how many matching jobs follow
+    it (from the first page: a count; after a cursor: 1 if any do)."""
+    storage = from_url(url)
+    try:
+
+        async def read() -> Document:
+            return decode((await read_blob(storage, url)).data)
+
+        doc = await read()
+        first = after is None
+        shown: list[Listed] = []
+        while True:
+            want = limit - len(shown) + 1 if limit else _PAGE
+            doc, page = await list_jobs(
+                storage, read, doc, after=after, limit=want, queue=queue, status=status
+            )
+            shown.extend(page)
+            if len(page) < want or (limit and len(shown) > limit):
+                break
+            after = sort_key(page[-1].job)
+    finally:
+        await storage.close()
+    if not limit or len(shown) <= limit:
+        return shown, 0
+    left = matching(doc, queue, status) - limit if first else 1
+    return shown[:limit], max(1, left)
+
+
+async def payload_by_id(url: str, job_id: str) -> bytes:
+    """Job ``job_id``'s payload (in the document or a segment), read and checked."""
+    storage = from_url(url)
+    try:
+        doc = decode((await read_blob(storage, url)).data)
+        job = doc.jobs.get(job_id)
+        if job is None:
+            job = await find_spilled(storage, doc, job_id)
+        if job is None:
+            raise JobNotFound(f"no live or dead job {job_id!r} at {url}")
+        return await read_payload(storage, job)
+    finally:
+        await storage.close()
+
+
+def matching(doc: Document, queue: str | None, status: str | None) -> int:
+    """How many jobs of ``queue`` in ``status`` (None: any) the document and its
+    segments hold, from the index and the segment references (no object read)."""
+    index = doc.index
+    names = [queue] if queue is not None else sorted(set(index.queues()) | doc.segments.queues())
+    statuses = [status] if status is not None else list(LISTED_STATES)
+    total = sum(index.count(q, s) for q in names for s in statuses)
+    if status in (None, "queued"):
+        total += spilled_count(doc, queue)
+    return total
+
+
+def job_dict(job: StoredJob, *, spilled: bool = False) -> dict[str, Any]:
+    """One job as JSON: the document's fields, times as epoch seconds, no payload
+    bytes; ``spilled``: it sits in a segment object (a deep backlog)."""
+    claim = job.claim
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "status": job.status,
+        "priority": job.priority,
+        "seq": job.seq,
+        "spilled": spilled,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "key": job.key,
+        "created_at": job.created_at.timestamp(),
+        "run_at": job.run_at.timestamp() if job.run_at else None,
+        "first_claimed_at": job.first_claimed_at.timestamp() if job.first_claimed_at else None,
+        "worker": claim.worker if claim else None,
+        "token": claim.token if claim else None,
+        "heartbeat_at": claim.heartbeat_at.timestamp() if claim else None,
+        "last_error": job.last_error,
+        "payload_bytes": job.payload_size,
+        "payload_ref": job.payload_ref,
+        "group": job.group,
+        "after": list(job.after),
+    }
 
 
 # --------------------------------------------------------------------------- payloads

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from osqueue.dashboard.snapshot import Snapshot
+from osqueue.inspect.snapshot import Snapshot
 from osqueue.state.stats import depths
 
 #: the counters a rate is shown for, in the order charts and tables show them

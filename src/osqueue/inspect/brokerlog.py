@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from osqueue.dashboard.snapshot import Snapshot
+from osqueue.inspect.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

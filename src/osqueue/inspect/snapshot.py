@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from osqueue.api import ScheduleInfo
-from osqueue.cli.snapshot import read_blob
-from osqueue.cli.status import status_of
 from osqueue.errors import OsqueueError
+from osqueue.inspect.document import read_blob
+from osqueue.inspect.status import status_of
 from osqueue.state import Document, decode
 from osqueue.state.schedules import schedule_info
 from osqueue.storage import from_url

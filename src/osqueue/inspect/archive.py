@@ -24,7 +24,8 @@ from osqueue.errors import InvalidInput, NotFound
 from osqueue.storage.port import Storage
 
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_decoder = msgspec.json.Decoder(ArchiveRecord)
+#: decodes one line of an archive object (``osqueue archive --verify`` too)
+RECORDS = msgspec.json.Decoder(ArchiveRecord)
 #: objects read at once
 _READS = 16
 
@@ -136,7 +137,7 @@ class ArchiveView:
             raise InvalidInput("must not be negative", field="offset")
         objects = await self.objects_of(day, hour)
         shown = objects[offset : offset + per_page]
-        bodies = await _read_all(self.storage, [o.key for o in shown])
+        bodies = await read_objects(self.storage, [o.key for o in shown])
         records = [
             (obj, rec) for obj, body in zip(shown, bodies, strict=True) for rec in _records(body)
         ]
@@ -163,7 +164,7 @@ class ArchiveView:
         needle = job_id.encode()
         for start in range(0, min(len(candidates), max_objects), _READS):
             chunk = candidates[start : min(start + _READS, max_objects)]
-            bodies = await _read_all(self.storage, [o.key for o in chunk])
+            bodies = await read_objects(self.storage, [o.key for o in chunk])
             searched += len(chunk)
             for obj, body in zip(chunk, bodies, strict=True):
                 if body is None:
@@ -177,7 +178,12 @@ class ArchiveView:
         return Found(job_id, None, searched, len(candidates), unreadable)
 
 
-async def _read_all(storage: Storage, keys: list[str]) -> list[bytes | None]:
+async def read_objects(
+    storage: Storage, keys: list[str], *, at_once: int = _READS
+) -> list[bytes | None]:
+    """The bodies of the archive objects ``keys``, ``at_once`` read at a time; None
+    for one deleted since it was listed."""
+
     async def one(key: str) -> bytes | None:
         try:
             return await storage.get(key)
@@ -185,8 +191,8 @@ async def _read_all(storage: Storage, keys: list[str]) -> list[bytes | None]:
             return None
 
     out: list[bytes | None] = []
-    for start in range(0, len(keys), _READS):
-        out += await asyncio.gather(*(one(k) for k in keys[start : start + _READS]))
+    for start in range(0, len(keys), at_once):
+        out += await asyncio.gather(*(one(k) for k in keys[start : start + at_once]))
     return out
 
 
@@ -197,7 +203,7 @@ def _records(body: bytes | None) -> list[ArchiveRecord]:
     for line in body.splitlines():
         if line.strip():
             try:
-                records.append(_decoder.decode(line))
+                records.append(RECORDS.decode(line))
             except msgspec.MsgspecError:
                 continue  # a line this osqueue does not know: show the rest
     return records
