@@ -23,10 +23,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments_cache import SegmentCache
-from osqueue.broker.segments_spill import put_object
-from osqueue.broker.segments_sweep import SegmentCounters
+from osqueue.broker.cold.cache import SegmentCache
+from osqueue.broker.cold.spill import put_object
+from osqueue.broker.cold.sweep import SegmentCounters
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
 from osqueue.state import Compact, CompactPlan, Document, Policy, plan_compactions
@@ -34,9 +34,9 @@ from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
 
 log = logging.getLogger(__name__)
 
