@@ -116,6 +116,8 @@ class SimConfig:
     load_jobs: int = 2
     #: a commit waits for a spill in flight above this many document bytes (None: never)
     spill_hold_bytes: int | None = None
+    #: compaction: adjacent segments of at most half this many jobs are merged (None: never)
+    compact_jobs: int | None = None
 
 
 # --------------------------------------------------------------------------- families
@@ -360,6 +362,8 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         # not drawn from rng (the seeds' other draws stay as they were): a third
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],
+        # compaction merges the small segments under the same faults (a side draw)
+        compact_jobs=_side(c.seed, "compact_jobs").choice((4, 6, 10, 50_000)),
     )
 
 

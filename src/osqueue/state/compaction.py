@@ -32,6 +32,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from osqueue.errors import Conflict, InvalidInput
+from osqueue.state.dedupe_filter import newest
 from osqueue.state.document import Document
 from osqueue.state.model import SegmentRef
 from osqueue.state.ops import Compact, Counted, Policy
@@ -120,6 +121,8 @@ def merged_ref(refs: Sequence[SegmentRef], key: str, size_bytes: int, sha256: st
         cancelled=tuple(i for ref in refs for i in ref.cancelled),
         keyed=keyed,
         payload_refs=tuple(p for ref in refs for p in ref.payload_refs),
+        id_filter=tuple(f for ref in refs for f in ref.id_filter),
+        dedupe_created=newest(ref.dedupe_created for ref in refs),
     )
 
 

@@ -106,6 +106,9 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     on_parent_failure: ParentFailure = "cancel"
     #: how long the job's record of finishing (and result) is kept (None: the policy's)
     result_ttl_s: float | None = None
+    #: cold objects the broker read and found without this id (their filters said
+    #: it might be there: osqueue.state.dedupe_filter)
+    absent_from: tuple[str, ...] = ()
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):

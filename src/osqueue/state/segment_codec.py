@@ -19,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state import dedupe_filter
 from osqueue.state.model import SegmentRef, StoredJob
 from osqueue.storage.keys import check_key
 
@@ -120,7 +122,18 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
         max_id=max(ids),
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+        **_dedupe_fields([job for job in jobs if job.dedupe]),
     )
+
+
+def _dedupe_fields(jobs: Sequence[StoredJob]) -> dict[str, Any]:
+    """A reference's filter of its dedupe jobs' ids (none: no fields)."""
+    if not jobs:
+        return {}
+    return {
+        "id_filter": (dedupe_filter.build(job.id for job in jobs),),
+        "dedupe_created": max(job.created_at for job in jobs),
+    }
 
 
 def build_segment(

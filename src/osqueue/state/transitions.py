@@ -30,7 +30,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import compaction, deps, scheduling, spill, sweep, validate
+from osqueue.state import compaction, dedupe_filter, deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
@@ -262,6 +262,7 @@ class _Tx:
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
+        dedupe_filter.check(doc.segments.filtered, op, self.now, self.policy)  # cold ids
         if op.key is not None:
             holder = doc.index.keys.get(op.key)
             if holder is None and doc.segments.keys:
@@ -472,7 +473,7 @@ class _Tx:
         return spill.spill(self.doc, op, self.now, self.policy)
 
     def load(self, op: Load) -> OpResult:
-        result, skipped, dropped = spill.load(self.doc, op, self.now)
+        result, skipped, dropped = spill.load(self.doc, op, self.now, self.policy)
         self.removed.extend(skipped)
         if dropped is not None:
             self.dropped_segments.append(dropped)
@@ -523,8 +524,7 @@ def transition(
     ``owner`` (the broker's identity and renewed lease) is written into the
     new version.  With ``in_place=True`` the given document is updated instead
     of copied: only for a caller that owns it and will not look at the old
-    version again (the broker, which re-reads after any failed write).
-    """
+    version again (the broker, which re-reads after any failed write)."""
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())

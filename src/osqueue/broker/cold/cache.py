@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, StorageError
@@ -151,3 +151,39 @@ class SegmentCache:
             (job,) = obj.jobs(i, i + 1)
             return Cancel(job_id, segment=ref.key, seq=job.seq), False
         return None, moved
+
+    async def holds_id(
+        self,
+        job_id: str,
+        keys: Sequence[str],
+        document: Callable[[], Document | None],
+        since: float,
+    ) -> bool:
+        """Whether one of the cold objects ``keys`` (their filters may hold ``job_id``)
+        holds it at a position not loaded yet, created at ``since`` or later (in
+        the dedupe window): read through the cache, checked.  An
+        object that cannot be read (missing, broken, set aside) counts as holding
+        it: a retried push is then answered as one, never applied twice (a storage
+        error is raised: the push fails, and may be sent again).  A key no
+        longer referenced is passed over (loaded, or merged: the push is checked
+        again against what is there now)."""
+        for key in keys:
+            doc = document()
+            if doc is None:
+                return True
+            ref = doc.segments.find(key)
+            if ref is None:
+                entry = doc.segments.aside.get(key)
+                if entry is None:
+                    continue
+                return True
+            try:
+                obj = await self.fetch(ref, attempts=3)
+                i = obj.find(job_id)
+                if i is not None and i >= ref.loaded:
+                    (job,) = obj.jobs(i, i + 1)
+                    if job.created_at.timestamp() >= since:
+                        return True
+            except (NotFound, CorruptDocument):
+                return True
+        return False

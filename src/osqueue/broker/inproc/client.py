@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Unpack
 import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
+from osqueue.broker.cold.dedupe import confirm_pushes
 from osqueue.broker.inproc.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.inproc.scheduling import SchedulingCalls
 from osqueue.broker.inproc.segments import SegmentCalls
@@ -55,6 +56,7 @@ from osqueue.state import (
     stats_of,
     validate,
 )
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.results import Answer
 
 if TYPE_CHECKING:
@@ -162,7 +164,7 @@ class LocalClient(SchedulingCalls, SegmentCalls):
         except OsqueueError:  # refused before anything was queued: none was applied
             await self._discard_payloads(real)
             raise
-        results = iter(answers)
+        results = iter(await confirm_pushes(self.broker, real, answers))
         out: list[str | OsqueueError] = []
         unused: list[Push] = []
         for op in ops:
@@ -207,8 +209,7 @@ class LocalClient(SchedulingCalls, SegmentCalls):
     async def push(self, payload: bytes, **options: Unpack[PushOptions]) -> str:
         job = NewJob(payload, **options)
         if type(payload) is bytes and len(payload) <= self._inline_max:  # the common case
-            # An id made up here is known to nobody else, so this push is never re-sent
-            # and its job needs no dedupe tombstone; a caller's id may be sent again.
+            # A made-up id is never re-sent (no dedupe); a caller's id may be sent again.
             op = Push(
                 job.id or new_id(),
                 payload,
@@ -231,6 +232,8 @@ class LocalClient(SchedulingCalls, SegmentCalls):
                 raise answer.with_traceback(None)
             return answer
         result = await self.broker.add_op(op)
+        if type(result) is ReadToConfirm:  # a cold object may hold the id: read it
+            (result,) = await confirm_pushes(self.broker, [op], [result])
         if type(result) is Pushed:  # the hot path: one type check, not an isinstance
             return result.id
         raise _as_error(result)
