@@ -33,7 +33,8 @@ With ``--runs N`` the cases take turns (run 1 of each case, then run 2 of each,
 median run.  A line: ``jobs_per_s``, ``of_empty`` (median over the empty
 runs' median; ``of_empty_by_round``: each run over the empty run of its round),
 ``p50_ms``/``p99_ms`` (claim + complete, per job), ``cpu_us_per_job``,
-``setup_s`` (the backlog's setup), ``queue_json_bytes`` (after the setup and at
+``setup_s`` (the backlog's setup; then the run waits, 10 s at most, until the
+document stops shrinking), ``queue_json_bytes`` (after the setup and at
 the end: ``_end``), ``queue_json_max_bytes_setup`` and ``queue_json_max_bytes``
 (the largest seen during the setup and during the timed run, by a sampler
 reading its size every 50 ms), ``document_bytes`` (what the broker counts
@@ -46,7 +47,8 @@ in the document meets its cap: ``QueueFull after 612345``), with no timed run.
 ``takeover_s`` until a standby serves, ``takeover_claim_s`` until its first
 claim returns a job, and ``takeover_cold_reads``: the cold objects (segments,
 delayed, dead, waiting, finished) the standby read before it served, which
-must be 0.  ``--config`` passes ``BrokerConfig`` fields to every run.
+must be 0.  ``--config`` passes ``BrokerConfig`` fields to every run; ``--profile PATH``
+writes each case's timed run, profiled, to ``PATH.<case>`` (``pstats``).
 
 Only public APIs are used, so the same program measures any version
 (``PYTHONPATH=/path/to/other/src``) for before/after tables.
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import shutil
 import sys
@@ -191,6 +194,19 @@ async def _setup(client: Any, kind: str, n: int) -> str | None:
     return None
 
 
+async def _settled(client: Any) -> None:
+    """Wait (10 s at most) until the document stops shrinking: the broker's spills
+    of what the setup pushed have landed, and the timed run starts from the
+    steady state."""
+    last = (await client.stats()).document_bytes
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        now = (await client.stats()).document_bytes
+        if now >= last:
+            return
+        last = now
+
+
 # -- the probe of jobs falling due --------------------------------------------------------
 
 
@@ -244,6 +260,7 @@ async def one_case(
     started = time.perf_counter()
     refused = await _setup(client, kind, n)
     setup_s = time.perf_counter() - started
+    await _settled(client)
     queues = [SHARED if kind == "ready-push" else f"w{i}" for i in range(workers)]
     # one job per worker on its queue: the depth each keeps
     await load(client, workers, lambda i: osqueue.NewJob(PAYLOAD, queue=queues[i]))
@@ -264,7 +281,13 @@ async def one_case(
     loops = [worker(client, f"w{i}", deadline, lat, queues[i]) for i in range(workers)]
     if probing:
         loops.append(_probe_worker(client, deadline + 1.0, lateness))
+    profile = cProfile.Profile() if args.profile else None
+    if profile is not None:
+        profile.enable()
     counts = [0] if refused else await asyncio.gather(*loops)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(args.profile)
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
     sampler.cancel()
@@ -323,6 +346,7 @@ def main() -> None:
     parser.add_argument("--url-template", default="file://{dir}")
     parser.add_argument("--config", default="", help="BrokerConfig fields as a JSON object")
     parser.add_argument("--takeover", action="store_true", help="time a standby's takeover")
+    parser.add_argument("--profile", help="cProfile the timed run of each case into this file")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
     if args.case is not None:
@@ -363,6 +387,7 @@ def _child_run(args: argparse.Namespace, case: str) -> dict[str, Any]:
         "--config",
         args.config,
         *(["--takeover"] if args.takeover else []),
+        *(["--profile", f"{args.profile}.{case.replace(':', '-')}"] if args.profile else []),
     ]
     return child_run(cmd, case)
 
