@@ -191,8 +191,9 @@ def median_line(
 ) -> dict[str, Any]:
     """The median run of ``done`` (by jobs/s), with every run's jobs/s, and against
     the empty runs (``empty_runs``; None when they did not run, or when ``done``
-    are they): ``of_empty`` (median over median) and ``of_empty_by_round`` (each
-    run over the empty run of its own round)."""
+    are they): ``of_empty`` (median over median), ``of_empty_by_round`` (each
+    run over the empty run of its own round) and ``cpu_of_empty`` (the empty
+    runs' median CPU time per job over this one's)."""
     best = dict(sorted(done, key=lambda r: r["jobs_per_s"])[len(done) // 2])
     best["runs_jobs_per_s"] = [r["jobs_per_s"] for r in done]
     best["median_of"] = len(done)
@@ -200,6 +201,11 @@ def median_line(
         empty = sorted(r["jobs_per_s"] for r in empty_runs)[len(empty_runs) // 2]
         if empty:
             best["of_empty"] = round(best["jobs_per_s"] / empty, 3)
+        cpus = sorted(r["cpu_us_per_job"] or 0.0 for r in empty_runs)
+        if cpus[len(cpus) // 2] and best["cpu_us_per_job"]:
+            # a loop held up by its CPU runs at the inverse ratio, whatever else
+            # the shared machine does: the steadier figure
+            best["cpu_of_empty"] = round(cpus[len(cpus) // 2] / best["cpu_us_per_job"], 3)
         pairs = zip(done, empty_runs, strict=True)
         best["of_empty_by_round"] = [
             round(r["jobs_per_s"] / e["jobs_per_s"], 3) if e["jobs_per_s"] else None

@@ -31,7 +31,9 @@ invocation (``of_empty``).  The cases (``N`` jobs each):
 With ``--runs N`` the cases take turns (run 1 of each case, then run 2 of each,
 ...), each run a fresh process and a fresh queue, and each case's line is its
 median run.  A line: ``jobs_per_s``, ``of_empty`` (median over the empty
-runs' median; ``of_empty_by_round``: each run over the empty run of its round),
+runs' median; ``of_empty_by_round``: each run over the empty run of its round;
+``cpu_of_empty``: the empty runs' CPU time per job over this case's, steadier
+on a shared machine),
 ``p50_ms``/``p99_ms`` (claim + complete, per job), ``cpu_us_per_job``,
 ``setup_s`` (the backlog's setup; then the run waits, 10 s at most, until the
 document stops shrinking), ``queue_json_bytes`` (after the setup and at
