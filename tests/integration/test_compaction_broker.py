@@ -24,8 +24,8 @@ __all__ = ["url"]  # the backends fixture
 
 
 def compacting() -> BrokerConfig:
-    """The small segment settings, merging up to 12 jobs."""
-    return config(compact_jobs=12)
+    """The small segment settings, merging segments of up to 4 jobs into up to 40."""
+    return config(compact_jobs=40)
 
 
 async def test_a_slowly_built_backlog_is_compacted_and_drains_in_order(url: str) -> None:
@@ -96,7 +96,7 @@ async def test_a_compaction_whose_part_changed_fails_alone_and_its_object_is_del
     store = GatedMerge(MemoryStorage())
     async with Broker(store, compacting()) as broker:
         q = broker.client()
-        ids = [await q.push(b"p%d" % i) for i in range(30)]
+        ids = [await q.push(b"p%d" % i) for i in range(40)]
         await store.arrived.wait()
         (written,) = store.merged
         assert written in broker.segments.writing  # never an orphan while in flight
@@ -118,7 +118,7 @@ async def test_a_broker_dying_mid_compaction_loses_nothing_and_leaves_an_orphan(
     first = Broker(store, compacting())
     await first.start()
     q = first.client()
-    ids = [await q.push(b"p%d" % i) for i in range(30)]
+    ids = [await q.push(b"p%d" % i) for i in range(40)]
     await store.arrived.wait()  # the merged object is written, its commit not made
     (orphan,) = store.merged
     for task in first.tasks():  # it dies where it stands
@@ -133,4 +133,4 @@ async def test_a_broker_dying_mid_compaction_loses_nothing_and_leaves_an_orphan(
         await second.client().push(b"a commit")
         await segments.settled()
         assert orphan not in await inner.list(SEGMENT_PREFIX)
-        assert (await drain(second))[:30] == ids
+        assert (await drain(second))[: len(ids)] == ids

@@ -363,7 +363,7 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],
         # compaction merges the small segments under the same faults (a side draw)
-        compact_jobs=_side(c.seed, "compact_jobs").choice((4, 6, 10, 50_000)),
+        compact_jobs=_side(c.seed, "compact_jobs").choice((10, 20, 40, 50_000)),
     )
 
 

@@ -29,7 +29,7 @@ from osqueue.state import (
 from osqueue.state.compaction import merged_ref
 from osqueue.state.segment_codec import SegmentLines
 
-P = Policy(segment_jobs=3, head_jobs=2, load_jobs=2, spill_above_jobs=3, compact_jobs=12)
+P = Policy(segment_jobs=3, head_jobs=2, load_jobs=2, spill_above_jobs=3, compact_jobs=30)
 
 
 def keyed(i: int) -> Push:
@@ -71,16 +71,17 @@ def drain(d: Deep) -> list[str]:
 
 
 def test_adjacent_small_segments_past_the_first_two_are_planned_up_to_compact_jobs() -> None:
-    d = trickle(8)
+    d = trickle(14)
     refs = list(d.doc.segments)
     (plan,) = plan_compactions(d.doc, P)
     assert plan.stream == ("default", 0)
-    assert list(plan.refs) == refs[2:6]  # 4 x 3 jobs = compact_jobs
+    assert list(plan.refs) == refs[2:12]  # 10 x 3 jobs = compact_jobs
     assert plan_compactions(d.doc, dataclasses.replace(P, compact_jobs=None)) == []
-    # segments above half the target are never parts: here every one is
-    assert plan_compactions(d.doc, dataclasses.replace(P, compact_jobs=5)) == []
+    # a segment of more than a tenth of the target is never a part: here every one is
+    assert plan_compactions(d.doc, dataclasses.replace(P, compact_jobs=29)) == []
     assert plan_compactions(d.doc, P, exclude={("default", 0)}) == []
     assert plan_compactions(trickle(3).doc, P) == []  # only one segment past the first two
+    assert plan_compactions(trickle(6).doc, P) == []  # 4 x 3 jobs: less than half the target
 
 
 def test_a_compaction_swaps_the_parts_for_one_reference_and_keeps_every_count() -> None:
@@ -88,15 +89,15 @@ def test_a_compaction_swaps_the_parts_for_one_reference_and_keeps_every_count() 
     before = stats_of(d.doc, T0).queues["default"]
     op = compact_op(d)
     t = d.run(op)
-    assert t.results == [Counted(4)]
+    assert t.results == [Counted(6)]
     assert t.dropped_segments == [ref.key for ref in op.refs]
     refs = list(d.doc.segments)
-    assert len(refs) == 5
+    assert len(refs) == 3
     assert refs[2] == op.ref
     assert (op.ref.first_seq, op.ref.last_seq, op.ref.count) == (
         op.refs[0].first_seq,
         op.refs[-1].last_seq,
-        12,
+        18,
     )
     after = stats_of(d.doc, T0).queues["default"]
     assert (after.depth, after.spilled, after.oldest_age_s) == (
@@ -115,8 +116,8 @@ def test_a_merged_segment_keeps_claim_order_cancels_keys_and_payloads() -> None:
         twin.run(cancel_op(victim, twin.objects[victim.key], twin.objects[victim.key][1].id))
     keys, payloads = dict(d.doc.segments.keys), set(d.doc.segments.payloads)
     op = compact_op(d)
-    # the parts' keys: j8, j12 (cancelled: its key was released) and j16
-    assert sorted(op.ref.keyed.values()) == ["key16", "key8"]
+    # the parts' keys: j8, j12 (cancelled: its key was released), j16, j20, j24
+    assert sorted(op.ref.keyed.values()) == ["key16", "key20", "key24", "key8"]
     assert op.ref.cancelled == (plain.objects[list(plain.doc.segments)[3].key][1].id,)
     d.run(op)
     assert d.doc.segments.keys == keys

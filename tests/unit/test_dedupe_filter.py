@@ -95,7 +95,7 @@ def test_a_merge_keeps_every_part_filter() -> None:
     assert op.ref.dedupe_created == max(
         part.dedupe_created for part in op.refs if part.dedupe_created is not None
     )
-    assert d.run(op).results == [Counted(4)]
+    assert d.run(op).results == [Counted(6)]
     spilled = d.objects[op.ref.key][5].id
     (asked,) = d.run(Push(id=spilled, payload=b"p")).results
     assert isinstance(asked, ReadToConfirm)

@@ -68,8 +68,8 @@ class BrokerConfig:
     #: until the lease renewal is due), so the document passes this by one batch
     #: at most; None: never wait.
     spill_hold_bytes: int | None = 4 * 1024 * 1024
-    #: Compaction: adjacent segments of a queue (per priority) holding at most half
-    #: this many jobs each are merged into objects of at most this many; None: never.
+    #: Compaction: adjacent segments of a queue (per priority) holding at most a tenth
+    #: of this many jobs each are merged into objects of at most this many; None: never.
     compact_jobs: int | None = 50_000
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.

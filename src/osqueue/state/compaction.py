@@ -11,9 +11,11 @@ references for the merged one in one commit.
 
 * What is compacted (:func:`plan_compactions`): per stream, runs of at least
   two adjacent references past the first two (the first is being loaded, the
-  second read ahead), none loaded from yet, each of at most half
-  ``compact_jobs`` jobs, together at most ``compact_jobs``.  So an object is
-  rewritten a few times at most, and large objects are never touched.
+  second read ahead), none loaded from yet, each of at most a tenth of
+  ``compact_jobs`` jobs (:data:`PART_SHARE`), together at most
+  ``compact_jobs``, and at least half that (or :data:`MIN_PARTS` parts).  So
+  a merged object is no part again (a job is rewritten once), and the large
+  objects of a backlog loaded fast are never touched.
 * The merged reference says exactly what its parts said
   (:func:`merged_ref`): the same seqs, jobs, cancelled ids (skipped when
   loaded, as before), idempotency keys and payload objects; claim order is
@@ -42,6 +44,15 @@ from osqueue.storage.keys import check_key
 
 #: references of a stream left alone at its start: the one being loaded, the one read ahead
 SKIP_FIRST = 2
+#: a part holds at most 1/PART_SHARE of ``compact_jobs``: merging is for the many
+#: small objects of a trickle, and a larger object is rewritten to save a reference
+#: of 310 bytes at the cost of reading and writing all its jobs (a backlog loaded
+#: fast sits in objects of 10,000 jobs and more: never touched)
+PART_SHARE = 10
+#: a run is merged once it holds half of ``compact_jobs``, or this many parts: so
+#: the merged object is no part again (each job is rewritten once), and a few
+#: small objects wait for more rather than being merged again and again
+MIN_PARTS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +93,25 @@ def plan_compactions(
 
 
 def _first_run(refs: Sequence[SegmentRef], target: int) -> list[SegmentRef]:
-    """The first run of at least two adjacent small references (each at most half
-    ``target`` jobs, none loaded from) holding at most ``target`` jobs together."""
+    """The first run of at least two adjacent small references (each at most
+    ``target / PART_SHARE`` jobs, none loaded from) holding at most ``target``
+    jobs together, and at least half that or :data:`MIN_PARTS` references."""
     run: list[SegmentRef] = []
     total = 0
     for ref in refs:
-        small = ref.loaded == 0 and 2 * ref.count <= target
+        small = ref.loaded == 0 and PART_SHARE * ref.count <= target
         if small and total + ref.count <= target:
             run.append(ref)
             total += ref.count
             continue
-        if len(run) >= 2:
+        if _worth(run, total, target):
             return run
         run, total = ([ref], ref.count) if small else ([], 0)
-    return run if len(run) >= 2 else []
+    return run if _worth(run, total, target) else []
+
+
+def _worth(run: list[SegmentRef], total: int, target: int) -> bool:
+    return len(run) >= 2 and (2 * total >= target or len(run) >= MIN_PARTS)
 
 
 def merged_ref(refs: Sequence[SegmentRef], key: str, size_bytes: int, sha256: str) -> SegmentRef:
@@ -164,4 +180,13 @@ def compact(doc: Document, op: Compact, dropped: list[str]) -> Counted:
     return Counted(len(refs))
 
 
-__all__ = ["SKIP_FIRST", "Compact", "CompactPlan", "compact", "merged_ref", "plan_compactions"]
+__all__ = [
+    "MIN_PARTS",
+    "PART_SHARE",
+    "SKIP_FIRST",
+    "Compact",
+    "CompactPlan",
+    "compact",
+    "merged_ref",
+    "plan_compactions",
+]

@@ -47,8 +47,8 @@ class Policy:
     #: jobs one Load puts back
     load_jobs: int = 500
     #: compaction (osqueue.state.compaction): adjacent segments of a stream holding
-    #: at most half this many jobs each are merged into objects of at most this
-    #: many (None: never)
+    #: at most a tenth of this many jobs each are merged into objects of at most
+    #: this many (None: never)
     compact_jobs: int | None = 50_000
     # Scheduling (osqueue.state.schedules, .limits, .deps)
     #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
