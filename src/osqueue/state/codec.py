@@ -31,6 +31,7 @@ from osqueue.state.schedules import Schedules
 from osqueue.state.segment_codec import SEGMENT_PREFIX
 from osqueue.state.segments import Segments
 from osqueue.state.validate import NAME_RE, PRIORITY_MAX, PRIORITY_MIN
+from osqueue.state.waiting_refs import cold_waiting_of
 from osqueue.storage.keys import check_key
 
 _encoder = msgspec.json.Encoder()
@@ -74,6 +75,7 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
+            b',"waiting":[' + doc.waiting_cold.section() + b"]" if doc.waiting_cold else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -174,6 +176,7 @@ def decode(data: bytes) -> Document:
         dependencies_at=wire.dependencies_at,
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
+        waiting_cold=cold_waiting_of(wire.waiting),
     )
 
 

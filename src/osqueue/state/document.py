@@ -48,6 +48,7 @@ from osqueue.state.model import (
 )
 from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
+from osqueue.state.waiting_refs import ColdWaiting
 
 _encoder = msgspec.json.Encoder()
 #: a job's (or any value's) JSON bytes, as the document stores them
@@ -64,6 +65,7 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+_WAITING_OPEN = len(b',"waiting":[')
 
 
 class Document:
@@ -92,6 +94,7 @@ class Document:
         "spill_scanned",
         "stats",
         "version",
+        "waiting_cold",
     )
 
     def __init__(
@@ -119,6 +122,7 @@ class Document:
         dependencies_at: datetime | None = None,
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
+        waiting_cold: ColdWaiting | None = None,
     ) -> None:
         self.format = format
         self.queue_id = queue_id
@@ -146,6 +150,8 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
+        #: the objects of waiting children (:mod:`osqueue.state.waiting_refs`)
+        self.waiting_cold = waiting_cold if waiting_cold is not None else ColdWaiting()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -194,6 +200,7 @@ class Document:
             dependencies_at=self.dependencies_at,
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
+            waiting_cold=self.waiting_cold.copy(),
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -298,7 +305,7 @@ class Document:
         settings or jobs that wait or carry a group; else 3 with segment
         references; else 2 (the oldest format that holds it, so older releases
         read what they can)."""
-        if self.queue_settings or self.schedules or self.index.extended:
+        if self.queue_settings or self.schedules or self.index.extended or self.waiting_cold:
             return FORMAT
         return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
 
@@ -396,6 +403,8 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
+        if self.waiting_cold:
+            size += _WAITING_OPEN + len(self.waiting_cold.section()) + 1
         return size
 
     # -- reading ------------------------------------------------------------------
@@ -453,6 +462,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.waiting_cold == b.waiting_cold
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

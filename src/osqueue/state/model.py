@@ -20,6 +20,7 @@ import msgspec
 from osqueue.ids import new_id
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
+from osqueue.state.waiting_refs import WaitingRef
 
 #: The newest format this osqueue writes.  Format 3 adds the segment references
 #: (``"queues": {"<queue>": {"segments": [...]}}``); a document without any is
@@ -378,5 +379,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     dependencies_at: datetime | None = None
     #: the record of finished jobs (any format; older releases ignore it)
     finished: list[FinishedJob] = []
+    #: the objects of waiting children (format 4; :mod:`osqueue.state.waiting_refs`)
+    waiting: list[WaitingRef] = []
     #: the known queues and their counters
     queue_totals: dict[str, QueueTotals] = {}
