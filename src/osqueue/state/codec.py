@@ -75,7 +75,7 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
-            b',"waiting":[' + doc.waiting_cold.section() + b"]" if doc.waiting_cold else b"",
+            doc.waiting_cold.framed(),
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -159,7 +159,7 @@ def decode(data: bytes) -> Document:
         _check_format(data)
     _validate(wire)
     jobs = {job.id: job for job in wire.jobs}
-    return Document(
+    doc = Document(
         version=wire.version,
         broker=wire.broker,
         next_token=wire.next_token,
@@ -176,8 +176,9 @@ def decode(data: bytes) -> Document:
         dependencies_at=wire.dependencies_at,
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
-        waiting_cold=cold_waiting_of(wire.waiting),
     )
+    doc.waiting_cold = cold_waiting_of(wire.waiting)
+    return doc
 
 
 def _tombstones(wire: WireDocument) -> dict[str, int]:

@@ -65,7 +65,6 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
-_WAITING_OPEN = len(b',"waiting":[')
 
 
 class Document:
@@ -122,7 +121,6 @@ class Document:
         dependencies_at: datetime | None = None,
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
-        waiting_cold: ColdWaiting | None = None,
     ) -> None:
         self.format = format
         self.queue_id = queue_id
@@ -150,8 +148,7 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
-        #: the objects of waiting children (:mod:`osqueue.state.waiting_refs`)
-        self.waiting_cold = waiting_cold if waiting_cold is not None else ColdWaiting()
+        self.waiting_cold = ColdWaiting()  # objects of waiting children (.waiting_refs)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -200,9 +197,8 @@ class Document:
             dependencies_at=self.dependencies_at,
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
-            waiting_cold=self.waiting_cold.copy(),
         )
-        new._head_len = self._head_len
+        new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
         new.spill_scanned = dict(self.spill_scanned)
         return new
 
@@ -301,10 +297,8 @@ class Document:
         return head
 
     def written_format(self) -> int:
-        """The format this document is written as: 4 when it holds schedules, queue
-        settings or jobs that wait or carry a group; else 3 with segment
-        references; else 2 (the oldest format that holds it, so older releases
-        read what they can)."""
+        """4 with schedules, queue settings, jobs that wait (or carry a group); else 3 with
+        segment references; else 2 (the oldest format that holds it)."""
         if self.queue_settings or self.schedules or self.index.extended or self.waiting_cold:
             return FORMAT
         return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
@@ -403,9 +397,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        if self.waiting_cold:
-            size += _WAITING_OPEN + len(self.waiting_cold.section()) + 1
-        return size
+        return size + self.waiting_cold.framed_bytes()
 
     # -- reading ------------------------------------------------------------------
 

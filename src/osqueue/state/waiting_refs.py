@@ -138,6 +138,14 @@ class ColdWaiting:
             self._section = b",".join(self._frags.values())
         return self._section
 
+    def framed(self) -> bytes:
+        """The document's ``,"waiting":[...]`` section (empty when there is none)."""
+        return b',"waiting":[' + self.section() + b"]" if self.refs else b""
+
+    def framed_bytes(self) -> int:
+        """The length of :meth:`framed`."""
+        return len(b',"waiting":[]') + len(self.section()) if self.refs else 0
+
     # -- changes ------------------------------------------------------------------
 
     def add(self, ref: WaitingRef) -> None:
