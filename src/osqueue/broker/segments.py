@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
@@ -159,6 +160,8 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: waiting children in objects (their spills and loads ride on these commits)
+        self.waiting = WaitingObjects.beside(self)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -176,6 +179,7 @@ class SegmentManager:
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -200,6 +204,7 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.waiting.busy
         )
 
     def _check_quiet(self) -> None:
@@ -424,4 +429,5 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.waiting.locate(job_id)

@@ -102,12 +102,8 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
 # --------------------------------------------------------------------------- plans
 
 
-def plan_spills(doc: Document, policy: Policy) -> list[list[StoredJob]]:
-    """The runs of waiting jobs to move to objects now (each one queue, same
-    ``after``, seq order, at most ``waiting_object_jobs``)."""
-    above = policy.waiting_spill_above_jobs
-    if above is None or (hot_waiting(doc) < above and len(doc.index.children) < above):
-        return []
+def _groups(doc: Document) -> dict[tuple[str, tuple[str, ...]], dict[str, StoredJob]]:
+    """The document's waiting jobs that may move, by queue and parents."""
     groups: dict[tuple[str, tuple[str, ...]], dict[str, StoredJob]] = {}
     jobs = doc.jobs
     for kids in doc.index.children.values():
@@ -116,6 +112,21 @@ def plan_spills(doc: Document, policy: Policy) -> list[list[StoredJob]]:
             if job is None or job.status != "waiting" or job.key is not None:
                 continue
             groups.setdefault((job.queue, job.after), {})[kid] = job
+    return groups
+
+
+def largest_group(doc: Document) -> int:
+    """The most waiting jobs of one queue with the same parents in the document."""
+    return max(map(len, _groups(doc).values()), default=0)
+
+
+def plan_spills(doc: Document, policy: Policy) -> list[list[StoredJob]]:
+    """The runs of waiting jobs to move to objects now (each one queue, same
+    ``after``, seq order, at most ``waiting_object_jobs``)."""
+    above = policy.waiting_spill_above_jobs
+    if above is None or (hot_waiting(doc) < above and len(doc.index.children) < above):
+        return []
+    groups = _groups(doc)
     out: list[list[StoredJob]] = []
     size = policy.waiting_object_jobs
     for (_, after), group in groups.items():
