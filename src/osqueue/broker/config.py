@@ -106,6 +106,12 @@ class BrokerConfig:
     #: An object whose parents all ended is loaded while fewer queued jobs than
     #: this sit in the document (a fan-in comes back in chunks).
     waiting_load_below_queued: int = 10_000
+    #: The record of finished jobs (docs/segments.md "The finished record"): its
+    #: ``done`` entries are sealed into objects once this many sit in the
+    #: document, unless dependencies are in use; None: never.
+    finished_seal_above_entries: int | None = 1_000
+    #: ... at most this many per object.
+    finished_object_entries: int = 20_000
     #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` (port 0: any
     #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
     #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
@@ -156,11 +162,17 @@ class BrokerConfig:
             "metrics_max_connections",
             "waiting_object_jobs",
             "waiting_load_below_queued",
+            "finished_object_entries",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
-        for name in ("spill_above_jobs", "spill_hold_bytes", "waiting_spill_above_jobs"):
+        for name in (
+            "spill_above_jobs",
+            "spill_hold_bytes",
+            "waiting_spill_above_jobs",
+            "finished_seal_above_entries",
+        ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise InvalidInput(
@@ -204,4 +216,6 @@ class BrokerConfig:
             waiting_spill_above_jobs=self.waiting_spill_above_jobs,
             waiting_object_jobs=self.waiting_object_jobs,
             waiting_load_below_queued=self.waiting_load_below_queued,
+            finished_seal_above_entries=self.finished_seal_above_entries,
+            finished_object_entries=self.finished_object_entries,
         )

@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
@@ -162,6 +163,7 @@ class SegmentManager:
         )
         #: waiting children in objects (their spills and loads ride on these commits)
         self.waiting = WaitingObjects.beside(self)
+        self.finished = FinishedObjects.beside(self)  # the sealed record of finished jobs
 
     # ------------------------------------------------------------------ after a commit
 
@@ -180,6 +182,7 @@ class SegmentManager:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
         self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -205,6 +208,7 @@ class SegmentManager:
             or self._asides
             or self.deletes.deleting
             or self.waiting.busy
+            or self.finished.busy
         )
 
     def _check_quiet(self) -> None:

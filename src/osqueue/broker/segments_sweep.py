@@ -1,7 +1,7 @@
 """Deleting segment objects: those a commit dropped or a failed spill left, and
 orphans, by the payload sweep's rule.
 
-An orphan is an object under ``segments/`` (or ``waiting/``) that no reference names and no
+An orphan is an object under ``segments/`` (or ``waiting/``, ``finished/``) that no reference names and no
 spill of this broker is writing (:attr:`SegmentManager.writing
 <osqueue.broker.segments.SegmentManager.writing>`): left by a broker that died
 between a ``put`` and its commit, by a ``Spill`` whose commit never landed, or
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from osqueue.errors import NotFound, StorageError
 from osqueue.state import SEGMENT_PREFIX, Document
+from osqueue.state.finished_refs import FINISHED_PREFIX
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage.port import Storage
 
@@ -103,7 +104,8 @@ class SegmentDeletes:
         object may be restored and readmitted), and no spill is writing it."""
         if doc is None or key in self._writing:
             return False
-        return not doc.segments.holds(key) and not doc.waiting_cold.holds(key)
+        held = doc.segments.holds(key) or doc.waiting_cold.holds(key)
+        return not held and not doc.finished.sealed.holds(key)
 
     async def sweep(self, suspects: set[str]) -> set[str]:
         """One sweep over ``segments/``: the orphans now (checked against the held
@@ -111,6 +113,7 @@ class SegmentDeletes:
         Returns the orphans, the next sweep's suspects."""
         listed = await self._storage.list(SEGMENT_PREFIX)
         listed += await self._storage.list(WAITING_PREFIX)  # waiting children's objects
+        listed += await self._storage.list(FINISHED_PREFIX)  # the sealed record's
         orphans = {key for key in listed if self.orphan(key, self._lease.doc)}
         self.doomed |= orphans & suspects
         return orphans

@@ -16,6 +16,7 @@ import msgspec
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
+from osqueue.state.finished_refs import sealed_of
 from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
     QUEUE_ID_RE,
@@ -76,6 +77,7 @@ def encode(doc: Document) -> bytes:
             finished.section() if finished else b"",
             b"]" if finished else b"",
             doc.waiting_cold.framed(),
+            doc.finished.sealed.framed(),
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -178,6 +180,7 @@ def decode(data: bytes) -> Document:
         queue_id=wire.queue_id,
     )
     doc.waiting_cold = cold_waiting_of(wire.waiting)
+    doc.finished.sealed = sealed_of(wire.finished_objects)
     return doc
 
 

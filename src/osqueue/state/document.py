@@ -397,7 +397,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size + self.waiting_cold.framed_bytes()
+        return size + self.waiting_cold.framed_bytes() + self.finished.sealed.framed_bytes()
 
     # -- reading ------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
-from osqueue.state.finished_jobs import ResultData
+from osqueue.state.finished_jobs import FinishedJob, ResultData
+from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.model import (
     BrokerInfo,
     CatchUp,
@@ -84,6 +85,11 @@ class Policy:
     #: an object whose parents all ended is loaded only while fewer queued jobs
     #: than this sit in the document (so a fan-in comes back in chunks)
     waiting_load_below_queued: int = 10_000
+    #: the record's ``done`` entries are sealed into objects once this many sit
+    #: in the document (None: never; osqueue.state.finished_objects)
+    finished_seal_above_entries: int | None = 1_000
+    #: most entries per sealed object
+    finished_object_entries: int = 20_000
 
 
 # --------------------------------------------------------------------------- ops
@@ -248,6 +254,16 @@ class LoadWaiting(msgspec.Struct, frozen=True):
     jobs: tuple[StoredJob, ...]
 
 
+class SealFinished(msgspec.Struct, frozen=True):
+    """The broker wrote ``ref``'s object holding ``entries`` (``done`` entries of the
+    record of finished jobs): drop them from the document and reference the
+    object (:mod:`osqueue.state.finished_objects`).  Fails alone (``Conflict``)
+    if an entry changed or dependencies came into use since the snapshot."""
+
+    ref: FinishedRef
+    entries: tuple[FinishedJob, ...]
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit), or
     with ``remove`` (and no setting) forget the queue: it is no longer listed.
@@ -304,6 +320,7 @@ Op = (
     | RemoveSchedule
     | SpillWaiting
     | LoadWaiting
+    | SealFinished
 )
 
 
@@ -379,6 +396,7 @@ __all__ = [
     "Result",
     "RetryDead",
     "Scheduled",
+    "SealFinished",
     "SetAside",
     "SetQueue",
     "Spill",

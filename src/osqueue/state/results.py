@@ -74,7 +74,7 @@ def answer(doc: Document, job_id: str, now: float) -> Answer | None:
     pushed, or its entry expired)."""
     entry = doc.finished.get(job_id)
     if entry is not None and now <= entry.expires_at:
-        return _from_entry(entry)
+        return from_entry(entry)
     job = doc.jobs.get(job_id)
     if job is not None:
         if job.status == "done":
@@ -88,7 +88,8 @@ def answer(doc: Document, job_id: str, now: float) -> Answer | None:
     return None
 
 
-def _from_entry(entry: FinishedJob) -> Answer:
+def from_entry(entry: FinishedJob) -> Answer:
+    """The answer an entry of the record gives (in the document or a sealed object)."""
     result = JobResult(
         entry.status,
         error=entry.error,
