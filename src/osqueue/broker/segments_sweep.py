@@ -1,8 +1,8 @@
 """Deleting segment objects: those a commit dropped or a failed spill left, and
 orphans, by the payload sweep's rule.
 
-An orphan is an object under ``segments/`` (or ``waiting/``, ``finished/``) that no reference names and no
-spill of this broker is writing (:attr:`SegmentManager.writing
+An orphan is an object under ``segments/`` (or ``waiting/``, ``finished/``)
+that no reference names and no spill of this broker is writing (:attr:`SegmentManager.writing
 <osqueue.broker.segments.SegmentManager.writing>`): left by a broker that died
 between a ``put`` and its commit, by a ``Spill`` whose commit never landed, or
 by a delete that failed.  :meth:`SegmentDeletes.sweep` (run with the payload

@@ -111,7 +111,8 @@ def sealed_of(refs: list[FinishedRef]) -> SealedRecord:
     for i, ref in enumerate(refs):
         where = f"$.finished_objects[{i}]"
         if not ref.key.startswith(FINISHED_PREFIX) or out.holds(ref.key):
-            raise CorruptDocument(f"{where}.key: {ref.key!r} is not a new key", path=f"{where}.key")
+            message = f"{where}.key: {ref.key!r} is not a new key"
+            raise CorruptDocument(message, path=f"{where}.key")
         if ref.count < 1 or not ref.min_id <= ref.max_id:
             raise CorruptDocument(
                 f"{where}.count: no entries, or bad bounds", path=f"{where}.count"
