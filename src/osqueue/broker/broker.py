@@ -373,6 +373,6 @@ class Broker:
         found = await self._waiters.finished(job_id, wait_s, lambda: self._lease.doc)
         if found is None or (found.result.status == "done" and found.data is None):
             # its entry may be sealed in an object (broker/cold/finished.py)
-            sealed = await self.segments.finished.lookup(job_id, self._lease.doc)
+            sealed = await self.segments.finished.lookup(job_id, self._lease.doc, found)
             return sealed if sealed is not None else found
         return found

@@ -159,9 +159,13 @@ class FinishedObjects:
 
     # ------------------------------------------------------------------ lookups
 
-    async def lookup(self, job_id: str, doc: Document | None) -> Answer | None:
+    async def lookup(
+        self, job_id: str, doc: Document | None, hot: Answer | None = None
+    ) -> Answer | None:
         """``result(job_id)``'s answer from the sealed objects of ``doc`` (None: none
-        holds an unexpired entry of it)."""
+        holds an unexpired entry of it).  ``hot``: what the document answered (a
+        done job still in it); an entry of another finish of the same id (pushed
+        again after its dedupe window) is not its answer."""
         if doc is None or not doc.finished.sealed:
             return None
         now = self._clock.now()
@@ -169,6 +173,9 @@ class FinishedObjects:
             entries = await self._entries(ref)
             entry = entries.get(job_id) if entries is not None else None
             if entry is not None:
+                finished_at = hot.result.finished_at if hot is not None else None
+                if finished_at is not None and finished_at != entry.finished_at.timestamp():
+                    return None
                 return from_entry(entry) if now <= entry.expires_at else None
         return None
 
