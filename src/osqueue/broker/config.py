@@ -103,8 +103,8 @@ class BrokerConfig:
     waiting_spill_above_jobs: int | None = 200
     #: ... at most this many per object.
     waiting_object_jobs: int = 5_000
-    #: An object whose parents all ended is loaded while fewer queued jobs than
-    #: this sit in the document (a fan-in comes back in chunks).
+    #: An object whose parents all ended is loaded while fewer queued jobs of its
+    #: queue than this sit in the document (a fan-in comes back in chunks).
     waiting_load_below_queued: int = 10_000
     #: The record of finished jobs (docs/segments.md "The finished record"): its
     #: ``done`` entries are sealed into objects once this many sit in the

@@ -20,7 +20,7 @@ applies the ops, never doing I/O:
   touched); ``dead`` or ``cancelled`` also lands in ``failed``.
 * :func:`plan_loads`: a reference is *due* once ``after`` is empty or a parent
   failed; one object is loaded at a time, while fewer than
-  ``waiting_load_below_queued`` queued jobs sit in the document (the ready
+  ``waiting_load_below_queued`` queued jobs of its queue sit in the document (the ready
   segments spill what a large fan-in puts back).
 * ``LoadWaiting(key, jobs)`` (:func:`load`): the object's jobs come back,
   each as its own ``on_parent_failure`` says: cancelled (a failed parent and
@@ -144,12 +144,12 @@ def hot_waiting(doc: Document) -> int:
 
 
 def plan_loads(doc: Document, policy: Policy, busy: set[str]) -> list[WaitingRef]:
-    """The due references to load now: one (not in ``busy``), while the document
-    holds fewer than ``waiting_load_below_queued`` queued jobs."""
-    if doc.index.queued >= policy.waiting_load_below_queued:
-        return []
+    """The due references to load now: one (not in ``busy``) of a queue whose queued
+    jobs in the document are fewer than ``waiting_load_below_queued`` (a queue
+    that does not drain, paused or capped, holds back its own children only)."""
+    bound, count = policy.waiting_load_below_queued, doc.index.count
     for ref in doc.waiting_cold:
-        if ref.due and ref.key not in busy:
+        if ref.due and ref.key not in busy and count(ref.queue, "queued") < bound:
             return [ref]
     return []
 

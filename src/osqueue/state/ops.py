@@ -83,7 +83,7 @@ class Policy:
     #: most children per object of waiting children
     waiting_object_jobs: int = 5_000
     #: an object whose parents all ended is loaded only while fewer queued jobs
-    #: than this sit in the document (so a fan-in comes back in chunks)
+    #: of its queue than this sit in the document (so a fan-in comes back in chunks)
     waiting_load_below_queued: int = 10_000
     #: the record's ``done`` entries are sealed into objects once this many sit
     #: in the document (None: never; osqueue.state.finished_objects)

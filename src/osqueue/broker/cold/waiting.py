@@ -64,8 +64,10 @@ log = logging.getLogger(__name__)
 
 #: tries of an object write before the spill is given up (planned again later)
 _PUT_ATTEMPTS = 3
-#: an object that could not be read or loaded is not tried again for this long
+#: an object missing or failing its check is not tried again for this long
 _BROKEN_PAUSE_S = 30.0
+#: an object whose load the commit refused is not tried again for this long
+_REFUSED_PAUSE_S = 1.0
 #: a spill of at least this many jobs builds its objects in a thread
 _BUILD_IN_THREAD_JOBS = 5_000
 
@@ -159,8 +161,8 @@ class WaitingObjects:
         load = self._load
         if load is not None and not self._intake.holds(load):
             self._load = None
-            if doc.waiting_cold.holds(load.key):  # refused (it changed meanwhile)
-                self._pause(load.key, "the load did not apply")
+            if doc.waiting_cold.holds(load.key):  # refused: a bug, or a race; not at once
+                self._pause(load.key, "the load did not apply", _REFUSED_PAUSE_S)
             else:
                 self.counters.loads += 1
                 self.counters.loaded_jobs += len(load.jobs)
@@ -266,17 +268,24 @@ class WaitingObjects:
             self._reading = ref.key
             self._tasks.spawn(self._read(ref), "osqueue-waiting-load")
 
+    async def _get(self, key: str) -> bytes:
+        """``key``'s bytes; a storage error is retried with backoff (as segment reads)."""
+        attempt = 0
+        while True:
+            try:
+                return await self._storage.get(key)
+            except StorageError as exc:
+                attempt += 1
+                await self._retry.wait(attempt - 1, exc)
+
     async def _read(self, ref: WaitingRef) -> None:
         try:
-            jobs = read(ref, await self._storage.get(ref.key))
+            jobs = read(ref, await self._get(ref.key))
         except NotFound:
             self._broken(ref.key, "the object is missing")
             return
         except CorruptDocument as exc:
             self._broken(ref.key, str(exc))
-            return
-        except StorageError as exc:
-            self._pause(ref.key, str(exc))
             return
         finally:
             self._reading = None
@@ -304,8 +313,8 @@ class WaitingObjects:
         )
         self._pause(key, why)
 
-    def _pause(self, key: str, why: str) -> None:
-        self._paused[key] = self._clock.monotonic() + _BROKEN_PAUSE_S
+    def _pause(self, key: str, why: str, pause_s: float = _BROKEN_PAUSE_S) -> None:
+        self._paused[key] = self._clock.monotonic() + pause_s
         log.info("waiting children %s: %s", key, why, extra={"action": "load", "key": key})
 
     # ------------------------------------------------------------------ cancel
@@ -319,7 +328,7 @@ class WaitingObjects:
             if not ref.min_id <= job_id <= ref.max_id or job_id in ref.cancelled:
                 continue
             try:
-                jobs = read(ref, await self._storage.get(ref.key))
+                jobs = read(ref, await self._get(ref.key))
             except NotFound:
                 continue  # loaded and deleted meanwhile
             except CorruptDocument as exc:
