@@ -194,6 +194,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
+    # ------------------------------------------------------------ waiting children (I14)
+    Mutation(
+        name="cold-children-released-by-any-parent",
+        file="state/cold_waiting.py",
+        original="            after = tuple(p for p in ref.after if p != parent)\n",
+        replacement="            after = ()\n",
+        family="waiting children in objects",
+        models="an object of waiting children is released when any one of its parents ends",
+    ),
     # ------------------------------------------------------------ results (I3)
     Mutation(
         name="finished-record-drops-result",
