@@ -43,15 +43,16 @@ from osqueue.state import (
     SegmentRef,
     SetAside,
     SetQueue,
+    cold_waiting,
     decode,
     decode_segment,
     encode,
+    finished_objects,
     load_op,
     plan_spills,
     to_datetime,
     transition,
 )
-from osqueue.state import cold_waiting, finished_objects
 from osqueue.state.document import totals
 from osqueue.state.model import Claim, Counters, StoredJob
 from osqueue.state.ops import LoadWaiting
