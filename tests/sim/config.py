@@ -427,11 +427,12 @@ def finished_seal(c: SimConfig, rng: random.Random) -> SimConfig:
     return _mix(
         c,
         brokers=side.choice((2, 3)),
+        jobs_per_producer=side.randint(16, 30),
         finished_seal_above_entries=side.randint(1, 3),
         finished_object_entries=side.randint(1, 4),
         answer_lost=max(0.03, c.answer_lost),
         rates=_rates(c, lost_after=max(0.05, c.rates.lost_after)),
-        nemesis=_nemesis(c, finished_crash=0.1, broker_crash_in_commit=0.03, broker_stop=0.02),
+        nemesis=_nemesis(c, finished_crash=0.2, broker_crash_in_commit=0.03, broker_stop=0.02),
     )
 
 

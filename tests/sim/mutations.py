@@ -203,6 +203,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="waiting children in objects",
         models="an object of waiting children is released when any one of its parents ends",
     ),
+    Mutation(
+        name="seal-writes-entries-without-results",
+        file="state/finished_objects.py",
+        original='    data = b"".join(_encode(e) + b"\\n" for e in entries)\n',
+        replacement=(
+            '    data = b"".join(\n'
+            '        _encode(msgspec.structs.replace(e, result=None)) + b"\\n" for e in entries\n'
+            "    )\n"
+        ),
+        family="results: the sealed record",
+        models="a seal writes the record's entries to its object without their results",
+    ),
     # ------------------------------------------------------------ results (I3)
     Mutation(
         name="finished-record-drops-result",

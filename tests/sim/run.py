@@ -341,7 +341,8 @@ class Sim:
         if node is None or node.storage is None:
             return
         storage = node.storage
-        ahead = 1 if prefix == "archive" else self.rng.randint(1, 3)
+        # (a seal is rarer than a segment write: its crash comes at the next one)
+        ahead = 1 if prefix in ("archive", "finished") else self.rng.randint(1, 3)
         nth = storage.writes(prefix) + ahead
         storage.triggers.append(CrashTrigger(prefix, nth, self.rng.choice(list(Phase))))
 

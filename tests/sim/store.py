@@ -59,6 +59,9 @@ SEGMENT_PREFIX = "segments/"
 #: the objects whose puts and deletes are recorded (segments, waiting children, the
 #: sealed record)
 RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/")
+#: the kinds of put a broker can crash around (the nemesis' segment, waiting and
+#: finished crashes)
+CRASH_PUT_KINDS = ("segments", "waiting", "finished")
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +405,7 @@ class NodeStorage:
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
         kind = key_kind(key)
-        if kind == "segments":  # a broker can crash around a segment write
+        if kind in CRASH_PUT_KINDS:  # a broker can crash around a cold object's write
             self._writes[kind] += 1
             trigger = self._trigger(kind)
             if trigger is not None:

@@ -63,7 +63,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         lease_until=owner.lease_until.timestamp() if owner else None,
         document_bytes=doc.size_bytes(),
         tombstones=len(doc.recent),
-        finished=len(doc.finished),
+        finished=len(doc.finished) + doc.finished.sealed.entries(),  # sealed ones too
         finished_evicted=doc.stats.finished_evicted,
     )
 
