@@ -3,7 +3,7 @@ the segment references.
 
 ``queue_id`` names the document's incarnation: drawn when the broker creates
 the document, kept by every commit and takeover, and part of every archive key
-(:mod:`osqueue.broker.archive`), so a queue created again after ``queue.json``
+(:mod:`osqueue.broker.archive.objects`), so a queue created again after ``queue.json``
 was deleted never takes an earlier incarnation's archive objects for its own.
 
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns
@@ -37,8 +37,6 @@ from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import (
     FORMAT,
-    PLAIN_FORMAT,
-    SEGMENTS_FORMAT,
     BrokerInfo,
     Counters,
     Header,
@@ -78,7 +76,6 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
-        "format",
         "history",
         "index",
         "jobs",
@@ -110,7 +107,6 @@ class Document:
         index: Index | None = None,
         segments: Segments | None = None,
         frags: dict[str, bytes] | None = None,
-        format: int = FORMAT,
         dirty_ids: set[str] | None = None,
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
@@ -122,7 +118,6 @@ class Document:
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
     ) -> None:
-        self.format = format
         self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
@@ -186,7 +181,6 @@ class Document:
             index=self.index.copy(),
             segments=self.segments.copy(),
             frags=dict(self._frags),
-            format=self.format,
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
             jobs_bytes=self._jobs_bytes,
@@ -279,7 +273,7 @@ class Document:
         (what :func:`~osqueue.state.codec.encode` starts from)."""
         head = _encoder.encode(
             Header(
-                format=self.written_format(),
+                format=FORMAT,
                 version=self.version,
                 broker=self.broker,
                 next_token=self.next_token,
@@ -295,13 +289,6 @@ class Document:
         )
         self._head_len = len(head)
         return head
-
-    def written_format(self) -> int:
-        """4 with schedules, queue settings, jobs that wait (or carry a group); else 3 with
-        segment references; else 2 (the oldest format that holds it)."""
-        if self.queue_settings or self.schedules or self.index.extended or self.waiting_cold:
-            return FORMAT
-        return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
 
     def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
         """Replace (None: drop) one queue's settings (the header's length is stale then)."""
@@ -438,8 +425,7 @@ def forget_queue(doc: Document, queue: str) -> None:
 def same_value(a: Document, b: Document) -> bool:
     """Two documents hold the same value (what they encode to, caches aside)."""
     return (
-        a.format == b.format
-        and a.version == b.version
+        a.version == b.version
         and a.broker == b.broker
         and a.next_token == b.next_token
         and a.next_seq == b.next_seq

@@ -34,10 +34,9 @@ from osqueue.state.results import Answer, from_entry
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.segments import SegmentManager
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
     from osqueue.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -88,22 +87,6 @@ class FinishedObjects:
         self._seal: SealFinished | None = None
         self._sealing = False
         self._cache: OrderedDict[str, dict[str, FinishedJob]] = OrderedDict()
-
-    @classmethod
-    def beside(cls, manager: SegmentManager) -> FinishedObjects:
-        """The sealed record of the broker whose segments ``manager`` handles."""
-        m = manager
-        return cls(
-            m._storage,
-            m._policy,
-            m._clock,
-            tasks=m._tasks,
-            intake=m._intake,
-            life=m._life,
-            writing=m.writing,
-            delete=m._delete,
-            changed=m._check_quiet,
-        )
 
     @property
     def busy(self) -> bool:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from osqueue.broker.retry import StorageRetry
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
@@ -54,11 +54,10 @@ from osqueue.state.waiting_refs import WaitingRef
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.segments import SegmentManager
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
@@ -128,25 +127,6 @@ class WaitingObjects:
         self._reading: str | None = None
         #: key -> monotonic time before which it is not read again
         self._paused: dict[str, float] = {}
-
-    @classmethod
-    def beside(cls, manager: SegmentManager) -> WaitingObjects:
-        """The objects of waiting children of the broker whose segments ``manager``
-        handles (sharing its storage, side tasks, keys being written and deletes)."""
-        m = manager
-        return cls(
-            m._storage,
-            m._policy,
-            m._clock,
-            retry=m._retry,
-            tasks=m._tasks,
-            intake=m._intake,
-            lease=m._lease,
-            life=m._life,
-            writing=m.writing,
-            delete=m._delete,
-            changed=m._check_quiet,
-        )
 
     @property
     def busy(self) -> bool:
