@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from osqueue.errors import Conflict, CorruptDocument, JobNotFound
+from osqueue.inspect.jobs import matching
 from osqueue.state import (
     Cancel,
     Claimed,
@@ -80,6 +81,8 @@ def test_a_fan_in_moves_to_objects_and_comes_back_queued_when_the_parent_complet
     assert len(store) == 3  # 4 + 4 + 2
     assert not any(j.status == "waiting" for j in doc.jobs.values())
     assert stats_of(doc, T0).queues["default"].waiting == 10  # from the references
+    assert matching(doc, "default", "waiting") == 10  # osqueue jobs' totals too
+    assert matching(doc, None, None) == 11
     assert list(doc.waiting_cold.by_parent) == ["p"]
     assert decode(encode(doc)) == doc  # the references survive a round trip
     assert plan_loads(doc, POLICY, set()) == []  # the parent still runs
@@ -203,3 +206,21 @@ def test_a_queue_without_dependencies_carries_no_section() -> None:
     doc = push(push(Document.empty(), "a"), "b")
     assert b'"waiting"' not in encode(doc)
     assert isinstance(WaitingRef, type)
+
+
+def test_a_queue_that_does_not_drain_holds_back_only_its_own_children() -> None:
+    policy = Policy(waiting_spill_above_jobs=5, waiting_object_jobs=10, waiting_load_below_queued=3)
+    doc = push(Document.empty(), "p", queue="b")
+    for i in range(5):
+        doc = push(doc, f"c{i}", "p", queue="b")
+    doc, _ = spill_all(doc)
+    for i in range(4):  # a queue nobody claims from (paused, say)
+        doc = push(doc, f"other{i}", queue="a")
+    doc, (res,) = apply(doc, [ClaimOp("w", ("b",), 1)], T0, POLICY)
+    assert isinstance(res, Claimed)
+    doc, _ = apply(doc, [Complete("p", res.jobs[0].claim.token)], T0, POLICY)  # type: ignore[union-attr]
+    first, _ = doc.waiting_cold  # (5 children: 4 + 1)
+    assert plan_loads(doc, policy, set()) == [first]
+    for i in range(3):  # its own queue full: it waits
+        doc = push(doc, f"mine{i}", queue="b")
+    assert plan_loads(doc, policy, set()) == []
