@@ -17,7 +17,7 @@ import pytest
 from backends import BACKENDS, Wrapped, backend_url
 from segment_helpers import config
 
-from osqueue.api import Stats
+from osqueue.api import NewJob, Stats
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.errors import JobNotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
@@ -184,4 +184,39 @@ async def test_the_orphan_sweep_keeps_referenced_objects_and_deletes_orphans(url
         left = set(await storage.list(WAITING_PREFIX))
         assert orphan not in left
         assert referenced <= left
+    await storage.close()
+
+
+class Gated(Wrapped):
+    """A storage wrapper whose puts under ``waiting/`` wait for ``opened``."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def put(self, key: str, data: bytes) -> None:
+        if key.startswith(WAITING_PREFIX):
+            self.entered.set()
+            await self.opened.wait()
+        await self.inner.put(key, data)
+
+
+async def test_while_children_are_written_the_commit_loop_may_hold(url: str) -> None:
+    """A spill of children being written says so (``writing``: what the commit loop's
+    ``spill_hold_bytes`` hold waits on), and stops saying so once its op is submitted."""
+    storage = Gated(from_url(url))
+    async with Broker(storage, cold_config()) as broker:
+        q = broker.client()
+        parent = await q.push(b"parent")
+        await q.push_many([NewJob(b"c", after=(parent,)) for _ in range(8)])
+        await storage.entered.wait()
+        cold = broker.segments.waiting
+        assert cold.writing
+        assert not broker.document.waiting_cold
+        storage.opened.set()
+        await cold.written()
+        assert not cold.writing
+        await broker.segments.settled()
+        assert sum(ref.count for ref in broker.document.waiting_cold) == 8
     await storage.close()

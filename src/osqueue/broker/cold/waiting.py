@@ -127,10 +127,22 @@ class WaitingObjects:
         self._reading: str | None = None
         #: key -> monotonic time before which it is not read again
         self._paused: dict[str, float] = {}
+        #: set while no spill's objects are being written (the commit loop's hold)
+        self._written = asyncio.Event()
+        self._written.set()
 
     @property
     def busy(self) -> bool:
         return self._spilling or self._load is not None or self._reading is not None
+
+    @property
+    def writing(self) -> bool:
+        """A spill's objects are being written (its ops are not submitted yet)."""
+        return not self._written.is_set()
+
+    async def written(self) -> None:
+        """Return once no spill's objects are being written."""
+        await self._written.wait()
 
     # ------------------------------------------------------------------ after a commit
 
@@ -189,6 +201,7 @@ class WaitingObjects:
         self._fruitless = None
         lines = [[doc.encoded_job(job.id) for job in run] for run in runs]
         self._spilling = True
+        self._written.clear()
         self._tasks.spawn(self._write(runs, lines), "osqueue-waiting-spill")
 
     async def _write(self, runs: list[list[StoredJob]], lines: list[list[bytes]]) -> None:
@@ -221,10 +234,12 @@ class WaitingObjects:
         self._spill = [op for op, _ in built]
         for op in self._spill:
             self._intake.add_internal(op)
+        self._written.set()
 
     def _give_up(self, keys: list[str]) -> None:
         self._writing.difference_update(keys)
         self._spilling = False
+        self._written.set()
         self._changed()
 
     async def _put(self, key: str, data: bytes) -> None:
