@@ -8,8 +8,8 @@ result.  No I/O, no clock: ``now`` is passed in.
 
 Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first segment in
 claim order not loaded yet and reports its stream in :attr:`Transition.starved`;
-``Spill``, ``Load``, a cancel in a segment: :mod:`.spill`; ``Compact``: :mod:`.compaction`.
-"""
+``Spill``, ``Load``, a cancel in a segment: :mod:`.spill`; ``Compact``: :mod:`.compaction`;
+waiting children's: :mod:`.cold_waiting`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+import osqueue.state.compaction as compaction
+import osqueue.state.dedupe_filter as dedupe_filter
 from osqueue.api import FinishedStatus
 from osqueue.backoff import Backoff
 from osqueue.errors import (
@@ -30,7 +32,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import compaction, dedupe_filter, deps, scheduling, spill, sweep, validate
+from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
@@ -469,9 +471,6 @@ class _Tx:
             self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
         return _OK
 
-    def spill(self, op: Spill) -> OpResult:
-        return spill.spill(self.doc, op, self.now, self.policy)
-
     def load(self, op: Load) -> OpResult:
         result, skipped, dropped = spill.load(self.doc, op, self.now, self.policy)
         self.removed.extend(skipped)
@@ -497,7 +496,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PurgeDead: _Tx.purge_dead,
     MarkArchived: _Tx.mark_archived,
     RestartHeartbeats: _Tx.restart_heartbeats,
-    Spill: _Tx.spill,
+    Spill: lambda tx, op: spill.spill(tx.doc, op, tx.now, tx.policy),
     Load: _Tx.load,
     SetAside: lambda tx, op: spill.set_aside(tx.doc, op, tx.now),
     Readmit: lambda tx, op: spill.readmit(tx.doc, op),
@@ -506,6 +505,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
 }
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
 
 _push = _DISPATCH[Push]
 
@@ -545,7 +545,7 @@ def transition(
             results.append(exc)
     tx.sized, tx.size_bound = False, None
     tx.sweep()
-    if tx.ended and tx.doc.index.children:
+    if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version

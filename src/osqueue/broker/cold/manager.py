@@ -53,8 +53,10 @@ from typing import TYPE_CHECKING
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.compact import Compactor
 from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
 from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
@@ -160,20 +162,10 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: waiting children in objects, the sealed record of finished jobs
+        self.waiting, self.finished = _cold_parts(self)
         #: the compaction in flight (adjacent small segments merged)
-        self.compactor = Compactor(
-            storage,
-            cache=self.cache,
-            retry=retry,
-            tasks=tasks,
-            intake=intake,
-            life=life,
-            counters=self.counters,
-            writing=self.writing,
-            delete=self._delete,
-            broken=self._set_aside,
-            changed=self._check_quiet,
-        )
+        self.compactor = _compactor(self)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -191,6 +183,8 @@ class SegmentManager:
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -211,7 +205,8 @@ class SegmentManager:
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        writing = self.spills.busy or self.compactor.busy or self.deletes.deleting
+        cold = self.waiting.busy or self.finished.busy or self.compactor.busy
+        writing = self.spills.busy or self.deletes.deleting or cold
         return bool(writing or self._loads or self._reading or self._asides)
 
     def _check_quiet(self) -> None:
@@ -437,4 +432,53 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.waiting.locate(job_id)
+
+
+def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
+    """The objects of waiting children and of the sealed record of ``m``'s broker
+    (sharing its storage, side tasks, keys being written and deletes)."""
+    waiting = WaitingObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        lease=m._lease,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    finished = FinishedObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    return waiting, finished
+
+
+def _compactor(m: SegmentManager) -> Compactor:
+    """The compactions of ``m``'s broker (sharing its storage, cache, side tasks,
+    keys being written, deletes and set-asides)."""
+    return Compactor(
+        m._storage,
+        cache=m.cache,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        counters=m.counters,
+        writing=m.writing,
+        delete=m._delete,
+        broken=m._set_aside,
+        changed=m._check_quiet,
+    )
