@@ -373,13 +373,16 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],
         # compaction merges the small segments under the same faults (a side draw)
-        compact_jobs=_side(c.seed, "compact_jobs").choice((10, 20, 40, 50_000)),
+        compact_jobs=_side(c.seed, "compact_jobs").choice((20, 30)),
     )
 
 
 def segments(c: SimConfig, rng: random.Random) -> SimConfig:
-    """Spill and load constantly, under the background of every fault."""
-    return _spilling(c, rng)
+    """Spill and load constantly, under the background of every fault; segments of
+    one or two jobs, so that runs of them are compacted (parts of at most a tenth
+    of ``compact_jobs``, merged once a run holds half of it)."""
+    spilling = _spilling(c, rng)
+    return _mix(spilling, segment_jobs=min(spilling.segment_jobs, 2))
 
 
 def segment_crash(c: SimConfig, rng: random.Random) -> SimConfig:
