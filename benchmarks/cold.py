@@ -48,9 +48,10 @@ in the document meets its cap: ``QueueFull after 612345``), with no timed run.
 ``--takeover`` adds a failover after the timed run (as in backlog.py):
 ``takeover_s`` until a standby serves, ``takeover_claim_s`` until its first
 claim returns a job, and ``takeover_cold_reads``: the cold objects (segments,
-delayed, dead, waiting, finished) the standby read before it served, which
-must be 0.  ``--config`` passes ``BrokerConfig`` fields to every run; ``--profile PATH``
-writes each case's timed run, profiled, to ``PATH.<case>`` (``pstats``).
+delayed, dead, waiting, finished) the standby read to take over (before its
+first write of the document), which must be 0.  ``--config`` passes
+``BrokerConfig`` fields to every run; ``--profile PATH`` writes each case's
+timed run, profiled, to ``PATH.<case>`` (``pstats``).
 
 Only public APIs are used, so the same program measures any version
 (``PYTHONPATH=/path/to/other/src``) for before/after tables.
