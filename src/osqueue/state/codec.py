@@ -14,6 +14,7 @@ import re
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
@@ -74,6 +75,7 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
+            b',"dead":{' + doc.dead.section() + b"}" if doc.dead else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -174,6 +176,7 @@ def decode(data: bytes) -> Document:
         dependencies_at=wire.dependencies_at,
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
+        dead=_dead(wire),
     )
 
 
@@ -290,6 +293,20 @@ def _schedules(wire: WireDocument) -> Schedules:
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.schedules{path}", message) from exc
+
+
+def _dead(wire: WireDocument) -> DeadLetters:
+    """The dead segments, each filed under its own queue, keys unique."""
+    dead = DeadLetters()
+    for queue, refs in wire.dead.items():
+        for i, ref in enumerate(refs):
+            where = f"$.dead[{queue!r}][{i}]"
+            if ref.queue != queue or dead.holds(ref.key) or not ref.key.startswith("dead/"):
+                raise _fail(where, f"{ref.key!r} is not a new dead segment of {queue!r}")
+            if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
+                raise _fail(f"{where}.count", "its count and bounds do not hold together")
+            dead.append(ref)
+    return dead
 
 
 def _segments(wire: WireDocument) -> Segments:

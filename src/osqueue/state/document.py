@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
@@ -64,6 +65,7 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+_DEAD_OPEN = len(b',"dead":{')
 
 
 class Document:
@@ -75,6 +77,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "dead",
         "dependencies_at",
         "finished",
         "format",
@@ -119,6 +122,7 @@ class Document:
         dependencies_at: datetime | None = None,
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
+        dead: DeadLetters | None = None,
     ) -> None:
         self.format = format
         self.queue_id = queue_id
@@ -143,6 +147,7 @@ class Document:
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
+        self.dead = dead if dead is not None else DeadLetters()
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
@@ -194,6 +199,7 @@ class Document:
             dependencies_at=self.dependencies_at,
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
+            dead=self.dead.copy(),
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
@@ -298,7 +304,7 @@ class Document:
         settings or jobs that wait or carry a group; else 3 with segment
         references; else 2 (the oldest format that holds it, so older releases
         read what they can)."""
-        if self.queue_settings or self.schedules or self.index.extended:
+        if self.queue_settings or self.schedules or self.index.extended or self.dead:
             return FORMAT
         return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
 
@@ -390,13 +396,7 @@ class Document:
             + max(0, n - 1)
             + 2
         )
-        if self.segments:
-            size += _QUEUES_OPEN + len(self.segments.section()) + 1
-        if self.schedules:
-            size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
-        if self.finished:
-            size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size
+        return size + _sections_bytes(self)
 
     # -- reading ------------------------------------------------------------------
 
@@ -416,6 +416,21 @@ class Document:
             f"Document(version={self.version}, jobs={len(self.jobs)}, "
             f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
         )
+
+
+def _sections_bytes(doc: Document) -> int:
+    """The encoded length of the optional sections (references, schedules, the
+    finished record, the dead segments), punctuation included."""
+    size = 0
+    if doc.segments:
+        size += _QUEUES_OPEN + len(doc.segments.section()) + 1
+    if doc.schedules:
+        size += _SCHEDULES_OPEN + doc.schedules.size_bytes() + 1
+    if doc.finished:
+        size += _FINISHED_OPEN + doc.finished.size_bytes() + 1
+    if doc.dead:  # the dead segments (osqueue.state.cold_dead)
+        size += _DEAD_OPEN + len(doc.dead.section()) + 1
+    return size
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:
@@ -453,6 +468,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from osqueue.ids import new_id
+from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
 
@@ -371,6 +372,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     history: tuple[HistorySample, ...] = ()
     #: format 3's per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
+    #: queue -> its dead segments, in the order their jobs died (:mod:`osqueue.state.cold_dead`)
+    dead: dict[str, list[DeadRef]] = {}
     #: format 4: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
     #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)

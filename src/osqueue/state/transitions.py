@@ -31,7 +31,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import deps, scheduling, spill, sweep, validate
+from osqueue.state import cold_dead, deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
@@ -504,8 +504,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
+    **cold_dead.DISPATCH,
 }
-
 _push = _DISPATCH[Push]
 
 
