@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.dead import DeadLetterManager
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
@@ -160,6 +161,21 @@ class SegmentManager:
             changed=self._check_quiet,
         )
 
+        #: dead segments (:mod:`osqueue.broker.cold.dead`)
+        self.dead = DeadLetterManager(
+            storage,
+            policy,
+            retry=retry,
+            spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
+            submit=intake.add_internal,
+            pending=intake.holds,
+            add_op=intake.add_op,
+            document=lambda: lease.doc,
+            writing=self.writing,
+            delete=self._delete,
+            changed=self._check_quiet,
+        )
+
     # ------------------------------------------------------------------ after a commit
 
     def committed(self, t: Transition) -> None:
@@ -177,6 +193,7 @@ class SegmentManager:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
         life = self._life
+        self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
         claimed = _claimed(t.results)
@@ -200,6 +217,7 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.dead.busy
         )
 
     def _check_quiet(self) -> None:
