@@ -162,19 +162,10 @@ class SegmentManager:
         )
 
         #: dead segments (:mod:`osqueue.broker.cold.dead`)
-        self.dead = DeadLetterManager(
-            storage,
-            policy,
-            retry=retry,
-            spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
-            submit=intake.add_internal,
-            pending=intake.holds,
-            add_op=intake.add_op,
-            document=lambda: lease.doc,
-            writing=self.writing,
-            delete=self._delete,
-            changed=self._check_quiet,
+        self.dead = DeadLetterManager.beside(
+            storage, policy, retry, tasks, intake, lease, self.writing, self._delete
         )
+        self.dead.changed = self._check_quiet
 
     # ------------------------------------------------------------------ after a commit
 

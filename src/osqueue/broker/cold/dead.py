@@ -30,7 +30,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from osqueue.broker.retry import StorageRetry
 from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
@@ -47,6 +47,11 @@ from osqueue.state.dead_letters import DeadRef
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Op, SpillDead
 from osqueue.storage.port import Storage
+
+if TYPE_CHECKING:
+    from osqueue.broker.intake import Intake
+    from osqueue.broker.lease import Lease
+    from osqueue.broker.tasks import SideTasks
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +89,7 @@ class DeadLetterManager:
         document: Callable[[], Document | None],
         writing: set[str],
         delete: Callable[[str], None],
-        changed: Callable[[], None],
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._storage = storage
         self._policy = policy
@@ -96,10 +101,37 @@ class DeadLetterManager:
         self._document = document
         self._writing = writing
         self._delete = delete
-        self._changed = changed
+        #: called when a spill gives up (the segment manager's quiet check)
+        self.changed = changed
         self.counters = DeadCounters()
         #: queue -> its SpillDead ops once written (None while being written)
         self.in_flight: dict[str, list[SpillDead] | None] = {}
+
+    @classmethod
+    def beside(
+        cls,
+        storage: Storage,
+        policy: Policy,
+        retry: StorageRetry,
+        tasks: SideTasks,
+        intake: Intake,
+        lease: Lease,
+        writing: set[str],
+        delete: Callable[[str], None],
+    ) -> DeadLetterManager:
+        """The manager beside a segment manager (sharing its keys being written)."""
+        return cls(
+            storage,
+            policy,
+            retry=retry,
+            spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
+            submit=intake.add_internal,
+            pending=intake.holds,
+            add_op=intake.add_op,
+            document=lambda: lease.doc,
+            writing=writing,
+            delete=delete,
+        )
 
     @property
     def busy(self) -> bool:
@@ -140,7 +172,7 @@ class DeadLetterManager:
         except BaseException as exc:
             self._writing.difference_update(keys)  # landed after all: the sweep's
             self.in_flight.pop(queue, None)
-            self._changed()
+            self.changed()
             if isinstance(exc, StorageError):
                 log.warning("could not write a dead segment: %s", exc, extra={"action": "spill"})
                 return
