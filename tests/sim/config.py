@@ -116,6 +116,12 @@ class SimConfig:
     load_jobs: int = 2
     #: a commit waits for a spill in flight above this many document bytes (None: never)
     spill_hold_bytes: int | None = None
+    # Dead letters in dead segments (the "dead-segments" family; docs/segments.md)
+    #: dead jobs a queue keeps in the document (None: the broker's default, never reached)
+    dead_keep_jobs: int | None = None
+    dead_spill_jobs: int = 1
+    #: times the operator retries every dead job during the faults
+    dead_retries: int = 0
 
 
 # --------------------------------------------------------------------------- families
@@ -391,6 +397,26 @@ def segment_storm(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Jobs die into dead segments (a queue keeps one or two dead jobs in the
+    document) and the operator retries all of them, a segment per commit, under
+    broker crashes (in commits and around segment writes), lost answers and
+    takeovers."""
+    s = _spilling(c, rng)
+    side = _side(c.seed, "dead")
+    return _mix(
+        s,
+        brokers=side.choice((2, 3)),
+        poison_rate=0.3,
+        max_attempts=side.choice((1, 2)),
+        dead_keep_jobs=side.choice((1, 2)),
+        dead_spill_jobs=side.choice((1, 2)),
+        dead_retries=side.choice((1, 2, 3)),
+        answer_lost=max(0.03, s.answer_lost),
+        nemesis=_nemesis(s, broker_crash=0.03, broker_crash_in_commit=0.03, segment_crash=0.05),
+    )
+
+
 FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "background": background,
     "cas-storm": cas_storm,
@@ -412,6 +438,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "segments": segments,
     "segment-crash": segment_crash,
     "segment-storm": segment_storm,
+    "dead-segments": dead_segments,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 
