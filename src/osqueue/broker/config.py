@@ -71,7 +71,7 @@ class BrokerConfig:
     #: Dead letters (docs/segments.md "Dead letters"): the newest dead jobs a queue
     #: keeps in the document (None: all); once this many more have died, the
     #: oldest move to dead segments (of segment_jobs jobs at most).
-    dead_keep_jobs: int | None = 1_000
+    dead_keep_jobs: int | None = 100
     dead_spill_jobs: int = 1_000
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.

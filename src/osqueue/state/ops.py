@@ -77,7 +77,7 @@ class Policy:
     # Dead letters (osqueue.state.cold_dead): the newest dead jobs of a queue stay
     # in the document; older ones move to dead segments (of segment_jobs at most).
     #: dead jobs a queue keeps in the document (None: every one stays)
-    dead_keep_jobs: int | None = 1_000
+    dead_keep_jobs: int | None = 100
     #: a queue's dead jobs spill once this many more than dead_keep_jobs have died
     dead_spill_jobs: int = 1_000
 
