@@ -27,9 +27,9 @@ from remote_helpers import fast_config, quiet_broker_config
 from typer.testing import CliRunner
 
 import osqueue
-from osqueue.broker.broker import State
-from osqueue.broker.claimed import ClaimedJobs
-from osqueue.broker.payloads import BadPayload, Payloads
+from osqueue.broker.core.broker import State
+from osqueue.broker.inproc.claimed import ClaimedJobs
+from osqueue.broker.objects.payloads import BadPayload, Payloads
 from osqueue.cli.app import app
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import CorruptDocument, DocumentGone
@@ -270,7 +270,7 @@ async def test_a_document_replaced_while_serving_stops_the_broker_without_overwr
         await q.push(b"first")
         older = (await outsider.read(DOCUMENT_KEY)).data
         await q.push(b"second")
-        hostile = b'{"format": 3, "version": \x00garbage' if replacement == "garbage" else older
+        hostile = b'{"format": 4, "version": \x00garbage' if replacement == "garbage" else older
         await outsider.put(DOCUMENT_KEY, hostile)
 
         expected = CorruptDocument if replacement == "garbage" else DocumentGone

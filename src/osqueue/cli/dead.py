@@ -9,33 +9,20 @@ half way is finished by running it again (no job is retried twice).
 from __future__ import annotations
 
 import asyncio
-import enum
-import inspect
-from collections.abc import Callable
-from typing import Annotated, NamedTuple
+from typing import Annotated
 
 import typer
 
 from osqueue.cli import exits
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    ClientOptions,
-    Embedded,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
-from osqueue.errors import OsqueueError
+from osqueue.inspect.admin import DeadAction, DeadFilters, on_dead
+from osqueue.inspect.options import ClientOptions, open_client
 
 
-class DeadAction(enum.StrEnum):
-    retry = "retry"
-    purge = "purge"
-
-
+@connecting
 def dead(
     url: Url,
     action: Annotated[
@@ -61,23 +48,10 @@ def dead(
     until: Annotated[
         float | None, typer.Option("--until", help="Only those that died before (Unix s).")
     ] = None,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Retry or purge dead-lettered jobs (list them with: osqueue jobs URL --status dead)."""
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
     if all_ and ids:
         raise typer.BadParameter("--all and --id name different jobs: give one of them")
     filters = DeadFilters(queue, error, since, until)
@@ -86,15 +60,6 @@ def dead(
     typer.echo(f"{verb} {exits.counted(count, 'dead job')}")
     if ids and count < len(ids):
         exits.warn(f"{len(ids) - count} of the given ids were not dead jobs")
-
-
-class DeadFilters(NamedTuple):
-    """Which dead jobs (every field None: no limit)."""
-
-    queue: str | None = None
-    error: str | None = None
-    since: float | None = None
-    until: float | None = None
 
 
 async def _act(
@@ -106,30 +71,3 @@ async def _act(
 
 def _progress(jobs: int, left: int) -> None:
     typer.echo(f"{jobs} so far, {exits.counted(left, 'dead segment')} left", err=True)
-
-
-async def on_dead(
-    client: object,
-    action: DeadAction,
-    ids: list[str] | None,
-    filters: DeadFilters = DeadFilters(),
-    progress: Callable[[int, int], None] | None = None,
-) -> int:
-    """Retry or purge the dead jobs ``ids`` (None: all of them, or those ``filters``
-    admit) through ``client``; how many there were.  ``progress`` hears of each
-    dead segment done, where the client goes segment by segment (in-process).
-    (``osqueue dashboard`` acts through this too.)"""
-    method = getattr(client, f"{action.value}_dead", None)
-    if method is None:
-        raise OsqueueError(f"this client ({type(client).__name__}) cannot {action.value} dead jobs")
-    params = inspect.signature(method).parameters
-    kwargs: dict[str, object] = {k: v for k, v in filters._asdict().items() if v is not None}
-    missing = [k for k in kwargs if k not in params]
-    if missing:
-        raise OsqueueError(f"this client ({type(client).__name__}) cannot filter by --{missing[0]}")
-    if progress is not None and "progress" in params:
-        kwargs["progress"] = progress
-    count = await method(ids, **kwargs)
-    if not isinstance(count, int):
-        raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
-    return count

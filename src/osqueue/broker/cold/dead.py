@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from osqueue.broker.retry import StorageRetry
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
 from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead
@@ -49,9 +49,9 @@ from osqueue.state.ops import Op, SpillDead
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.tasks import SideTasks
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
