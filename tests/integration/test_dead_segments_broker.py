@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 from backends import BACKENDS, backend_url
+from remote_helpers import fast_config, quiet_broker_config
 from segment_helpers import config
 
 from osqueue.broker import Broker, BrokerConfig
+from osqueue.client.remote import connect
 from osqueue.errors import JobNotFound
+from osqueue.server.runner import BrokerServer
+from osqueue.server.server import ServerConfig
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_dead import DEAD_PREFIX, read_dead
 from osqueue.storage import from_url
@@ -155,3 +159,33 @@ async def test_the_orphan_sweep_deletes_a_dead_orphan_and_keeps_referenced_ones(
         assert orphan not in left
         assert referenced <= left
     await storage.close()
+
+
+async def test_retry_and_purge_of_all_over_grpc_reach_the_dead_segments(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    settings = quiet_broker_config(dead_keep_jobs=2, dead_spill_jobs=2, segment_jobs=4)
+    server = BrokerServer(url, ServerConfig(listen="127.0.0.1:0"), settings)
+    await server.start()
+    try:
+        remote = await connect(url, config=fast_config())
+        try:
+            for i in range(10):
+                await remote.push(b"p", max_attempts=1)
+                (job,) = await remote.claim("w")
+                await remote.fail(job, error=f"e{i}")
+            await server.broker.segments.settled()
+            assert server.broker.document.dead  # most of them in dead segments
+            assert (await remote.stats()).dead == 10
+            assert await remote.retry_dead() == 10
+            stats = await remote.stats()
+            assert (stats.dead, stats.depth) == (0, 10)
+            for _ in range(10):
+                (job,) = await remote.claim("w", wait_s=10.0)
+                await remote.fail(job, error="again")
+            await server.broker.segments.settled()
+            assert await remote.purge_dead() == 10
+            assert (await remote.stats()).dead == 0
+        finally:
+            await remote.close()
+    finally:
+        await server.stop()
