@@ -569,7 +569,7 @@ class Operator(Client):
             await self.clock.sleep(sim.rng.uniform(0.5, 5.0))
             await self._until_done(partial(LocalClient.set_queue, queue=queue, paused=False))
         for i in range(cfg.dead_retries):  # retry every dead job (in dead segments too)
-            await self.clock.sleep(sim.rng.uniform(cfg.fault_phase_s / 4, cfg.fault_phase_s / 2))
+            await self.clock.sleep(sim.rng.uniform(cfg.fault_phase_s / 4, cfg.fault_phase_s / 3))
             sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, f"retry-{i}")
             await self._until_done(partial(LocalClient.retry_dead))
             sim.faults["dead_retried"] += 1

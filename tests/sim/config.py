@@ -407,11 +407,12 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
     return _mix(
         s,
         brokers=side.choice((2, 3)),
-        poison_rate=0.3,
-        max_attempts=side.choice((1, 2)),
+        poison_rate=0.4,
+        max_attempts=1,
+        jobs_per_producer=side.randint(20, 40),
         dead_keep_jobs=side.choice((1, 2)),
         dead_spill_jobs=side.choice((1, 2)),
-        dead_retries=side.choice((1, 2, 3)),
+        dead_retries=side.choice((2, 3)),
         answer_lost=max(0.03, s.answer_lost),
         nemesis=_nemesis(s, broker_crash=0.03, broker_crash_in_commit=0.03, segment_crash=0.05),
     )

@@ -4,6 +4,8 @@ the document's encoding."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from osqueue.errors import Conflict, InvalidInput
 from osqueue.state import (
     Claimed,
@@ -22,7 +24,7 @@ from osqueue.state import (
     stats_of,
     transition,
 )
-from osqueue.state.cold_dead import DeadFilter, plan_dead_spills, plan_swap, read_dead
+from osqueue.state.cold_dead import DeadFilter, key_holder, plan_dead_spills, plan_swap, read_dead
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.ops import SpillDead, SwapDead
 
@@ -185,3 +187,62 @@ def test_a_malformed_swap_names_its_field() -> None:
 
 def _fields(ref: DeadRef) -> dict[str, object]:
     return {name: getattr(ref, name) for name in ref.__struct_fields__}
+
+
+def _keyed_dead() -> Dead:
+    """j0..j4 pushed with keys k0..k4, all dead; j0..j2 spilled to a dead segment."""
+    d = Dead(0)
+    d.run(
+        *[Push(id=f"j{i}", payload=b"p", queue="q", key=f"k{i}", max_attempts=1) for i in range(5)]
+    )
+    for _ in range(5):
+        claimed = d.run(ClaimOp("w", ("q",), 1)).results[0]
+        assert isinstance(claimed, Claimed)
+        job = claimed.jobs[0]
+        assert job.claim is not None
+        d.run(Fail(job.id, job.claim.token, error="boom"))
+    d.spill()
+    return d
+
+
+def test_a_job_retried_in_the_document_leaves_a_key_taken_since_to_its_new_holder() -> None:
+    d = _keyed_dead()
+    d.run(Push(id="new", payload=b"p", queue="q", key="k3"))  # j3's key was free again
+    assert d.run(RetryDead(("j3", "j4"))).results == [Counted(2)]
+    assert d.doc.index.keys["k3"] == "new"
+    assert d.doc.jobs["j3"].key is None  # retried without it: keys stay unique
+    assert d.doc.index.keys["k4"] == "j4"
+
+
+def test_a_segment_retried_keeps_only_the_keys_no_live_job_took() -> None:
+    d = _keyed_dead()
+    d.run(Push(id="new", payload=b"p", queue="q", key="k0"))
+    ref = next(iter(d.doc.dead))
+    jobs = read_dead(ref, d.objects[ref.key])
+    swap = plan_swap(
+        ref,
+        jobs,
+        None,
+        retry=True,
+        first_seq=d.doc.next_seq + 10,
+        unique=d.unique,
+        holder=partial(key_holder, d.doc),
+    )
+    assert swap is not None
+    late = Push(id="late", payload=b"p", queue="q", key="k1")  # takes k1 before the swap
+    t = d.run(late, swap.op)
+    assert isinstance(t.results[1], Conflict)
+    assert "k1" in str(t.results[1])
+    again = plan_swap(
+        ref,
+        jobs,
+        None,
+        retry=True,
+        first_seq=d.doc.next_seq + 10,
+        unique=d.unique,
+        holder=partial(key_holder, d.doc),
+    )
+    assert again is not None
+    assert d.run(again.op).results == [Counted(3)]
+    assert d.doc.segments.keys == {"k2": "j2"}
+    assert (d.doc.index.keys["k0"], d.doc.index.keys["k1"]) == ("new", "late")

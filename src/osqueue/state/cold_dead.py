@@ -216,7 +216,16 @@ def _check_ready(doc: Document, op: SwapDead, taken: int) -> list[SegmentRef]:
         raise InvalidInput(
             f"{count} jobs, more than the {taken} taken from the dead segment", field="ready"
         )
+    _check_keys(doc, refs)
     return list(refs)
+
+
+def _check_keys(doc: Document, refs: Sequence[SegmentRef]) -> None:
+    """No retried job holds an idempotency key a live job took since it died."""
+    for ref in refs:
+        for job_id, key in ref.keyed.items():
+            if key_holder(doc, key) not in (None, job_id):
+                raise Conflict(f"key {key!r} of retried job {job_id} is held by a live job since")
 
 
 def _first_seq(ref: SegmentRef) -> int:
@@ -311,11 +320,14 @@ def plan_swap(
     retry: bool,
     first_seq: int,
     unique: Callable[[], str],
+    holder: Callable[[str], str | None] = lambda key: None,
 ) -> Swap | None:
     """Take the ``chosen`` jobs (None: all) of ``old``'s object (``jobs``, as
     :func:`read_dead` gives them) out: retried (reset to queued, attempts 0,
     ``last_error`` kept, fresh seqs from ``first_seq``, one ready segment per
-    priority) or purged.  None if none is chosen."""
+    priority) or purged.  None if none is chosen.  A retried job keeps its
+    idempotency key unless ``holder`` names another live job holding it (or an
+    earlier job of this retry took it): it then runs without one."""
     taken = [job for job in jobs if chosen is None or chosen(job)]
     if not taken:
         return None
@@ -329,11 +341,17 @@ def plan_swap(
     ready: list[SegmentRef] = []
     if retry:
         seq = first_seq
+        keys: set[str] = set()
         for priority in sorted({job.priority for job in taken}):
             reset = []
             for job in taken:
                 if job.priority == priority:
-                    reset.append(_requeued(job, seq))
+                    key = job.key
+                    if key is not None and (key in keys or holder(key) not in (None, job.id)):
+                        key = None
+                    if key is not None:
+                        keys.add(key)
+                    reset.append(_requeued(job, seq, key))
                     seq += 1
             ref, data = build_segment(reset, unique())
             ready.append(ref)
@@ -342,7 +360,7 @@ def plan_swap(
     return Swap(op, tuple(objects), tuple(taken))
 
 
-def _requeued(job: StoredJob, seq: int) -> StoredJob:
+def _requeued(job: StoredJob, seq: int, key: str | None) -> StoredJob:
     """A dead job queued again (``last_error`` kept, so its history shows)."""
     return _replace(
         job,
@@ -353,7 +371,24 @@ def _requeued(job: StoredJob, seq: int) -> StoredJob:
         done_at=None,
         claim=None,
         done_version=None,
+        key=key,
     )
+
+
+def key_holder(doc: Document, key: str) -> str | None:
+    """The live job (in the document or a segment) that holds idempotency ``key``."""
+    holder = doc.index.keys.get(key)
+    return holder if holder is not None else doc.segments.keys.get(key)
+
+
+def requeued_here(doc: Document, job: StoredJob) -> StoredJob:
+    """A dead job of the document queued again by ``RetryDead`` (its seq kept): it
+    keeps its idempotency key unless a live job took that key since it died (keys
+    of live jobs stay unique; the retried job then runs without one)."""
+    key = job.key
+    if key is not None and key_holder(doc, key) not in (None, job.id):
+        key = None
+    return _replace(job, status="queued", attempts=0, run_at=None, done_at=None, key=key)
 
 
 # --------------------------------------------------------------------------- filters

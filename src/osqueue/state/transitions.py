@@ -442,7 +442,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(_replace(job, status="queued", attempts=0, run_at=None, done_at=None))
+            self._put(cold_dead.requeued_here(self.doc, job))  # (its key, if still free)
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:

@@ -30,6 +30,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from osqueue.broker.core.retry import StorageRetry
@@ -39,6 +40,7 @@ from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result,
 from osqueue.state.cold_dead import (
     DeadFilter,
     DeadSpillPlan,
+    key_holder,
     plan_dead_spills,
     plan_swap,
     read_dead,
@@ -266,7 +268,13 @@ class DeadLetterManager:
             if doc is None or doc.dead.find(ref.key) != ref:
                 return 0
             swap = plan_swap(
-                ref, jobs, chosen, retry=retry, first_seq=doc.next_seq + SEQ_MARGIN, unique=new_id
+                ref,
+                jobs,
+                chosen,
+                retry=retry,
+                first_seq=doc.next_seq + SEQ_MARGIN,
+                unique=new_id,
+                holder=partial(key_holder, doc),
             )
             if swap is None:
                 return 0
