@@ -27,9 +27,11 @@ from osqueue.state.cold_dead import DEAD_PREFIX, read_dead
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
+_DEAD = {"dead_keep_jobs": 2, "dead_spill_jobs": 2, "spill_above_jobs": None}
+
 
 def dead_config() -> BrokerConfig:
-    return config(dead_keep_jobs=2, dead_spill_jobs=2, spill_above_jobs=None)
+    return config(**_DEAD)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -189,3 +191,20 @@ async def test_retry_and_purge_of_all_over_grpc_reach_the_dead_segments(tmp_path
             await remote.close()
     finally:
         await server.stop()
+
+
+async def test_the_payload_objects_of_jobs_in_dead_segments_are_never_orphans(url: str) -> None:
+    async with Broker(url, config(**{**_DEAD, "inline_payload_max_bytes": 8})) as broker:
+        q = broker.client()
+        for _ in range(8):
+            await q.push(b"a payload too large to sit inline", max_attempts=1)
+            (job,) = await q.claim("w")
+            await q.fail(job, error="boom")
+        await broker.segments.settled()
+        doc = broker.document
+        held = doc.dead.payloads
+        assert held
+        assert not any(broker.payloads.orphan(key, doc) for key in held)
+        assert await broker.client().purge_dead() == 8
+        doc = broker.document
+        assert all(broker.payloads.orphan(key, doc) for key in held)  # the sweep's now

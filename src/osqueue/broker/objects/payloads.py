@@ -204,7 +204,9 @@ class Payloads:
         job = doc.jobs.get(job_of_key(key))
         if job is not None and job.payload_ref == key:
             return False
-        return key not in doc.segments.payloads and key not in doc.dead.payloads
+        if key in doc.dead.payloads:  # a job's in a dead segment (osqueue.state.cold_dead)
+            return False
+        return key not in doc.segments.payloads
 
     async def sweep(
         self,
