@@ -36,6 +36,7 @@ from sim.history import Kind, Rule, Violation
 from sim.node import Gate, NodeClock
 from sim.results import sim_result
 from sim.store import DOCUMENT_KEY, NodeStorage
+from sim.waiting_rules import with_knobs
 
 if TYPE_CHECKING:
     from sim.run import Sim
@@ -107,6 +108,7 @@ class BrokerNode:
             config = dataclasses.replace(
                 config, dead_keep_jobs=c.dead_keep_jobs, dead_spill_jobs=c.dead_spill_jobs
             )
+        config = with_knobs(config, c)  # waiting children in objects, the sealed record
         if c.spill_above_jobs is None:
             return config
         return dataclasses.replace(

@@ -1,4 +1,4 @@
-"""The checker's rule of dead letters in dead segments (I14).
+"""The checker's rule of dead letters in dead segments (I15).
 
 A version's dead segments hold dead jobs (the objects come from the store's
 record of every cold put, :attr:`sim.history.Outcome.segment_puts`); the

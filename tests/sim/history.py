@@ -108,8 +108,11 @@ class Rule(Enum):
     SEGMENT_WRITTEN = "segment-written"
     SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
     ONE_PLACE = "one-place"
-    # I14: dead letters in dead segments (sim.dead_rules)
+    # I15: dead letters in dead segments (sim.dead_rules)
     DEAD_RETRIED_ONCE = "dead-retried-once"
+    # I14: waiting children in objects and the sealed record (sim.waiting_rules)
+    WAITING_ONE_PLACE = "waiting-one-place"
+    SEALED_KEPT = "sealed-kept"
 
     @property
     def invariant(self) -> str:
@@ -263,9 +266,19 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "segment not loaded yet (never both, never two segments)",
     ),
     Rule.DEAD_RETRIED_ONCE: (
-        "I14",
+        "I15",
         "every dead job is retried at most once per retry sent, and no job is in two "
         "places (the document, a segment, a dead segment)",
+    ),
+    Rule.WAITING_ONE_PLACE: (
+        "I14",
+        "in every version a waiting child is in the document or in one referenced "
+        "object of waiting children, never both, never two",
+    ),
+    Rule.SEALED_KEPT: (
+        "I14",
+        "an entry of the record of finished jobs that leaves the document into a sealed "
+        "object is in it exactly as the document held it",
     ),
 }
 

@@ -194,7 +194,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
-    # ------------------------------------------------------------ dead segments (I14)
+    # ------------------------------------------------------------ dead segments (I15)
     Mutation(
         name="dead-retry-keeps-its-segment",
         file="state/cold_dead.py",
@@ -203,6 +203,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="dead segments",
         models="a retry of a whole dead segment references the retried jobs and keeps the "
         "dead reference too (each job then in two places, retried again by the next retry)",
+    ),
+    # ------------------------------------------------------------ waiting children (I14)
+    Mutation(
+        name="cold-children-released-by-any-parent",
+        file="state/cold_waiting.py",
+        original="            after = tuple(p for p in ref.after if p != parent)\n",
+        replacement="            after = ()\n",
+        family="waiting children in objects",
+        models="an object of waiting children is released when any one of its parents ends",
+    ),
+    Mutation(
+        name="seal-writes-entries-without-results",
+        file="state/finished_objects.py",
+        original='    data = b"".join(_encode(e) + b"\\n" for e in entries)\n',
+        replacement=(
+            '    data = b"".join(\n'
+            '        _encode(msgspec.structs.replace(e, result=None)) + b"\\n" for e in entries\n'
+            "    )\n"
+        ),
+        family="results: the sealed record",
+        models="a seal writes the record's entries to its object without their results",
     ),
     # ------------------------------------------------------------ results (I3)
     Mutation(

@@ -243,7 +243,7 @@ def _check_ref(ref: DeadRef, field: str) -> None:
 
 
 #: the ops of this module, as the transition dispatches them
-DISPATCH: dict[type[Any], Callable[[Any, Any], OpResult]] = {
+DEAD_OPS: dict[type[Any], Callable[[Any, Any], OpResult]] = {
     SpillDead: spill_dead,
     SwapDead: swap_dead,
 }

@@ -105,6 +105,10 @@ class DeadLetters:
         """Object ``key`` is referenced: never an orphan."""
         return key in self._by_key
 
+    def framed_bytes(self) -> int:
+        """The encoded length of the ``dead`` section, punctuation included (0: none)."""
+        return len(b',"dead":{') + len(self.section()) + 1 if self.queues else 0
+
     def section(self) -> bytes:
         """The encoded inside of the ``dead`` map (``"q":[ref,...],...``); cached
         until a reference changes."""

@@ -47,6 +47,7 @@ from osqueue.state.model import (
 )
 from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
+from osqueue.state.waiting_refs import ColdWaiting
 
 _encoder = msgspec.json.Encoder()
 #: a job's (or any value's) JSON bytes, as the document stores them
@@ -63,7 +64,6 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
-_DEAD_OPEN = len(b',"dead":{')
 
 
 class Document:
@@ -92,6 +92,7 @@ class Document:
         "spill_scanned",
         "stats",
         "version",
+        "waiting_cold",
     )
 
     def __init__(
@@ -118,7 +119,6 @@ class Document:
         dependencies_at: datetime | None = None,
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
-        dead: DeadLetters | None = None,
     ) -> None:
         self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
@@ -142,10 +142,11 @@ class Document:
         self.schedules = schedules if schedules is not None else Schedules()
         #: the record of finished jobs and their results (:mod:`osqueue.state.finished_jobs`)
         self.finished = finished if finished is not None else FinishedRecord()
-        self.dead = dead if dead is not None else DeadLetters()
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
+        #: cold objects: of waiting children (.waiting_refs), dead segments (.dead_letters)
+        self.waiting_cold, self.dead = ColdWaiting(), DeadLetters()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -159,8 +160,7 @@ class Document:
         self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
-        #: the header's length when it was last encoded
-        self._head_len: int | None = None
+        self._head_len: int | None = None  # the header's length when it was last encoded
         #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
         #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -193,10 +193,9 @@ class Document:
             dependencies_at=self.dependencies_at,
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
-            dead=self.dead.copy(),
         )
-        new._head_len = self._head_len
-        new.spill_scanned = dict(self.spill_scanned)
+        new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
+        new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -381,7 +380,13 @@ class Document:
             + max(0, n - 1)
             + 2
         )
-        return size + _sections_bytes(self)
+        if self.segments:
+            size += _QUEUES_OPEN + len(self.segments.section()) + 1
+        if self.schedules:
+            size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
+        if self.finished:
+            size += _FINISHED_OPEN + self.finished.size_bytes() + 1
+        return size + _cold_bytes(self)
 
     # -- reading ------------------------------------------------------------------
 
@@ -403,19 +408,13 @@ class Document:
         )
 
 
-def _sections_bytes(doc: Document) -> int:
-    """The encoded length of the optional sections (references, schedules, the
-    finished record, the dead segments), punctuation included."""
-    size = 0
-    if doc.segments:
-        size += _QUEUES_OPEN + len(doc.segments.section()) + 1
-    if doc.schedules:
-        size += _SCHEDULES_OPEN + doc.schedules.size_bytes() + 1
-    if doc.finished:
-        size += _FINISHED_OPEN + doc.finished.size_bytes() + 1
-    if doc.dead:  # the dead segments (osqueue.state.cold_dead)
-        size += _DEAD_OPEN + len(doc.dead.section()) + 1
-    return size
+def _cold_bytes(doc: Document) -> int:
+    """The encoded length of the cold objects' sections, punctuation included."""
+    return (
+        doc.waiting_cold.framed_bytes()
+        + doc.finished.sealed.framed_bytes()
+        + doc.dead.framed_bytes()  # dead segments (osqueue.state.cold_dead)
+    )
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:
@@ -452,6 +451,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.waiting_cold == b.waiting_cold
         and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())
     )

@@ -9,8 +9,7 @@ result.  No I/O, no clock: ``now`` is passed in.
 Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
 segment in claim order that is not loaded yet and reports its stream in
 :attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
-applied by :mod:`osqueue.state.spill`.
-"""
+applied by :mod:`osqueue.state.spill`, waiting children's by :mod:`.cold_waiting`."""
 
 from __future__ import annotations
 
@@ -31,8 +30,9 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import cold_dead, deps, scheduling, spill, sweep, validate
+from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
+from osqueue.state.cold_dead import DEAD_OPS, requeued_here
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
@@ -442,7 +442,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(cold_dead.requeued_here(self.doc, job))  # (its key, if still free)
+            self._put(requeued_here(self.doc, job))  # (its key, if no live job took it)
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:
@@ -504,8 +504,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
-    **cold_dead.DISPATCH,
 }
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH | DEAD_OPS)
 _push = _DISPATCH[Push]
 
 
@@ -545,7 +545,7 @@ def transition(
             results.append(exc)
     tx.sized, tx.size_bound = False, None
     tx.sweep()
-    if tx.ended and tx.doc.index.children:
+    if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version

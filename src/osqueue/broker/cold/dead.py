@@ -31,7 +31,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
@@ -49,11 +49,6 @@ from osqueue.state.dead_letters import DeadRef
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Op, SpillDead
 from osqueue.storage.port import Storage
-
-if TYPE_CHECKING:
-    from osqueue.broker.core.intake import Intake
-    from osqueue.broker.core.tasks import SideTasks
-    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
@@ -108,32 +103,6 @@ class DeadLetterManager:
         self.counters = DeadCounters()
         #: queue -> its SpillDead ops once written (None while being written)
         self.in_flight: dict[str, list[SpillDead] | None] = {}
-
-    @classmethod
-    def beside(
-        cls,
-        storage: Storage,
-        policy: Policy,
-        retry: StorageRetry,
-        tasks: SideTasks,
-        intake: Intake,
-        lease: Lease,
-        writing: set[str],
-        delete: Callable[[str], None],
-    ) -> DeadLetterManager:
-        """The manager beside a segment manager (sharing its keys being written)."""
-        return cls(
-            storage,
-            policy,
-            retry=retry,
-            spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
-            submit=intake.add_internal,
-            pending=intake.holds,
-            add_op=intake.add_op,
-            document=lambda: lease.doc,
-            writing=writing,
-            delete=delete,
-        )
 
     @property
     def busy(self) -> bool:

@@ -53,8 +53,10 @@ from typing import TYPE_CHECKING
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.dead import DeadLetterManager
 from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
 from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
@@ -160,12 +162,9 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
-
-        #: dead segments (:mod:`osqueue.broker.cold.dead`)
-        self.dead = DeadLetterManager.beside(
-            storage, policy, retry, tasks, intake, lease, self.writing, self._delete
-        )
-        self.dead.changed = self._check_quiet
+        #: waiting children in objects, the sealed record of finished jobs, dead segments
+        self.waiting, self.finished = _cold_parts(self)
+        self.dead = _dead_part(self)  # (osqueue.broker.cold.dead)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -183,6 +182,8 @@ class SegmentManager:
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
@@ -209,6 +210,8 @@ class SegmentManager:
             or self._asides
             or self.deletes.deleting
             or self.dead.busy
+            or self.waiting.busy
+            or self.finished.busy
         )
 
     def _check_quiet(self) -> None:
@@ -433,4 +436,54 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.waiting.locate(job_id)
+
+
+def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
+    """The objects of waiting children and of the sealed record of ``m``'s broker
+    (sharing its storage, side tasks, keys being written and deletes)."""
+    waiting = WaitingObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        lease=m._lease,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    finished = FinishedObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    return waiting, finished
+
+
+def _dead_part(m: SegmentManager) -> DeadLetterManager:
+    """The dead segments of ``m``'s broker (sharing its storage, side tasks, keys
+    being written and deletes)."""
+    tasks, intake, lease = m._tasks, m._intake, m._lease
+    return DeadLetterManager(
+        m._storage,
+        m._policy,
+        retry=m._retry,
+        spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
+        submit=intake.add_internal,
+        pending=intake.holds,
+        add_op=intake.add_op,
+        document=lambda: lease.doc,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
