@@ -36,17 +36,37 @@ def dead(
         ),
     ] = None,
     all_: Annotated[
-        bool, typer.Option("--all", help="Every dead job (the default when no --id is given).")
+        bool,
+        typer.Option(
+            "--all",
+            envvar="OSQUEUE_DEAD_ALL",
+            help="Every dead job (the default when no --id is given).",
+        ),
     ] = False,
-    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue's.")] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", envvar="OSQUEUE_QUEUE", help="Only this queue's.")
+    ] = None,
     error: Annotated[
-        str | None, typer.Option("--error", help="Only those whose last error holds this text.")
+        str | None,
+        typer.Option(
+            "--error",
+            envvar="OSQUEUE_DEAD_ERROR",
+            help="Only those whose last error holds this text.",
+        ),
     ] = None,
     since: Annotated[
-        float | None, typer.Option("--since", help="Only those that died at or after (Unix s).")
+        float | None,
+        typer.Option(
+            "--since",
+            envvar="OSQUEUE_DEAD_SINCE",
+            help="Only those that died at or after (Unix s).",
+        ),
     ] = None,
     until: Annotated[
-        float | None, typer.Option("--until", help="Only those that died before (Unix s).")
+        float | None,
+        typer.Option(
+            "--until", envvar="OSQUEUE_DEAD_UNTIL", help="Only those that died before (Unix s)."
+        ),
     ] = None,
     *,
     options: ClientOptions,
