@@ -4,6 +4,7 @@ segment by segment with progress, and a retry of all brings every job back once.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from segment_helpers import config
@@ -34,6 +35,11 @@ def seed(path: Path, n: int) -> None:
 def test_retry_all_goes_segment_by_segment_and_brings_each_back_once(tmp_path: Path) -> None:
     seed(tmp_path, 14)
     runner = CliRunner()
+    status = runner.invoke(app, ["status", f"file://{tmp_path}", "--json"])
+    assert status.exit_code == 0, status.stderr
+    counted = json.loads(status.stdout)
+    assert counted["dead"] == 14  # from the dead segments' references, no object read
+    assert counted["queues"]["d"]["dead"] == 14
     purged = runner.invoke(
         app, ["dead", f"file://{tmp_path}", "purge", "--error", "boom 1", "--embedded"]
     )
