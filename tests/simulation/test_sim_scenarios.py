@@ -664,6 +664,7 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "segments": lambda f: True,
     "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
     "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
+    "dead-segments": lambda f: f["dead_retried"] > 0 and f["broker_crash"] > 0,
     "waiting-cold": lambda f: sum(n for k, n in f.items() if k.startswith("crash_waiting")) > 0,
     "finished-seal": lambda f: sum(n for k, n in f.items() if k.startswith("crash_finished")) > 0,
 }
@@ -699,6 +700,8 @@ def test_family_seeds(family: str) -> None:
             "claims of children",
         ):
             assert checked[case] > 0, f"no {case}: {dict(checked)}"
+    if family == "dead-segments":  # jobs died into dead segments and came back
+        assert sum(r.checked["dead jobs retried"] for r in reports) > 0
     if family.startswith("segment"):  # they spilled, loaded and deleted segments
         assert sum(r.checked["segment references"] for r in reports) > 0
         assert sum(r.checked["segment deletes"] for r in reports) > 0

@@ -71,6 +71,11 @@ class BrokerConfig:
     #: Compaction: adjacent segments of a queue (per priority) holding at most a tenth
     #: of this many jobs each are merged into objects of at most this many; None: never.
     compact_jobs: int | None = 50_000
+    #: Dead letters (docs/segments.md "Dead letters"): the newest dead jobs a queue
+    #: keeps in the document (None: all); once this many more have died, the
+    #: oldest move to dead segments (of segment_jobs jobs at most).
+    dead_keep_jobs: int | None = 100
+    dead_spill_jobs: int = 1_000
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
@@ -166,6 +171,7 @@ class BrokerConfig:
             "waiting_object_jobs",
             "waiting_load_below_queued",
             "finished_object_entries",
+            "dead_spill_jobs",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -176,6 +182,7 @@ class BrokerConfig:
             "waiting_spill_above_jobs",
             "finished_seal_above_entries",
             "compact_jobs",
+            "dead_keep_jobs",
         ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
@@ -210,6 +217,8 @@ class BrokerConfig:
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
             compact_jobs=self.compact_jobs,
+            dead_keep_jobs=self.dead_keep_jobs,
+            dead_spill_jobs=self.dead_spill_jobs,
             result_ttl_s=self.result_ttl_s,
             result_inline_max_bytes=self.result_inline_max_bytes,
             max_result_bytes=self.max_result_bytes,

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.compact import Compactor
+from osqueue.broker.cold.dead import DeadLetterManager
 from osqueue.broker.cold.demand import ClaimDemand
 from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
@@ -162,8 +163,9 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
-        #: waiting children in objects, the sealed record of finished jobs
+        #: waiting children in objects, the sealed record of finished jobs, dead segments
         self.waiting, self.finished = _cold_parts(self)
+        self.dead = _dead_part(self)  # (osqueue.broker.cold.dead)
         #: the compaction in flight (adjacent small segments merged)
         self.compactor = _compactor(self)
 
@@ -186,6 +188,7 @@ class SegmentManager:
         self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
         self.finished.committed(t)
         life = self._life
+        self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
         claimed = _claimed(t.results)
@@ -205,8 +208,8 @@ class SegmentManager:
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        cold = self.waiting.busy or self.finished.busy or self.compactor.busy
-        writing = self.spills.busy or self.deletes.deleting or cold
+        cold = self.dead.busy or self.waiting.busy or self.finished.busy
+        writing = self.spills.busy or self.deletes.deleting or self.compactor.busy or cold
         return bool(writing or self._loads or self._reading or self._asides)
 
     def _check_quiet(self) -> None:
@@ -480,5 +483,24 @@ def _compactor(m: SegmentManager) -> Compactor:
         writing=m.writing,
         delete=m._delete,
         broken=m._set_aside,
+        changed=m._check_quiet,
+    )
+
+
+def _dead_part(m: SegmentManager) -> DeadLetterManager:
+    """The dead segments of ``m``'s broker (sharing its storage, side tasks, keys
+    being written and deletes)."""
+    tasks, intake, lease = m._tasks, m._intake, m._lease
+    return DeadLetterManager(
+        m._storage,
+        m._policy,
+        retry=m._retry,
+        spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
+        submit=intake.add_internal,
+        pending=intake.holds,
+        add_op=intake.add_op,
+        document=lambda: lease.doc,
+        writing=m.writing,
+        delete=m._delete,
         changed=m._check_quiet,
     )
