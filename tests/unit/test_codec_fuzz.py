@@ -254,7 +254,7 @@ def test_huge_and_negative_numbers_are_corrupt_at_their_field(field: str, value:
     assert err.path == f"$.{field}" or err.offset is not None
 
 
-@pytest.mark.parametrize("fmt", [0, 5, 99, -1, "2", None, 2.0, True, [2]])
+@pytest.mark.parametrize("fmt", [0, 6, 99, -1, "2", None, 2.0, True, [2]])
 def test_unknown_format_versions_are_refused_at_format(fmt: object) -> None:
     err = _corrupt(json.dumps(dict(WIRE, format=fmt)).encode())
     assert err.path == "$.format"

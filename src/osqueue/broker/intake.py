@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
 from osqueue.state import Load, MarkArchived, Op, Result, SetAside, Spill
+from osqueue.state.ops import LoadDelayed, SpillDelayed
 
 if TYPE_CHECKING:
     from osqueue.broker.activity import BrokerCounters
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 #: The broker's own ops that make an idle commit loop write (archive marks wait
 #: for the next commit).
-_URGENT = (Spill, Load, SetAside)
+_URGENT = (Spill, Load, SetAside, SpillDelayed, LoadDelayed)
 
 
 class Answer(Protocol):

@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.delayed import DelayedManager
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.retry import StorageRetry
 from osqueue.broker.segments_cache import SegmentCache
@@ -159,6 +160,10 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: delayed jobs in objects under delayed/ (osqueue.broker.cold.delayed)
+        self.delayed = DelayedManager(
+            storage, policy, clock, self, retry, tasks, intake, lease, life
+        )
 
     # ------------------------------------------------------------------ after a commit
 
@@ -189,6 +194,7 @@ class SegmentManager:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:
             self.spills.plan(doc, self._policy)
+        self.delayed.committed(t)
         self._check_quiet()
 
     @property
@@ -200,6 +206,7 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.delayed.busy
         )
 
     def _check_quiet(self) -> None:
@@ -424,4 +431,5 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.delayed.locate(job_id)

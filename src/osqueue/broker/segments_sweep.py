@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from osqueue.errors import NotFound, StorageError
 from osqueue.state import SEGMENT_PREFIX, Document
+from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
@@ -100,13 +101,19 @@ class SegmentDeletes:
     def orphan(self, key: str, doc: Document | None) -> bool:
         """No reference of ``doc`` names ``key`` (listed or set aside: a set-aside
         object may be restored and readmitted), and no spill is writing it."""
-        return doc is not None and key not in self._writing and not doc.segments.holds(key)
+        return (
+            doc is not None
+            and key not in self._writing
+            and not doc.segments.holds(key)
+            and not doc.delayed.holds(key)
+        )
 
     async def sweep(self, suspects: set[str]) -> set[str]:
         """One sweep over ``segments/``: the orphans now (checked against the held
         document); those the previous sweep found too (``suspects``) are doomed.
         Returns the orphans, the next sweep's suspects."""
         listed = await self._storage.list(SEGMENT_PREFIX)
+        listed += await self._storage.list(DELAYED_PREFIX)
         orphans = {key for key in listed if self.orphan(key, self._lease.doc)}
         self.doomed |= orphans & suspects
         return orphans

@@ -14,13 +14,16 @@ import re
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state.cold_delayed import DELAYED_PREFIX, DelayedCold
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
+    COLD_FORMAT,
     QUEUE_ID_RE,
     READABLE_FORMATS,
     BrokerInfo,
+    DelayedRef,
     QueueTotals,
     SegmentRef,
     StoredJob,
@@ -74,6 +77,7 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
+            b',"delayed":[' + doc.delayed.section() + b"]" if doc.delayed else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -157,7 +161,7 @@ def decode(data: bytes) -> Document:
         _check_format(data)
     _validate(wire)
     jobs = {job.id: job for job in wire.jobs}
-    return Document(
+    doc = Document(
         version=wire.version,
         broker=wire.broker,
         next_token=wire.next_token,
@@ -175,6 +179,8 @@ def decode(data: bytes) -> Document:
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
+    doc.delayed = _delayed(wire)
+    return doc
 
 
 def _tombstones(wire: WireDocument) -> dict[str, int]:
@@ -375,7 +381,7 @@ def _check_ref(where: str, ref: SegmentRef, next_seq: int) -> None:
     _check_ref_ids(where, ref)
 
 
-def _check_ref_ids(where: str, ref: SegmentRef) -> None:
+def _check_ref_ids(where: str, ref: SegmentRef | DelayedRef) -> None:
     if len(ref.cancelled) > ref.count - ref.loaded:
         raise _fail(f"{where}.cancelled", "more cancelled jobs than jobs left to load")
     if len(set(ref.cancelled)) != len(ref.cancelled):
@@ -391,6 +397,36 @@ def _check_ref_ids(where: str, ref: SegmentRef) -> None:
     for j, payload in enumerate(ref.payload_refs):
         if not payload:
             raise _fail(f"{where}.payload_refs[{j}]", "must not be empty")
+
+
+def _delayed(wire: WireDocument) -> DelayedCold:
+    """The references to objects of delayed jobs, each checked, keys held once."""
+    if wire.delayed and wire.format < COLD_FORMAT:
+        raise _fail("$.delayed", f"a format {wire.format} document has no delayed objects")
+    cold = DelayedCold()
+    held = {job.key for job in wire.jobs if job.key is not None and job.status != "done"}
+    for i, ref in enumerate(wire.delayed):
+        where = f"$.delayed[{i}]"
+        try:
+            check_key(ref.key)
+        except InvalidInput as exc:
+            raise _fail(f"{where}.key", str(exc)) from exc
+        if not ref.key.startswith(DELAYED_PREFIX) or cold.holds(ref.key):
+            raise _fail(f"{where}.key", f"{ref.key!r} is not under {DELAYED_PREFIX}, or twice")
+        if not NAME_RE.match(ref.queue):
+            raise _fail(f"{where}.queue", f"{ref.queue!r} is not a queue name")
+        if not 0 <= ref.loaded < ref.count or ref.size_bytes < 0:
+            raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
+        if not ref.first_run_at <= ref.next_run_at <= ref.last_run_at:
+            raise _fail(f"{where}.next_run_at", "not within first_run_at..last_run_at")
+        if not ref.min_id or ref.max_id < ref.min_id:
+            raise _fail(f"{where}.min_id", "ids are bounded by a non-empty min_id <= max_id")
+        _check_ref_ids(where, ref)
+        for job_id, key in ref.keyed.items():
+            if key in held or key in cold.keys:
+                raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
+        cold.add(ref)
+    return cold
 
 
 def _finished(wire: WireDocument) -> FinishedRecord:

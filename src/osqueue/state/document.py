@@ -1,5 +1,6 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
-the segment references.
+the segment references and those to objects of delayed jobs
+(``delayed``, a :class:`~osqueue.state.cold_delayed.DelayedCold`).
 
 ``queue_id`` names the document's incarnation: drawn when the broker creates
 the document, kept by every commit and takeover, and part of every archive key
@@ -32,10 +33,12 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.cold_delayed import DelayedCold
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import (
+    COLD_FORMAT,
     FORMAT,
     PLAIN_FORMAT,
     SEGMENTS_FORMAT,
@@ -64,6 +67,7 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+_DELAYED_OPEN = len(b',"delayed":[')
 
 
 class Document:
@@ -75,6 +79,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "delayed",
         "dependencies_at",
         "finished",
         "format",
@@ -146,6 +151,7 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
+        self.delayed = DelayedCold()  # (see the module's docstring)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -197,6 +203,7 @@ class Document:
         )
         new._head_len = self._head_len
         new.spill_scanned = dict(self.spill_scanned)
+        new.delayed = self.delayed.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -294,12 +301,12 @@ class Document:
         return head
 
     def written_format(self) -> int:
-        """The format this document is written as: 4 when it holds schedules, queue
+        """The format this document is written as: 5 with delayed objects; 4 with schedules, queue
         settings or jobs that wait or carry a group; else 3 with segment
         references; else 2 (the oldest format that holds it, so older releases
         read what they can)."""
-        if self.queue_settings or self.schedules or self.index.extended:
-            return FORMAT
+        if self.delayed or self.queue_settings or self.schedules or self.index.extended:
+            return COLD_FORMAT if self.delayed else FORMAT
         return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
 
     def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
@@ -396,7 +403,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size
+        return size + _delayed_bytes(self.delayed)
 
     # -- reading ------------------------------------------------------------------
 
@@ -412,10 +419,19 @@ class Document:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            f"Document(version={self.version}, jobs={len(self.jobs)}, "
-            f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
-        )
+        return _describe(self)
+
+
+def _describe(doc: Document) -> str:
+    return (
+        f"Document(version={doc.version}, jobs={len(doc.jobs)}, "
+        f"segments={sum(1 for _ in doc.segments)}, broker={doc.broker!r})"
+    )
+
+
+def _delayed_bytes(cold: DelayedCold) -> int:
+    """What the references to delayed objects add to the encoding (``,"delayed":[...]``)."""
+    return _DELAYED_OPEN + len(cold.section()) + 1 if cold else 0
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:
@@ -453,6 +469,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.delayed == b.delayed
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

@@ -43,7 +43,11 @@ FORMAT = 4
 SEGMENTS_FORMAT = 3
 #: What a document without segment references is written as.
 PLAIN_FORMAT = 2
-READABLE_FORMATS = (1, 2, 3, 4)
+READABLE_FORMATS = (1, 2, 3, 4, 5)
+#: What a document with cold delayed jobs (``"delayed": [...]``, references to
+#: objects under ``delayed/``) is written as: a release that does not know them
+#: must refuse it rather than drop the jobs they hold on its first write.
+COLD_FORMAT = 5
 
 #: A queue id: 26 lowercase characters of Crockford base32 (a lowercased ULID)
 QUEUE_ID_RE = re.compile(r"[0-9a-hjkmnp-tv-z]{26}")
@@ -264,6 +268,46 @@ class SetAsideRef(msgspec.Struct, frozen=True, gc=False):
     at: datetime
 
 
+class DelayedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """The document's reference to one object of delayed jobs (``delayed/...``):
+    queued jobs of one queue due in one window of ``delay_window_s``, sorted by
+    ``(run_at, seq)``, loaded back ahead of their time (see
+    :mod:`osqueue.state.cold_delayed`).  Like :class:`SegmentRef`, the object never
+    changes; loads advance ``loaded``/``next_run_at``, cancels strike ids."""
+
+    #: the object's key (``delayed/<queue>/<window start>=<unique>.jsonl``)
+    key: str
+    queue: str
+    #: the start of the due-time window the object's jobs fall in
+    window_at: datetime
+    #: the run_at of its first and last job
+    first_run_at: datetime
+    last_run_at: datetime
+    #: jobs in the object
+    count: int
+    #: the object's size and hex SHA-256, recorded at spill and checked by every reader
+    size_bytes: int = msgspec.field(name="bytes")
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    #: the run_at of the first job not loaded yet: the load is due a lead before it
+    next_run_at: datetime
+    #: lexicographic bounds of the object's ids (to find a spilled id's object)
+    min_id: str
+    max_id: str
+    #: how many of the object's jobs, in order, are back in the document
+    loaded: int = 0
+    #: ids of jobs not loaded yet cancelled while spilled (skipped on load)
+    cancelled: tuple[str, ...] = ()
+    #: id -> idempotency key of the jobs not loaded yet that carry one
+    keyed: dict[str, str] = {}
+    #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
+    payload_refs: tuple[str, ...] = ()
+
+    @property
+    def remaining(self) -> int:
+        """Jobs still in the object that are live (not loaded, not cancelled)."""
+        return self.count - self.loaded - len(self.cancelled)
+
+
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the document keeps per queue (format 3): its segment references, and
     the ones set aside."""
@@ -380,3 +424,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     finished: list[FinishedJob] = []
     #: the known queues and their counters
     queue_totals: dict[str, QueueTotals] = {}
+    #: format 5: references to objects of delayed jobs (:mod:`osqueue.state.cold_delayed`)
+    delayed: list[DelayedRef] = []

@@ -8,6 +8,7 @@ success value below or the :class:`~osqueue.errors.OsqueueError` that op got.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import msgspec
 
@@ -16,6 +17,7 @@ from osqueue.state.finished_jobs import ResultData
 from osqueue.state.model import (
     BrokerInfo,
     CatchUp,
+    DelayedRef,
     ParentFailure,
     Schedule,
     SegmentRef,
@@ -73,6 +75,17 @@ class Policy:
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
     max_finished_bytes: int = 2 * 1024 * 1024
+    # Cold delayed jobs (osqueue.state.cold_delayed, osqueue.state.delayed_plan).
+    #: delayed jobs due later than this spill to objects under delayed/ ...
+    delay_horizon_s: float = 60.0
+    #: ... once more than this many delayed jobs sit in the document (None: never)
+    delay_spill_above_jobs: int | None = 1_000
+    #: an object holds the jobs of one queue due in one window this long
+    delay_window_s: float = 300.0
+    #: an object's next jobs are loaded back this long before they are due
+    delay_lead_s: float = 10.0
+    #: jobs one LoadDelayed puts back
+    delay_load_jobs: int = 5_000
 
 
 # --------------------------------------------------------------------------- ops
@@ -141,7 +154,8 @@ class Release(msgspec.Struct, frozen=True, gc=False):
 
 class Cancel(msgspec.Struct, frozen=True, gc=False):
     """Cancel a live job.  A job that sits in a segment is named by the segment's
-    key and its seq there (the broker finds both by reading the object)."""
+    key and its seq there (the broker finds both by reading the object); one in
+    an object of delayed jobs (``delayed/...``) by its key and its position there."""
 
     job_id: str
     segment: str | None = None
@@ -216,6 +230,29 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
     key: str
 
 
+class SpillDelayed(msgspec.Struct, frozen=True):
+    """The broker wrote an object of delayed jobs (``jobs``: queued jobs of one queue
+    with a ``run_at``, sorted by ``(run_at, seq)``): drop them from the document and
+    reference the object.  Fails alone (``Conflict``) if a job changed since the
+    snapshot (see :mod:`osqueue.state.cold_delayed`)."""
+
+    ref: DelayedRef
+    jobs: tuple[StoredJob, ...]
+
+
+class LoadDelayed(msgspec.Struct, frozen=True):
+    """Put the next jobs of the delayed object ``key`` back (each keeps its
+    ``run_at``: never claimable early): ``jobs`` are the object's jobs at positions
+    ``from_loaded..``, ``next_run_at`` the run_at of the one after them (None: they
+    end the object, whose reference is dropped); ``lines`` their lines there."""
+
+    key: str
+    from_loaded: int
+    jobs: tuple[StoredJob, ...]
+    next_run_at: datetime | None = None
+    lines: tuple[bytes, ...] = ()
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit), or
     with ``remove`` (and no setting) forget the queue: it is no longer listed.
@@ -270,6 +307,8 @@ Op = (
     | SetQueue
     | PutSchedule
     | RemoveSchedule
+    | SpillDelayed
+    | LoadDelayed
 )
 
 
@@ -326,6 +365,7 @@ __all__ = [
     "Fail",
     "Heartbeat",
     "Load",
+    "LoadDelayed",
     "MarkArchived",
     "Ok",
     "Op",
@@ -347,4 +387,5 @@ __all__ = [
     "SetAside",
     "SetQueue",
     "Spill",
+    "SpillDelayed",
 ]

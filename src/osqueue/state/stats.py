@@ -24,6 +24,9 @@ def stats_of(doc: Document, now: float) -> Stats:
     names |= set(doc.queue_settings) | set(doc.queue_totals)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
+    cold = doc.delayed  # delayed jobs in objects: counted from their references
+    if cold:
+        names |= cold.queues()
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
     for q in sorted(names):
@@ -31,11 +34,12 @@ def stats_of(doc: Document, now: float) -> Stats:
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
+        cold_delayed = cold.spilled(q) if cold else 0
         queues[q] = QueueStats(
-            depth=queued + spilled,
+            depth=queued + spilled + cold_delayed,
             claimed=index.count(q, "claimed"),
             dead=index.count(q, "dead"),
-            delayed=max(0, queued - ready),
+            delayed=max(0, queued - ready) + cold_delayed,
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,
             waiting=index.count(q, "waiting"),
@@ -75,8 +79,14 @@ def depths(doc: Document) -> dict[str, int]:
     """Jobs waiting per queue (queued, delayed and spilled), queues with none left out."""
     index, segments = doc.index, doc.segments
     out: dict[str, int] = {}
-    for q in sorted(set(index.queues()) | (segments.queues() if segments else set())):
+    cold = doc.delayed
+    for q in sorted(
+        set(index.queues())
+        | (segments.queues() if segments else set())
+        | (cold.queues() if cold else set())
+    ):
         n = index.count(q, "queued") + (segments.spilled(q) if segments else 0)
+        n += cold.spilled(q) if cold else 0
         if n:
             out[q] = n
     return out

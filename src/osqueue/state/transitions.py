@@ -4,12 +4,10 @@
 claims are reclaimed, old dedupe tombstones dropped), bumps ``version`` by one
 and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
-result.  No I/O, no clock: ``now`` is passed in.
-
-Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
-segment in claim order that is not loaded yet and reports its stream in
-:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
-applied by :mod:`osqueue.state.spill`.
+result.  No I/O, no clock: ``now`` is passed in.  Deep backlogs
+(:mod:`osqueue.state.segments`): a claim stops at the first segment in claim
+order that is not loaded yet and reports its stream in :attr:`Transition.starved`;
+``Spill``, ``Load`` and a cancel in a segment are applied by :mod:`osqueue.state.spill`.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import deps, scheduling, spill, sweep, validate
+from osqueue.state import delayed_ops, deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
@@ -265,8 +263,8 @@ class _Tx:
             return Pushed(op.id, False)
         if op.key is not None:
             holder = doc.index.keys.get(op.key)
-            if holder is None and doc.segments.keys:
-                holder = doc.segments.keys.get(op.key)
+            if holder is None:  # a spilled job's (a ready segment's or a delayed object's)
+                holder = doc.segments.keys.get(op.key) or doc.delayed.keys.get(op.key)
             if holder is not None:
                 raise DuplicateKey(
                     f"key {op.key!r} is held by live job {holder}", existing_id=holder
@@ -504,6 +502,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
+    **delayed_ops.DISPATCH,
 }
 
 _push = _DISPATCH[Push]
