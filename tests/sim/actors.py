@@ -103,6 +103,16 @@ class BrokerNode:
             # results would be): the result-kept rule judges every completion
             result_ttl_s=3600.0,
         )
+        if c.delay_spill_above_jobs is not None:  # cold delayed jobs (the delayed-spill family)
+            config = dataclasses.replace(
+                config,
+                delay_spill_above_jobs=c.delay_spill_above_jobs,
+                delay_horizon_s=c.delay_horizon_s,
+                delay_lead_s=c.delay_lead_s,
+                delay_window_s=c.delay_window_s,
+                delay_load_jobs=c.delay_load_jobs,
+                segment_jobs=c.segment_jobs,
+            )
         if c.spill_above_jobs is None:
             return config
         return dataclasses.replace(

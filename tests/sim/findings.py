@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from osqueue.state import Document, SegmentRef, StoredJob
+from osqueue.state.model import DelayedRef
 from sim.history import Rule, Violation
 
 
@@ -70,7 +71,7 @@ def build_chain(
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
-        if doc.segments and objects is not None:
+        if (doc.segments or doc.delayed) and objects is not None:
             chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
             if doc.segments.aside:
                 aside = [entry.ref for entry in doc.segments.aside.values()]
@@ -109,7 +110,10 @@ def live_spilled(
     """The jobs ``doc``'s segments (or ``refs``) still hold (not loaded, not
     cancelled), by id; those set aside included (present, if not claimable)."""
     out: dict[str, StoredJob] = {}
-    for ref in all_refs(doc) if refs is None else refs:
+    listed: list[SegmentRef | DelayedRef] = list(all_refs(doc) if refs is None else refs)
+    if refs is None:  # and the delayed jobs in objects (osqueue.state.cold_delayed)
+        listed.extend(doc.delayed)
+    for ref in listed:
         jobs = objects.get(ref.key)
         if jobs is None:
             continue

@@ -194,6 +194,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
+    # ------------------------------------------------------------ delayed jobs in objects (I8)
+    Mutation(
+        name="delayed-load-forgets-run-at",
+        file="state/delayed_ops.py",
+        original="                doc.put_encoded(job, lines[i], now)\n",
+        replacement="                doc.put_job(_replace(job, run_at=None), now)\n",
+        family="delayed jobs in objects",
+        models="a load of a delayed object puts its jobs back without their run_at "
+        "(claimable at once, before they are due)",
+    ),
     # ------------------------------------------------------------ results (I3)
     Mutation(
         name="finished-record-drops-result",

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 
 from osqueue.errors import CorruptDocument
 from osqueue.state import SegmentRef, StoredJob, decode_segment
-from osqueue.state.segment_codec import make_ref
+from osqueue.state.cold_delayed import DELAYED_PREFIX
+from osqueue.state.segment_codec import SegmentLines, make_ref
 from sim.findings import Chain, Findings, all_refs
 from sim.history import Outcome, Rule
 
@@ -48,6 +49,10 @@ def decode_objects(outcome: Outcome, f: Findings) -> dict[str, list[StoredJob]]:
     out: dict[str, list[StoredJob]] = {}
     for key, (_, data) in sorted(outcome.segment_puts.items()):
         try:
+            if key.startswith(DELAYED_PREFIX):  # an object of delayed jobs
+                lines = SegmentLines.parse(data, key, delayed=True)
+                out[key] = lines.jobs(0, len(lines))
+                continue
             out[key] = decode_segment(data, key)[1]
         except CorruptDocument as exc:
             f.add(Rule.SEGMENT_WRITTEN, f"segment {key} does not decode: {exc}")
@@ -133,6 +138,8 @@ def _check_deletes(chain: Chain, indices: list[int], outcome: Outcome, f: Findin
     for doc, i in zip(chain.docs, indices, strict=True):
         for ref in all_refs(doc):
             last_named[ref.key] = i
+        for delayed in doc.delayed:
+            last_named[delayed.key] = i
     f.checked["segment deletes"] += len(outcome.segment_deletes)
     told: set[str] = set()
     for n, key in outcome.segment_deletes:
@@ -150,7 +157,7 @@ def _check_one_place(chain: Chain, objects: Mapping[str, list[StoredJob]], f: Fi
     told: set[str] = set()
     for doc in chain.docs:
         where: dict[str, str] = {}
-        for ref in all_refs(doc):
+        for ref in [*all_refs(doc), *doc.delayed]:
             jobs = objects.get(ref.key)
             if jobs is None:
                 continue

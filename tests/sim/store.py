@@ -56,6 +56,8 @@ T = TypeVar("T")
 
 DOCUMENT_KEY = "queue.json"
 SEGMENT_PREFIX = "segments/"
+#: the objects recorded as segments are (ready segments, and objects of delayed jobs)
+COLD_PREFIXES = (SEGMENT_PREFIX, "delayed/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +214,14 @@ class SharedStore:
 
     async def put(self, key: str, data: bytes) -> None:
         await self._at_server(lambda: self.inner.put(key, data))
-        if key.startswith(SEGMENT_PREFIX):
+        if key.startswith(COLD_PREFIXES):
             first = self.segment_puts.setdefault(key, (len(self.landed), data))
             if first[1] != data:
                 self.segment_rewrites.append(key)
 
     async def delete(self, key: str) -> None:
         await self._at_server(lambda: self.inner.delete(key))
-        if key.startswith(SEGMENT_PREFIX):
+        if key.startswith(COLD_PREFIXES):
             self.segment_deletes.append((len(self.landed), key))
 
     async def list(self, prefix: str) -> list[str]:
@@ -399,6 +401,8 @@ class NodeStorage:
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
         kind = key_kind(key)
+        if kind == "delayed":  # a cold object as a segment is: the same crashes
+            kind = "segments"
         if kind == "segments":  # a broker can crash around a segment write
             self._writes[kind] += 1
             trigger = self._trigger(kind)

@@ -205,7 +205,7 @@ class CommitLoop:
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
         spills = self._segments.spills
-        if not spills.writing:
+        if not spills.writing and not self._segments.delayed.writing:
             return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
         if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
@@ -215,8 +215,9 @@ class CommitLoop:
         if budget <= 0:
             return
         self._segments.counters.held_commits += 1
+        written = spills.written() if spills.writing else self._segments.delayed.written()
         waits = {
-            asyncio.ensure_future(spills.written()),
+            asyncio.ensure_future(written),
             asyncio.ensure_future(self._clock.sleep(budget)),
         }
         try:

@@ -204,7 +204,9 @@ class Payloads:
         job = doc.jobs.get(job_of_key(key))
         if job is not None and job.payload_ref == key:
             return False
-        return key not in doc.segments.payloads and key not in doc.delayed.payloads
+        if key in doc.delayed.payloads:  # a spilled delayed job's
+            return False
+        return key not in doc.segments.payloads
 
     async def sweep(
         self,

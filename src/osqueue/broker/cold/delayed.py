@@ -136,10 +136,22 @@ class DelayedManager:
         self._failed: dict[str, float] = {}
         self._timer: Timer | None = None
         self._timer_at: float | None = None
+        #: set while no spill's objects are being written
+        self._written = asyncio.Event()
+        self._written.set()
 
     @property
     def busy(self) -> bool:
         return bool(self._spill or self._loads or self._reading)
+
+    @property
+    def writing(self) -> bool:
+        """A spill's objects are being written (the commit loop's hold, as for segments)."""
+        return self._spill is True
+
+    async def written(self) -> None:
+        """Return once no spill's objects are being written."""
+        await self._written.wait()
 
     # ------------------------------------------------------------------ after a commit
 
@@ -160,6 +172,7 @@ class DelayedManager:
             plans = plan_delayed_spills(doc, policy, now)
             if plans:
                 self._spill = True
+                self._written.clear()
                 self._tasks.spawn(self._write(plans), "osqueue-delayed-spill")
         if doc.delayed:
             self._plan_loads(doc, now)
@@ -226,12 +239,14 @@ class DelayedManager:
             return
         ops = [op for op, _ in built]
         self._spill = ops
+        self._written.set()
         for op in ops:
             self._intake.add_internal(op)
 
     def _give_up(self, keys: list[str]) -> None:
         self._writing.difference_update(keys)
         self._spill = False
+        self._written.set()
         self._changed()
 
     async def _put(self, key: str, data: bytes) -> None:
