@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -42,9 +41,6 @@ from osqueue.state.model import DelayedRef, StoredJob
 from osqueue.state.ops import Cancel, Removed
 from osqueue.state.segment_codec import SEGMENT_FORMAT, DelayedHeader, join_lines, segment_key
 from osqueue.storage.keys import check_key
-
-if TYPE_CHECKING:
-    from osqueue.state.document import Document
 
 DELAYED_PREFIX = "delayed/"
 
@@ -224,7 +220,7 @@ class DelayedCold:
         self.changes += 1
 
 
-def cancel_delayed(doc: Document, op: Cancel) -> Removed:
+def cancel_delayed(cold: DelayedCold, op: Cancel) -> Removed:
     """Strike ``op.job_id`` (not in the document) from the delayed object
     ``op.segment``, where the broker found it at position ``op.seq``: struck if
     not loaded yet, else gone (``JobNotFound``)."""
@@ -234,7 +230,7 @@ def cancel_delayed(doc: Document, op: Cancel) -> Removed:
     if type(at) is not int or at < 0:
         raise InvalidInput("a cancel in a delayed object names the job's position", field="seq")
     job_id = op.job_id
-    ref = doc.delayed.find(key)
+    ref = cold.find(key)
     if (
         ref is None  # loaded and gone
         or not ref.loaded <= at < ref.count  # loaded (and gone, or it would be in the doc)
@@ -245,5 +241,5 @@ def cancel_delayed(doc: Document, op: Cancel) -> Removed:
     keyed = ref.keyed
     if job_id in keyed:
         keyed = {i: k for i, k in keyed.items() if i != job_id}
-    doc.delayed.replace(_replace(ref, cancelled=(*ref.cancelled, job_id), keyed=keyed))
+    cold.replace(_replace(ref, cancelled=(*ref.cancelled, job_id), keyed=keyed))
     return Removed(())

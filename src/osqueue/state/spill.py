@@ -255,7 +255,7 @@ def readmit(doc: Document, op: Readmit) -> Counted:
 def cancel_spilled(doc: Document, op: Cancel) -> Removed:
     """Strike ``op.job_id`` from the segment ``op.segment`` (it is not in the document)."""
     if isinstance(op.segment, str) and op.segment.startswith(DELAYED_PREFIX):
-        return cancel_delayed(doc, op)
+        return cancel_delayed(doc.delayed, op)
     key = _check_key(op.segment, "segment")
     seq = op.seq
     if type(seq) is not int or seq < 0:

@@ -2,7 +2,7 @@
 ahead of their time, deleted (the pure side: :mod:`osqueue.state.cold_delayed`,
 :mod:`osqueue.state.delayed_ops`, :mod:`osqueue.state.delayed_plan`).
 
-:class:`~osqueue.broker.segments.SegmentManager` owns a :class:`DelayedManager`
+:class:`~osqueue.broker.cold.manager.SegmentManager` owns a :class:`DelayedManager`
 and hands it every committed transition (:meth:`DelayedManager.committed`).  With
 no reference and no more delayed-heap entries than ``delay_spill_above_jobs``,
 that is one comparison.  Otherwise, between commits and never on the path of the
@@ -37,8 +37,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments_cache import SegmentCache
+from osqueue.broker.cold.cache import SegmentCache
+from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock, Timer
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
@@ -58,10 +58,10 @@ from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
-    from osqueue.broker.intake import Intake
-    from osqueue.broker.lease import Lease
-    from osqueue.broker.lifecycle import Lifecycle
-    from osqueue.broker.tasks import SideTasks
+    from osqueue.broker.core.intake import Intake
+    from osqueue.broker.core.lifecycle import Lifecycle
+    from osqueue.broker.core.tasks import SideTasks
+    from osqueue.broker.lease.hold import Lease
 
 log = logging.getLogger(__name__)
 
