@@ -19,8 +19,10 @@ from backends import BACKENDS, Wrapped, backend_url
 from segment_helpers import config as segment_config
 
 from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker.cold.read import sort_key
 from osqueue.clock import ManualClock
 from osqueue.errors import DuplicateKey, JobNotFound
+from osqueue.inspect.jobs import list_page, payload_by_id
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.storage import from_url
@@ -213,3 +215,23 @@ async def test_a_takeover_reads_no_delayed_object_and_serves_them_when_due(url: 
         jobs = await q.claim("w", max_jobs=10, wait_s=0)
         assert sorted(j.id for j in jobs) == sorted(ids)
     await storage.close()
+
+
+async def test_listing_pages_through_delayed_objects_in_claim_order(url: str) -> None:
+    clock = ManualClock(T0)
+    async with Broker(url, config(), clock=clock) as broker:
+        q = broker.client()
+        ids = await push_delayed(broker, [900.0 - 10 * i for i in range(9)])  # due in reverse
+        ready = await q.push(b"now", id="ready")
+        await broker.segments.settled()
+        assert sum(ref.remaining for ref in broker.document.delayed) >= 8
+        shown, left = await list_page(url, "default", None, 4, None)
+        assert [item.job.id for item in shown] == ids[:4]  # claim order: seq, not due time
+        assert left == 6
+        after = sort_key(shown[-1].job)
+        rest, _ = await list_page(url, "default", None, 0, after)
+        assert [item.job.id for item in rest] == [*ids[4:], ready]
+        spilled = next(item for item in shown if item.segment is not None)
+        assert spilled.segment.startswith(DELAYED_PREFIX)  # type: ignore[union-attr]
+        found = await payload_by_id(url, ids[1])
+        assert found == b"p1"

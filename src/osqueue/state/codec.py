@@ -417,6 +417,8 @@ def _delayed(wire: WireDocument) -> DelayedCold:
             raise _fail(f"{where}.queue", f"{ref.queue!r} is not a queue name")
         if not 0 <= ref.loaded < ref.count or ref.size_bytes < 0:
             raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
+        if not 0 <= ref.min_seq <= ref.max_seq < wire.next_seq:
+            raise _fail(f"{where}.max_seq", "min_seq <= max_seq < next_seq fails")
         if not ref.first_run_at <= ref.next_run_at <= ref.last_run_at:
             raise _fail(f"{where}.next_run_at", "not within first_run_at..last_run_at")
         if not ref.min_id or ref.max_id < ref.min_id:

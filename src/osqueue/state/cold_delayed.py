@@ -84,6 +84,10 @@ def make_delayed_ref(
         next_run_at=first.run_at,
         min_id=min(ids),
         max_id=max(ids),
+        min_seq=min(job.seq for job in jobs),
+        max_seq=max(job.seq for job in jobs),
+        min_priority=min(job.priority for job in jobs),
+        max_priority=max(job.priority for job in jobs),
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
     )

@@ -293,6 +293,12 @@ class DelayedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     #: lexicographic bounds of the object's ids (to find a spilled id's object)
     min_id: str
     max_id: str
+    #: bounds of the object's seqs and priorities: a listing in claim order
+    #: ((priority, seq) per queue) reads only the objects its page reaches
+    min_seq: int
+    max_seq: int
+    min_priority: int = 0
+    max_priority: int = 0
     #: how many of the object's jobs, in order, are back in the document
     loaded: int = 0
     #: ids of jobs not loaded yet cancelled while spilled (skipped on load)
