@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 from backends import BACKENDS, Wrapped, backend_url
-from segment_helpers import config as segment_config
+from segment_helpers import DELAYED_T0 as T0
+from segment_helpers import delayed_config as config
 
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.broker.cold.read import sort_key
 from osqueue.clock import ManualClock
 from osqueue.errors import DuplicateKey, JobNotFound
@@ -27,22 +28,6 @@ from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
-
-T0 = 1_800_000_000.0  # a multiple of 100: windows start on it
-
-
-def config(**kw: object) -> BrokerConfig:
-    return segment_config(
-        **{
-            "delay_spill_above_jobs": 3,
-            "delay_horizon_s": 60.0,
-            "delay_lead_s": 10.0,
-            "delay_window_s": 100.0,
-            "delay_load_jobs": 2,
-            "heartbeat_timeout_s": 10_000.0,
-            **kw,
-        }
-    )
 
 
 @pytest.fixture(params=BACKENDS)
