@@ -279,3 +279,17 @@ def test_an_older_format_with_delayed_references_is_corrupt() -> None:
         decode(json.dumps(wire).encode())
     assert err.value.path == "$.delayed"
     assert isinstance(next(iter(doc.delayed)), DelayedRef)
+
+
+def test_a_dead_job_and_a_spilled_delayed_job_may_share_a_key() -> None:
+    doc, _ = _apply(Document(), [Push("old", b"x", key="K", max_attempts=1)], T0)
+    doc, (res,) = _apply(doc, [ClaimOp("w", ("default",), 1)], T0)
+    assert isinstance(res, Claimed)
+    doc, _ = _apply(doc, [Fail("old", res.jobs[0].claim.token, "boom")], T0)  # type: ignore[union-attr]
+    assert doc.jobs["old"].status == "dead"
+    ops = [Push(f"n{i}", b"y", delay_s=150.0 + i, key="K" if i == 0 else None) for i in range(4)]
+    doc, results = _apply(doc, ops, T0)
+    assert all(isinstance(r, Pushed) for r in results)
+    doc, _ = spilled(doc)
+    assert doc.delayed.keys == {"K": "n0"}
+    assert decode(encode(doc)) == doc  # the dead job's key is not held: no conflict

@@ -404,7 +404,8 @@ def _delayed(wire: WireDocument) -> DelayedCold:
     if wire.delayed and wire.format < COLD_FORMAT:
         raise _fail("$.delayed", f"a format {wire.format} document has no delayed objects")
     cold = DelayedCold()
-    held = {job.key for job in wire.jobs if job.key is not None and job.status != "done"}
+    live = ("queued", "claimed", "waiting")
+    held = {job.key for job in wire.jobs if job.key is not None and job.status in live}
     for i, ref in enumerate(wire.delayed):
         where = f"$.delayed[{i}]"
         try:
