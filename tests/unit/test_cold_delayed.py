@@ -32,7 +32,6 @@ from osqueue.state.delayed_plan import (
     loads_due,
     plan_delayed_spills,
 )
-from osqueue.state.model import COLD_FORMAT, DelayedRef
 from osqueue.state.ops import LoadDelayed, SpillDelayed
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.state.stats import stats_of
@@ -111,8 +110,7 @@ def test_jobs_beyond_the_horizon_spill_by_window_and_the_counts_stay() -> None:
     # sorted by (run_at, seq) inside
     first = SegmentLines.checked_delayed(refs[0], objects[refs[0].key])
     assert [j.id for j in first.jobs(0, 4)] == ["j01", "j03", "j00", "j02"]
-    # the document says it holds cold jobs, and reads back the same
-    assert doc.written_format() == COLD_FORMAT
+    # the document reads back the same
     again = decode(encode(doc))
     assert again == doc
     assert len(encode(doc)) == doc.size_bytes()
@@ -267,29 +265,3 @@ def test_a_bad_reference_is_corrupt_naming_the_field(field: str, value: object, 
     with pytest.raises(CorruptDocument) as err:
         decode(json.dumps(wire).encode())
     assert err.value.path == path
-
-
-def test_an_older_format_with_delayed_references_is_corrupt() -> None:
-    import json
-
-    doc, _ = spilled(pushed([150, 120, 199, 130]))
-    wire = json.loads(encode(doc))
-    wire["format"] = 4
-    with pytest.raises(CorruptDocument) as err:
-        decode(json.dumps(wire).encode())
-    assert err.value.path == "$.delayed"
-    assert isinstance(next(iter(doc.delayed)), DelayedRef)
-
-
-def test_a_dead_job_and_a_spilled_delayed_job_may_share_a_key() -> None:
-    doc, _ = _apply(Document(), [Push("old", b"x", key="K", max_attempts=1)], T0)
-    doc, (res,) = _apply(doc, [ClaimOp("w", ("default",), 1)], T0)
-    assert isinstance(res, Claimed)
-    doc, _ = _apply(doc, [Fail("old", res.jobs[0].claim.token, "boom")], T0)  # type: ignore[union-attr]
-    assert doc.jobs["old"].status == "dead"
-    ops = [Push(f"n{i}", b"y", delay_s=150.0 + i, key="K" if i == 0 else None) for i in range(4)]
-    doc, results = _apply(doc, ops, T0)
-    assert all(isinstance(r, Pushed) for r in results)
-    doc, _ = spilled(doc)
-    assert doc.delayed.keys == {"K": "n0"}
-    assert decode(encode(doc)) == doc  # the dead job's key is not held: no conflict
