@@ -22,7 +22,7 @@ from segment_helpers import delayed_config as config
 from osqueue.broker import Broker
 from osqueue.broker.cold.read import sort_key
 from osqueue.clock import ManualClock
-from osqueue.errors import DuplicateKey, JobNotFound
+from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound
 from osqueue.inspect.jobs import list_page, payload_by_id
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_delayed import DELAYED_PREFIX
@@ -220,3 +220,35 @@ async def test_listing_pages_through_delayed_objects_in_claim_order(url: str) ->
         assert spilled.segment.startswith(DELAYED_PREFIX)  # type: ignore[union-attr]
         found = await payload_by_id(url, ids[1])
         assert found == b"p1"
+
+
+async def test_a_missing_delayed_object_is_set_aside_and_readmitted_once_restored(
+    url: str,
+) -> None:
+    storage = from_url(url)
+    clock = ManualClock(T0)
+    async with Broker(url, config(segment_jobs=2), clock=clock) as broker:
+        q = broker.client()
+        ids = await push_delayed(broker, [500.0, 510.0, 520.0, 530.0])
+        refs = sorted(broker.document.delayed, key=lambda r: r.next_run_at)
+        assert len(refs) == 2
+        lost = refs[0]
+        data = await storage.get(lost.key)
+        await storage.delete(lost.key)  # a careless lifecycle rule
+        await advance(broker, clock, 600.0)
+        assert lost.key in broker.document.delayed.aside
+        assert broker.segments.delayed.counters.set_aside == 1
+        jobs = await q.claim("w", max_jobs=10, wait_s=0)  # the other object flows on
+        assert sorted(j.id for j in jobs) == ids[2:]
+        stats = (await q.stats()).queues["default"]
+        assert (stats.set_aside, stats.set_aside_segments) == (2, 1)
+        with pytest.raises(InvalidInput):
+            await q.readmit_segment(lost.key)  # still missing
+        await storage.put(lost.key, data)
+        assert await q.readmit_segment(lost.key) == 2
+        await advance(broker, clock, 0.0)
+        await q.stats()  # a commit: the readmitted object is due, and loads
+        await broker.segments.settled()
+        jobs = await q.claim("w", max_jobs=10, wait_s=0)
+        assert sorted(j.id for j in jobs) == ids[:2]
+    await storage.close()

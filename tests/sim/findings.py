@@ -113,6 +113,7 @@ def live_spilled(
     listed: list[SegmentRef | DelayedRef] = list(all_refs(doc) if refs is None else refs)
     if refs is None:  # and the delayed jobs in objects (osqueue.state.cold_delayed)
         listed.extend(doc.delayed)
+        listed.extend(entry.ref for entry in doc.delayed.aside.values())
     for ref in listed:
         jobs = objects.get(ref.key)
         if jobs is None:

@@ -14,12 +14,16 @@ from osqueue.state import (
     Claimed,
     ClaimOp,
     Complete,
+    Counted,
     Document,
     Fail,
+    Ok,
     Policy,
     Push,
     Pushed,
+    Readmit,
     Removed,
+    SetAside,
     decode,
     encode,
     transition,
@@ -265,3 +269,31 @@ def test_a_bad_reference_is_corrupt_naming_the_field(field: str, value: object, 
     with pytest.raises(CorruptDocument) as err:
         decode(json.dumps(wire).encode())
     assert err.value.path == path
+
+
+def test_a_delayed_object_set_aside_keeps_its_jobs_counted_and_keys_held_until_readmit() -> None:
+    doc = pushed([150, 120, 199])
+    doc, _ = _apply(doc, [Push("keyed", b"k", delay_s=160.0, key="K")], T0)
+    doc, objects = spilled(doc)
+    (ref,) = doc.delayed
+    doc, (res,) = _apply(doc, [SetAside(ref.key, "the object is missing")], T0)
+    assert res == Ok()
+    assert not doc.delayed.refs
+    assert doc.delayed.holds(ref.key)  # never an orphan
+    assert loads_due(doc, POLICY, T0 + 1000) == []  # not loaded while aside
+    stats = stats_of(doc, T0).queues["default"]
+    assert (stats.set_aside, stats.set_aside_segments, stats.delayed) == (4, 1, 0)
+    doc, (dup,) = _apply(doc, [Push("n", b"", key="K")], T0)
+    assert isinstance(dup, DuplicateKey)  # its keys stay held
+    assert decode(encode(doc)) == doc
+    assert len(encode(doc)) == doc.size_bytes()
+    doc, (again,) = _apply(doc, [SetAside(ref.key, "twice")], T0)
+    assert isinstance(again, Conflict)
+    doc, (back,) = _apply(doc, [Readmit(ref.key)], T0)
+    assert back == Counted(4)
+    assert not doc.delayed.aside
+    doc = loaded(doc, objects, T0 + 300)
+    doc, got = claim_all(doc, T0 + 300)
+    assert sorted(got) == ["j00", "j01", "j02", "keyed"]
+    doc, (missing,) = _apply(doc, [Readmit(ref.key)], T0)
+    assert isinstance(missing, InvalidInput)

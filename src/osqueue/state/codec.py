@@ -71,7 +71,7 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
-            b',"delayed":[' + doc.delayed.section() + b"]" if doc.delayed else b"",
+            doc.delayed.section() if doc.delayed else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -390,34 +390,45 @@ def _check_ref_ids(where: str, ref: SegmentRef | DelayedRef) -> None:
 
 
 def _delayed(wire: WireDocument) -> DelayedCold:
-    """The references to objects of delayed jobs, each checked, keys held once."""
+    """The references to objects of delayed jobs (and those set aside), each checked,
+    keys held once."""
     cold = DelayedCold()
     live = ("queued", "claimed", "waiting")
     held = {job.key for job in wire.jobs if job.key is not None and job.status in live}
     for i, ref in enumerate(wire.delayed):
-        where = f"$.delayed[{i}]"
-        try:
-            check_key(ref.key)
-        except InvalidInput as exc:
-            raise _fail(f"{where}.key", str(exc)) from exc
-        if not ref.key.startswith(DELAYED_PREFIX) or cold.holds(ref.key):
-            raise _fail(f"{where}.key", f"{ref.key!r} is not under {DELAYED_PREFIX}, or twice")
-        if not NAME_RE.match(ref.queue):
-            raise _fail(f"{where}.queue", f"{ref.queue!r} is not a queue name")
-        if not 0 <= ref.loaded < ref.count or ref.size_bytes < 0:
-            raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
-        if not 0 <= ref.min_seq <= ref.max_seq < wire.next_seq:
-            raise _fail(f"{where}.max_seq", "min_seq <= max_seq < next_seq fails")
-        if not ref.first_run_at <= ref.next_run_at <= ref.last_run_at:
-            raise _fail(f"{where}.next_run_at", "not within first_run_at..last_run_at")
-        if not ref.min_id or ref.max_id < ref.min_id:
-            raise _fail(f"{where}.min_id", "ids are bounded by a non-empty min_id <= max_id")
-        _check_ref_ids(where, ref)
-        for job_id, key in ref.keyed.items():
-            if key in held or key in cold.keys:
-                raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
+        _check_delayed(f"$.delayed[{i}]", ref, wire.next_seq, cold, held)
         cold.add(ref)
+    for i, entry in enumerate(wire.delayed_aside):
+        _check_delayed(f"$.delayed_aside[{i}].ref", entry.ref, wire.next_seq, cold, held)
+        if not entry.reason:
+            raise _fail(f"$.delayed_aside[{i}].reason", "must say why it was set aside")
+        cold.set_aside(entry, listed=False)
     return cold
+
+
+def _check_delayed(
+    where: str, ref: DelayedRef, next_seq: int, cold: DelayedCold, held: set[str]
+) -> None:
+    try:
+        check_key(ref.key)
+    except InvalidInput as exc:
+        raise _fail(f"{where}.key", str(exc)) from exc
+    if not ref.key.startswith(DELAYED_PREFIX) or cold.holds(ref.key):
+        raise _fail(f"{where}.key", f"{ref.key!r} is not under {DELAYED_PREFIX}, or twice")
+    if not NAME_RE.match(ref.queue):
+        raise _fail(f"{where}.queue", f"{ref.queue!r} is not a queue name")
+    if not 0 <= ref.loaded < ref.count or ref.size_bytes < 0:
+        raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
+    if not 0 <= ref.min_seq <= ref.max_seq < next_seq:
+        raise _fail(f"{where}.max_seq", "min_seq <= max_seq < next_seq fails")
+    if not ref.first_run_at <= ref.next_run_at <= ref.last_run_at:
+        raise _fail(f"{where}.next_run_at", "not within first_run_at..last_run_at")
+    if not ref.min_id or ref.max_id < ref.min_id:
+        raise _fail(f"{where}.min_id", "ids are bounded by a non-empty min_id <= max_id")
+    _check_ref_ids(where, ref)
+    for job_id, key in ref.keyed.items():
+        if key in held or key in cold.keys:
+            raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
 
 
 def _finished(wire: WireDocument) -> FinishedRecord:

@@ -36,9 +36,9 @@ from datetime import datetime
 
 import msgspec
 
-from osqueue.errors import InvalidInput, JobNotFound
-from osqueue.state.model import DelayedRef, StoredJob
-from osqueue.state.ops import Cancel, Removed
+from osqueue.errors import Conflict, InvalidInput, JobNotFound
+from osqueue.state.model import DelayedAside, DelayedRef, StoredJob, to_datetime
+from osqueue.state.ops import Cancel, Counted, Ok, Readmit, Removed, SetAside
 from osqueue.state.segment_codec import SEGMENT_FORMAT, DelayedHeader, join_lines, segment_key
 from osqueue.storage.keys import check_key
 
@@ -115,7 +115,7 @@ class DelayedCold:
     """The references to objects of delayed jobs of one document, with the lookups
     pushes, stats and the payload sweep need (kept in step on every change)."""
 
-    __slots__ = ("_next", "_section", "changes", "keys", "payloads", "refs", "scanned")
+    __slots__ = ("_next", "_section", "aside", "changes", "keys", "payloads", "refs", "scanned")
 
     def __init__(self, refs: Sequence[DelayedRef] = ()) -> None:
         #: object key -> its reference
@@ -129,6 +129,8 @@ class DelayedCold:
         #: the spill planner's memo: the delayed heap's length at its last scan, and how
         #: many more entries it needs before a scan could find enough to spill
         self.scanned: tuple[int, int] | None = None
+        #: object key -> its reference set aside (object missing or broken)
+        self.aside: dict[str, DelayedAside] = {}
         self._next: float | None = None
         self._section: bytes | None = None
         for ref in refs:
@@ -137,6 +139,7 @@ class DelayedCold:
     def copy(self) -> DelayedCold:
         new = DelayedCold()
         new.refs = dict(self.refs)
+        new.aside = dict(self.aside)
         new.keys = dict(self.keys)
         new.payloads = dict(self.payloads)
         new.changes = self.changes
@@ -148,7 +151,8 @@ class DelayedCold:
     # -- reading ------------------------------------------------------------------
 
     def __bool__(self) -> bool:
-        return bool(self.refs)
+        """References, or references set aside: the document has a section."""
+        return bool(self.refs or self.aside)
 
     def __iter__(self) -> Iterator[DelayedRef]:
         """Every reference, by key (queue, then window)."""
@@ -158,7 +162,7 @@ class DelayedCold:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DelayedCold):
             return NotImplemented
-        return self.refs == other.refs
+        return self.refs == other.refs and self.aside == other.aside
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -166,15 +170,25 @@ class DelayedCold:
         return self.refs.get(key)
 
     def holds(self, key: str) -> bool:
-        """Object ``key`` is referenced: never an orphan."""
-        return key in self.refs
+        """Object ``key`` is referenced or set aside: never an orphan."""
+        return key in self.refs or key in self.aside
 
     def spilled(self, queue: str) -> int:
         """Live delayed jobs of ``queue`` that sit in objects."""
         return sum(ref.remaining for ref in self.refs.values() if ref.queue == queue)
 
     def queues(self) -> set[str]:
-        return {ref.queue for ref in self.refs.values()}
+        return {ref.queue for ref in self.refs.values()} | {
+            e.ref.queue for e in self.aside.values()
+        }
+
+    def set_aside_jobs(self, queue: str) -> int:
+        """Live jobs of ``queue`` in objects set aside (neither lost nor claimable)."""
+        return sum(e.ref.remaining for e in self.aside.values() if e.ref.queue == queue)
+
+    def set_aside_of(self, queue: str) -> int:
+        """How many of ``queue``'s objects are set aside."""
+        return sum(1 for e in self.aside.values() if e.ref.queue == queue)
 
     def next_run_at(self) -> float | None:
         """The earliest ``next_run_at`` of the references (Unix seconds; cached)."""
@@ -183,24 +197,56 @@ class DelayedCold:
         return self._next
 
     def section(self) -> bytes:
-        """The encoded inside of the ``delayed`` list (cached until a reference changes)."""
+        """The document's ``,"delayed":[...]`` and ``,"delayed_aside":[...]`` (each
+        only when not empty; cached until a reference changes)."""
         section = self._section
         if section is None:
-            section = self._section = b",".join(_encode(ref) for ref in self)
+            parts = []
+            if self.refs:
+                parts.append(b',"delayed":[' + b",".join(_encode(ref) for ref in self) + b"]")
+            if self.aside:
+                entries = (_encode(self.aside[key]) for key in sorted(self.aside))
+                parts.append(b',"delayed_aside":[' + b",".join(entries) + b"]")
+            section = self._section = b"".join(parts)
         return section
 
     # -- changes ------------------------------------------------------------------
 
     def add(self, ref: DelayedRef) -> None:
         self.refs[ref.key] = ref
-        for job_id, key in ref.keyed.items():
-            self.keys[key] = job_id
-        for payload in ref.payload_refs:
-            self.payloads[payload] = self.payloads.get(payload, 0) + 1
+        self._hold(ref)
         self._moved()
 
     def remove(self, ref: DelayedRef) -> None:
         del self.refs[ref.key]
+        self._release(ref)
+        self._moved()
+
+    def set_aside(self, entry: DelayedAside, *, listed: bool = True) -> None:
+        """Move ``entry.ref`` aside (``listed``: a reference of this document; else one
+        decoded from the set-aside list): not loaded, its keys and payloads held."""
+        ref = entry.ref
+        if listed:
+            del self.refs[ref.key]
+        else:
+            self._hold(ref)
+        self.aside[ref.key] = entry
+        self._moved()
+
+    def readmit(self, key: str) -> DelayedRef:
+        """Take ``key``'s reference back among the loadable ones."""
+        ref = self.aside.pop(key).ref
+        self.refs[key] = ref
+        self._moved()
+        return ref
+
+    def _hold(self, ref: DelayedRef) -> None:
+        for job_id, key in ref.keyed.items():
+            self.keys[key] = job_id
+        for payload in ref.payload_refs:
+            self.payloads[payload] = self.payloads.get(payload, 0) + 1
+
+    def _release(self, ref: DelayedRef) -> None:
         keys = self.keys
         for job_id, key in ref.keyed.items():
             if keys.get(key) == job_id:
@@ -211,7 +257,6 @@ class DelayedCold:
                 self.payloads[payload] = n
             else:
                 self.payloads.pop(payload, None)
-        self._moved()
 
     def replace(self, ref: DelayedRef) -> None:
         """Put ``ref`` in the place of the reference with the same key."""
@@ -247,3 +292,22 @@ def cancel_delayed(cold: DelayedCold, op: Cancel) -> Removed:
         keyed = {i: k for i, k in keyed.items() if i != job_id}
     cold.replace(_replace(ref, cancelled=(*ref.cancelled, job_id), keyed=keyed))
     return Removed(())
+
+
+def set_aside_delayed(cold: DelayedCold, op: SetAside, now: float) -> Ok:
+    """``SetAside`` of a delayed object (its key is under ``delayed/``)."""
+    if not isinstance(op.reason, str) or not op.reason:
+        raise InvalidInput("say why the object is set aside", field="reason")
+    ref = cold.find(check_key(op.key, "key"))
+    if ref is None:
+        raise Conflict(f"no delayed object {op.key} is referenced (loaded or set aside already)")
+    cold.set_aside(DelayedAside(ref, op.reason[:1000], to_datetime(now)))
+    return Ok()
+
+
+def readmit_delayed(cold: DelayedCold, op: Readmit) -> Counted:
+    """``Readmit`` of a delayed object set aside (the broker checked it first)."""
+    key = check_key(op.key, "key")
+    if key not in cold.aside:
+        raise InvalidInput(f"delayed object {key} is not set aside", field="key")
+    return Counted(cold.readmit(key).remaining)

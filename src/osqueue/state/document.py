@@ -64,7 +64,6 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
-_DELAYED_OPEN = len(b',"delayed":[')
 
 
 class Document:
@@ -415,7 +414,7 @@ def _describe(doc: Document) -> str:
 
 def _delayed_bytes(cold: DelayedCold) -> int:
     """What the references to delayed objects add to the encoding (``,"delayed":[...]``)."""
-    return _DELAYED_OPEN + len(cold.section()) + 1 if cold else 0
+    return len(cold.section()) if cold else 0
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:

@@ -291,6 +291,16 @@ class DelayedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return self.count - self.loaded - len(self.cancelled)
 
 
+class DelayedAside(msgspec.Struct, frozen=True, gc=False):
+    """A delayed object's reference set aside (its object missing or failing its
+    check): its jobs are neither lost nor claimable until a readmit, their keys
+    and payload objects stay held (as :class:`SetAsideRef` for segments)."""
+
+    ref: DelayedRef
+    reason: str
+    at: datetime
+
+
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the document keeps per queue: its segment references, and
     the ones set aside."""
@@ -406,3 +416,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     queue_totals: dict[str, QueueTotals] = {}
     #: references to objects of delayed jobs (:mod:`osqueue.state.cold_delayed`)
     delayed: list[DelayedRef] = []
+    #: and those set aside
+    delayed_aside: list[DelayedAside] = []

@@ -41,7 +41,12 @@ from collections.abc import Sequence
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
-from osqueue.state.cold_delayed import DELAYED_PREFIX, cancel_delayed
+from osqueue.state.cold_delayed import (
+    DELAYED_PREFIX,
+    cancel_delayed,
+    readmit_delayed,
+    set_aside_delayed,
+)
 from osqueue.state.document import Document
 from osqueue.state.model import SegmentRef, SetAsideRef, StoredJob, to_datetime
 from osqueue.state.ops import Cancel, Counted, Load, Ok, Policy, Readmit, Removed, SetAside, Spill
@@ -221,6 +226,8 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
 
 
 def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
+        return set_aside_delayed(doc.delayed, op, now)
     key = _check_key(op.key, "key")
     if not isinstance(op.reason, str) or not op.reason:
         raise InvalidInput("say why the segment is set aside", field="reason")
@@ -232,6 +239,8 @@ def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
 
 
 def readmit(doc: Document, op: Readmit) -> Counted:
+    if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
+        return readmit_delayed(doc.delayed, op)
     key = _check_key(op.key, "key")
     segments = doc.segments
     entry = segments.aside.get(key)

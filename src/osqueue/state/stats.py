@@ -48,8 +48,10 @@ def stats_of(doc: Document, now: float) -> Stats:
             completed_total=totals.completed,
             failed_total=totals.failed,
             dead_total=totals.dead,
-            set_aside=segments.set_aside_jobs(q) if segments.aside else 0,
-            set_aside_segments=len(segments.set_aside_of(q)) if segments.aside else 0,
+            set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
+            + (cold.set_aside_jobs(q) if cold.aside else 0),
+            set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
+            + (cold.set_aside_of(q) if cold.aside else 0),
         )
     owner = doc.broker
     return Stats(

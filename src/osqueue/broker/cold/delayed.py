@@ -25,9 +25,12 @@ ops waiting for one:
 * **Delete**: an object whose last jobs were loaded is in ``dropped_segments`` and
   deleted by the segment manager after that commit; orphans by its sweep.
 
-A missing or broken object is logged (``action=delayed_load``), counted
-(``failed_loads``) and tried again after a pause; the other objects load as
-usual.  A takeover reads no object: its first commit plans what is due.
+A missing or broken object is set aside (a ``SetAside`` op: its reference moves
+to the document's set-aside list, logged with ``action=set_aside`` and counted),
+and readmitted by ``osqueue segments readmit`` once restored
+(:meth:`DelayedManager.check_restored`); a read that fails with a storage error
+is tried again after a pause.  The other objects load as usual.  A takeover
+reads no object: its first commit plans what is due.
 """
 
 from __future__ import annotations
@@ -40,9 +43,9 @@ from typing import TYPE_CHECKING, Protocol
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock, Timer
-from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
+from osqueue.errors import CorruptDocument, InvalidInput, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
-from osqueue.state import Cancel, Document, Policy, Transition
+from osqueue.state import Cancel, Document, Policy, SetAside, Transition
 from osqueue.state.delayed_plan import (
     DelayedSpillPlan,
     delayed_cancel_op,
@@ -83,6 +86,8 @@ class DelayedCounters:
     loaded_jobs: int = 0
     failed_spills: int = 0
     failed_loads: int = 0
+    #: objects set aside (missing, or failing their check)
+    set_aside: int = 0
 
 
 class SegmentsHost(Protocol):
@@ -134,6 +139,8 @@ class DelayedManager:
         self._reading: set[str] = set()
         #: key -> monotonic time before which a failed object is not tried again
         self._failed: dict[str, float] = {}
+        #: key -> the SetAside submitted for its broken object, until a commit took it
+        self._asides: dict[str, SetAside] = {}
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         #: set while no spill's objects are being written
@@ -142,7 +149,7 @@ class DelayedManager:
 
     @property
     def busy(self) -> bool:
-        return bool(self._spill or self._loads or self._reading)
+        return bool(self._spill or self._loads or self._reading or self._asides)
 
     @property
     def writing(self) -> bool:
@@ -158,7 +165,7 @@ class DelayedManager:
     def committed(self, t: Transition) -> None:
         """The commit of ``t`` is durable: settle its delayed ops, plan the next."""
         doc = t.doc
-        if self._spill or self._loads:
+        if self._spill or self._loads or self._asides:
             self._settle(doc)
         policy = self._policy
         above = policy.delay_spill_above_jobs
@@ -178,6 +185,9 @@ class DelayedManager:
             self._plan_loads(doc, now)
 
     def _settle(self, doc: Document) -> None:
+        for key, aside in list(self._asides.items()):
+            if not self._intake.holds(aside):
+                del self._asides[key]  # committed (or the reference was gone already)
         for key, load in list(self._loads.items()):
             if self._intake.holds(load):
                 continue
@@ -266,7 +276,7 @@ class DelayedManager:
     def _plan_loads(self, doc: Document, now: float) -> None:
         """Read or load every object whose next job is due within the lead; arm the
         timer for the next one."""
-        busy = self._loads.keys() | self._reading
+        busy = self._loads.keys() | self._reading | self._asides.keys()
         mono = self._clock.monotonic()
         wake: float | None = None
         for ref in loads_due(doc, self._policy, now, busy):
@@ -310,10 +320,14 @@ class DelayedManager:
     async def _read(self, ref: DelayedRef) -> None:
         try:
             await self._cache.fetch(ref, attempts=3)
-        except (NotFound, CorruptDocument, StorageError) as exc:
-            self._load_failed(
-                ref.key, "the object is missing" if isinstance(exc, NotFound) else str(exc)
-            )
+        except NotFound:
+            self._set_aside(ref.key, "the object is missing")
+            return
+        except CorruptDocument as exc:
+            self._set_aside(ref.key, str(exc))
+            return
+        except StorageError as exc:
+            self._load_failed(ref.key, str(exc))
             return
         finally:
             self._reading.discard(ref.key)
@@ -336,10 +350,50 @@ class DelayedManager:
         try:
             op = delayed_load_op(ref, obj, self._policy.delay_load_jobs)
         except CorruptDocument as exc:
-            self._load_failed(ref.key, str(exc))
+            self._set_aside(ref.key, str(exc))
+            return
+        if op.next_run_at is None and ref.loaded + len(op.jobs) < ref.count:
+            self._set_aside(ref.key, "the object is shorter than its reference says")
             return
         self._loads[ref.key] = op
         self._intake.add_internal(op)
+
+    def _set_aside(self, key: str, why: str) -> None:
+        """``key``'s object is missing or broken: its reference goes aside (next
+        commit); the other objects load as usual.  ``osqueue segments readmit``
+        puts it back once restored (:meth:`check_restored`)."""
+        self._cache.evict(key)
+        if key in self._asides:
+            return
+        self.counters.set_aside += 1
+        op = SetAside(key, why)
+        self._asides[key] = op
+        log.error(
+            "setting delayed object %s aside (its jobs wait until `osqueue segments readmit`): %s",
+            key,
+            why,
+            extra={"action": "set_aside", "key": key},
+        )
+        self._intake.add_internal(op)
+
+    async def check_restored(self, key: str) -> int:
+        """Before a ``Readmit`` of the delayed object ``key``: it must be back as its
+        reference recorded it (size, SHA-256, header, every line); else
+        ``InvalidInput`` naming ``key``.  Returns the jobs it would readmit."""
+        doc = self._lease.doc
+        entry = doc.delayed.aside.get(key) if doc is not None else None
+        if entry is None:
+            raise InvalidInput(f"delayed object {key} is not set aside", field="key")
+        try:
+            obj = SegmentLines.checked_delayed(entry.ref, await self._storage.get(key))
+            obj.jobs(0, len(obj))
+        except NotFound:
+            raise InvalidInput(f"{key} is still missing; restore it first", field="key") from None
+        except CorruptDocument as exc:
+            raise InvalidInput(f"{key} still fails its check: {exc}", field="key") from exc
+        self._cache.evict(key)
+        self._failed.pop(key, None)
+        return entry.ref.remaining
 
     def _load_failed(self, key: str, why: str) -> None:
         self.counters.failed_loads += 1

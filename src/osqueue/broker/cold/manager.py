@@ -71,6 +71,7 @@ from osqueue.state import (
     Transition,
     jobs_ahead,
 )
+from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -398,6 +399,8 @@ class SegmentManager:
         reference recorded it (size, SHA-256, header, every job line); else
         ``InvalidInput`` naming ``key`` and what is still wrong.  Returns the
         jobs it would readmit."""
+        if key.startswith(DELAYED_PREFIX):
+            return await self.delayed.check_restored(key)
         doc = self._lease.doc
         entry = doc.segments.aside.get(key) if doc is not None else None
         if entry is None:
