@@ -664,6 +664,7 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "segments": lambda f: True,
     "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
     "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
+    "delayed-spill": lambda f: f["lost_after"] > 0,
 }
 
 
@@ -694,6 +695,9 @@ def test_family_seeds(family: str) -> None:
             assert checked[case] > 0, f"no {case}: {dict(checked)}"
     if family.startswith("segment"):  # they spilled, loaded and deleted segments
         assert sum(r.checked["segment references"] for r in reports) > 0
+        assert sum(r.checked["segment deletes"] for r in reports) > 0
+    if family == "delayed-spill":  # delayed objects written, loaded back and deleted
+        assert sum(r.checked["segment objects"] for r in reports) > 0
         assert sum(r.checked["segment deletes"] for r in reports) > 0
 
 

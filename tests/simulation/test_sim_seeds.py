@@ -32,6 +32,7 @@ EXERCISED = (
     "versions",
     "claims",
     "claims of delayed jobs",
+    "queued jobs kept",
     "claims while others waited",
     "claims of children",
     "live keyed jobs",
