@@ -71,7 +71,7 @@ def build_chain(
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
-        if (doc.segments or doc.delayed) and objects is not None:
+        if (doc.segments or doc.waiting_cold or doc.delayed) and objects is not None:
             chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
             if doc.segments.aside:
                 aside = [entry.ref for entry in doc.segments.aside.values()]
@@ -102,6 +102,16 @@ def all_refs(doc: Document) -> Iterator[SegmentRef]:
         yield entry.ref
 
 
+def cold_keys(doc: Document) -> Iterator[str]:
+    """The keys of every object ``doc`` references: segments (listed or set aside),
+    waiting children, the sealed record."""
+    yield from (ref.key for ref in all_refs(doc))
+    yield from doc.waiting_cold.refs
+    yield from doc.finished.sealed.refs
+    yield from doc.delayed.refs  # delayed jobs' objects (listed or set aside)
+    yield from doc.delayed.aside
+
+
 def live_spilled(
     doc: Document,
     objects: Mapping[str, list[StoredJob]],
@@ -111,8 +121,11 @@ def live_spilled(
     cancelled), by id; those set aside included (present, if not claimable)."""
     out: dict[str, StoredJob] = {}
     listed: list[SegmentRef | DelayedRef] = list(all_refs(doc) if refs is None else refs)
-    if refs is None:  # and the delayed jobs in objects (osqueue.state.cold_delayed)
-        listed.extend(doc.delayed)
+    if refs is None:  # and the waiting children in objects (sim.waiting_rules)
+        for cold in doc.waiting_cold:
+            struck = set(cold.cancelled)
+            out.update((j.id, j) for j in objects.get(cold.key, ()) if j.id not in struck)
+        listed.extend(doc.delayed)  # and the delayed jobs in objects
         listed.extend(entry.ref for entry in doc.delayed.aside.values())
     for ref in listed:
         jobs = objects.get(ref.key)

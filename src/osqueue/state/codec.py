@@ -18,6 +18,7 @@ from osqueue.state.codec_checks import check_job_fields, queue_settings_of, sche
 from osqueue.state.cold_delayed import DELAYED_PREFIX, DelayedCold
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
+from osqueue.state.finished_refs import sealed_of
 from osqueue.state.model import (
     FORMAT,
     QUEUE_ID_RE,
@@ -33,6 +34,7 @@ from osqueue.state.schedules import Schedules
 from osqueue.state.segment_codec import SEGMENT_PREFIX
 from osqueue.state.segments import Segments
 from osqueue.state.validate import NAME_RE, PRIORITY_MAX, PRIORITY_MIN
+from osqueue.state.waiting_refs import cold_waiting_of
 from osqueue.storage.keys import check_key
 
 _encoder = msgspec.json.Encoder()
@@ -71,6 +73,8 @@ def encode(doc: Document) -> bytes:
             b',"finished":[' if finished else b"",
             finished.section() if finished else b"",
             b"]" if finished else b"",
+            doc.waiting_cold.framed(),
+            doc.finished.sealed.framed(),
             doc.delayed.section() if doc.delayed else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
@@ -177,6 +181,8 @@ def decode(data: bytes) -> Document:
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
+    doc.waiting_cold = cold_waiting_of(wire.waiting)
+    doc.finished.sealed = sealed_of(wire.finished_objects)
     doc.delayed = _delayed(wire)
     return doc
 

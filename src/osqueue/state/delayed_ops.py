@@ -174,6 +174,12 @@ def load_delayed(
     return Counted(inserted), skipped, None
 
 
+def key_holder(doc: Document, key: str) -> str | None:
+    """The live job holding idempotency key ``key``: in the document, or spilled (a
+    ready segment's, a delayed object's)."""
+    return doc.index.keys.get(key) or doc.segments.keys.get(key) or doc.delayed.keys.get(key)
+
+
 class _Tx(Protocol):
     """What the commit's working state (``osqueue.state.transitions._Tx``) offers."""
 

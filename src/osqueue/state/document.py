@@ -48,6 +48,7 @@ from osqueue.state.model import (
 )
 from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
+from osqueue.state.waiting_refs import ColdWaiting
 
 _encoder = msgspec.json.Encoder()
 #: a job's (or any value's) JSON bytes, as the document stores them
@@ -92,6 +93,7 @@ class Document:
         "spill_scanned",
         "stats",
         "version",
+        "waiting_cold",
     )
 
     def __init__(
@@ -145,6 +147,7 @@ class Document:
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
         self.delayed = DelayedCold()  # (see the module's docstring)
+        self.waiting_cold = ColdWaiting()  # objects of waiting children (.waiting_refs)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -193,7 +196,7 @@ class Document:
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
         )
-        new._head_len = self._head_len
+        new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
         new.spill_scanned = dict(self.spill_scanned)
         new.delayed = self.delayed.copy()
         return new
@@ -386,6 +389,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
+        size += self.waiting_cold.framed_bytes() + self.finished.sealed.framed_bytes()
         return size + _delayed_bytes(self.delayed)
 
     # -- reading ------------------------------------------------------------------
@@ -452,6 +456,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
         and a.delayed == b.delayed
+        and a.waiting_cold == b.waiting_cold
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

@@ -24,9 +24,11 @@ def stats_of(doc: Document, now: float) -> Stats:
     names |= set(doc.queue_settings) | set(doc.queue_totals)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
-    cold = doc.delayed  # delayed jobs in objects: counted from their references
-    if cold:
-        names |= cold.queues()
+    cold = doc.waiting_cold  # waiting children in objects: counted from the references
+    names |= {ref.queue for ref in cold}
+    delayed_cold = doc.delayed  # delayed jobs in objects: counted from their references
+    if delayed_cold:
+        names |= delayed_cold.queues()
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
     for q in sorted(names):
@@ -34,7 +36,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
-        cold_delayed = cold.spilled(q) if cold else 0
+        cold_delayed = delayed_cold.spilled(q) if delayed_cold else 0
         queues[q] = QueueStats(
             depth=queued + spilled + cold_delayed,
             claimed=index.count(q, "claimed"),
@@ -42,16 +44,16 @@ def stats_of(doc: Document, now: float) -> Stats:
             delayed=max(0, queued - ready) + cold_delayed,
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,
-            waiting=index.count(q, "waiting"),
+            waiting=index.count(q, "waiting") + (cold.jobs(q) if cold else 0),
             paused=_paused(doc, q),
             pushed_total=totals.pushed,
             completed_total=totals.completed,
             failed_total=totals.failed,
             dead_total=totals.dead,
             set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
-            + (cold.set_aside_jobs(q) if cold.aside else 0),
+            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0),
             set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
-            + (cold.set_aside_of(q) if cold.aside else 0),
+            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0),
         )
     owner = doc.broker
     return Stats(
@@ -67,7 +69,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         lease_until=owner.lease_until.timestamp() if owner else None,
         document_bytes=doc.size_bytes(),
         tombstones=len(doc.recent),
-        finished=len(doc.finished),
+        finished=len(doc.finished) + doc.finished.sealed.entries(),  # sealed ones too
         finished_evicted=doc.stats.finished_evicted,
     )
 

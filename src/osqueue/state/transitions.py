@@ -4,11 +4,12 @@
 claims are reclaimed, old dedupe tombstones dropped), bumps ``version`` by one
 and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
-result.  No I/O, no clock: ``now`` is passed in.  Deep backlogs
-(:mod:`osqueue.state.segments`): a claim stops at the first segment in claim
-order that is not loaded yet and reports its stream in :attr:`Transition.starved`;
-``Spill``, ``Load`` and a cancel in a segment are applied by :mod:`osqueue.state.spill`.
-"""
+result.  No I/O, no clock: ``now`` is passed in.
+
+Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
+segment in claim order that is not loaded yet and reports its stream in
+:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
+applied by :mod:`osqueue.state.spill`, waiting children's by :mod:`.cold_waiting`."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import delayed_ops, deps, scheduling, spill, sweep, validate
+from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
+from osqueue.state.delayed_ops import DISPATCH as DELAYED_OPS
+from osqueue.state.delayed_ops import key_holder
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
@@ -262,9 +265,7 @@ class _Tx:
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
         if op.key is not None:
-            holder = doc.index.keys.get(op.key)
-            if holder is None:  # a spilled job's (a ready segment's or a delayed object's)
-                holder = doc.segments.keys.get(op.key) or doc.delayed.keys.get(op.key)
+            holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:
                 raise DuplicateKey(
                     f"key {op.key!r} is held by live job {holder}", existing_id=holder
@@ -502,8 +503,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
-    **delayed_ops.DISPATCH,
 }
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH | DELAYED_OPS)
 
 _push = _DISPATCH[Push]
 
@@ -544,7 +545,7 @@ def transition(
             results.append(exc)
     tx.sized, tx.size_bound = False, None
     tx.sweep()
-    if tx.ended and tx.doc.index.children:
+    if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version

@@ -53,8 +53,10 @@ from typing import TYPE_CHECKING
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.delayed import DelayedManager
 from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
 from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
@@ -161,10 +163,9 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
-        #: delayed jobs in objects under delayed/ (osqueue.broker.cold.delayed)
-        self.delayed = DelayedManager(
-            storage, policy, clock, self, retry, tasks, intake, lease, life
-        )
+        #: waiting children in objects, the sealed record of finished jobs
+        self.waiting, self.finished = _cold_parts(self)
+        self.delayed = _delayed_part(self)  # delayed jobs in objects (cold/delayed.py)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -182,6 +183,8 @@ class SegmentManager:
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -207,6 +210,8 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.waiting.busy
+            or self.finished.busy
             or self.delayed.busy
         )
 
@@ -435,4 +440,44 @@ class SegmentManager:
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
         found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        if found is None:
+            found = await self.waiting.locate(job_id)
         return found if found is not None else await self.delayed.locate(job_id)
+
+
+def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
+    """The objects of waiting children and of the sealed record of ``m``'s broker
+    (sharing its storage, side tasks, keys being written and deletes)."""
+    waiting = WaitingObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        lease=m._lease,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    finished = FinishedObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    return waiting, finished
+
+
+def _delayed_part(m: SegmentManager) -> DelayedManager:
+    """The delayed objects of ``m``'s broker (sharing its storage, cache, side tasks,
+    keys being written and deletes)."""
+    return DelayedManager(
+        m._storage, m._policy, m._clock, m, m._retry, m._tasks, m._intake, m._lease, m._life
+    )

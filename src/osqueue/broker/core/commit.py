@@ -205,7 +205,9 @@ class CommitLoop:
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
         spills = self._segments.spills
-        if not spills.writing and not self._segments.delayed.writing:
+        cold = self._segments.waiting  # or waiting children's objects (broker/cold/waiting.py)
+        delayed = self._segments.delayed  # or delayed jobs' objects (broker/cold/delayed.py)
+        if not spills.writing and not cold.writing and not delayed.writing:
             return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
         if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
@@ -215,7 +217,11 @@ class CommitLoop:
         if budget <= 0:
             return
         self._segments.counters.held_commits += 1
-        written = spills.written() if spills.writing else self._segments.delayed.written()
+        written = (
+            spills.written()
+            if spills.writing
+            else (cold.written() if cold.writing else delayed.written())
+        )
         waits = {
             asyncio.ensure_future(written),
             asyncio.ensure_future(self._clock.sleep(budget)),

@@ -204,7 +204,7 @@ class Payloads:
         job = doc.jobs.get(job_of_key(key))
         if job is not None and job.payload_ref == key:
             return False
-        if key in doc.delayed.payloads:  # a spilled delayed job's
+        if key in doc.waiting_cold.payloads or key in doc.delayed.payloads:  # a waiting child's
             return False
         return key not in doc.segments.payloads
 
