@@ -492,9 +492,9 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "long-haul": long_haul,
     "scheduling": scheduling,
     "segments": segments,
+    "delayed-spill": delayed_spill,
     "segment-crash": segment_crash,
     "segment-storm": segment_storm,
-    "delayed-spill": delayed_spill,
     "waiting-cold": waiting_cold,
     "finished-seal": finished_seal,
 }
