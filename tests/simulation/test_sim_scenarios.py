@@ -670,12 +670,17 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
 }
 
 
+#: the seeds every family runs in test_family_seeds
+FAMILY_SEEDS = (0, 1, 2, 3)
+
+
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_family_seeds(family: str) -> None:
-    """Four seeds of each family: clean, and the family's own fault really happened."""
-    seeds = [FAMILY_NAMES.index(family) + k * len(FAMILY_NAMES) for k in range(4)]
+    """Four seeds of each family: clean, and the family's own fault really happened.
+    The seeds are fixed per family (the family is named, not drawn from the seed),
+    so adding a family does not hand another one different seeds."""
     with quiet_logs():
-        reports = [run_seed(seed) for seed in seeds]
+        reports = [run_seed(seed, family) for seed in FAMILY_SEEDS]
     assert [r.family for r in reports] == [family] * 4
     assert [r.summary() for r in reports if not r.ok] == []
     total: Counter[str] = Counter()
