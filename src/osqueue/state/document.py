@@ -1,5 +1,6 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
-the segment references.
+the segment references and those to objects of delayed jobs
+(``delayed``, a :class:`~osqueue.state.cold_delayed.DelayedCold`).
 
 ``queue_id`` names the document's incarnation: drawn when the broker creates
 the document, kept by every commit and takeover, and part of every archive key
@@ -32,6 +33,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.cold_delayed import DelayedCold
 from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
@@ -76,6 +78,7 @@ class Document:
         "archived_through",
         "broker",
         "dead",
+        "delayed",
         "dependencies_at",
         "finished",
         "history",
@@ -147,6 +150,7 @@ class Document:
         self.dependencies_at = dependencies_at
         #: cold objects: of waiting children (.waiting_refs), dead segments (.dead_letters)
         self.waiting_cold, self.dead = ColdWaiting(), DeadLetters()
+        self.delayed = DelayedCold()  # delayed jobs in objects (.cold_delayed)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -196,6 +200,7 @@ class Document:
         )
         new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
         new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
+        new.delayed = self.delayed.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -402,10 +407,19 @@ class Document:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            f"Document(version={self.version}, jobs={len(self.jobs)}, "
-            f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
-        )
+        return _describe(self)
+
+
+def _describe(doc: Document) -> str:
+    return (
+        f"Document(version={doc.version}, jobs={len(doc.jobs)}, "
+        f"segments={sum(1 for _ in doc.segments)}, broker={doc.broker!r})"
+    )
+
+
+def _delayed_bytes(cold: DelayedCold) -> int:
+    """What the references to delayed objects add to the encoding (``,"delayed":[...]``)."""
+    return len(cold.section()) if cold else 0
 
 
 def _cold_bytes(doc: Document) -> int:
@@ -414,6 +428,7 @@ def _cold_bytes(doc: Document) -> int:
         doc.waiting_cold.framed_bytes()
         + doc.finished.sealed.framed_bytes()
         + doc.dead.framed_bytes()  # dead segments (osqueue.state.cold_dead)
+        + _delayed_bytes(doc.delayed)
     )
 
 
@@ -451,6 +466,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.delayed == b.delayed
         and a.waiting_cold == b.waiting_cold
         and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())

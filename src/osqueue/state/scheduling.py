@@ -81,6 +81,7 @@ def _remove_queue(doc: Document, op: SetQueue) -> OpResult:
     jobs = sum(index.count(queue, status) for status in _LIVE) + (
         doc.segments.spilled(queue) + doc.segments.set_aside_jobs(queue) if doc.segments else 0
     )  # (jobs in segments set aside are live too: readmit brings them back)
+    jobs += doc.delayed.spilled(queue) + doc.delayed.set_aside_jobs(queue) if doc.delayed else 0
     named = sorted(s.name for s in doc.schedules if s.queue == queue)
     if jobs or named:
         held = [f"{jobs} live job{'s' if jobs != 1 else ''}"] if jobs else []

@@ -33,6 +33,7 @@ from osqueue.errors import (
 from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.cold_dead import DEAD_OPS, requeued_here
+from osqueue.state.delayed_ops import DELAYED_OPS, key_holder
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
@@ -264,9 +265,7 @@ class _Tx:
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
         if op.key is not None:
-            holder = doc.index.keys.get(op.key)
-            if holder is None and doc.segments.keys:
-                holder = doc.segments.keys.get(op.key)
+            holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:
                 raise DuplicateKey(
                     f"key {op.key!r} is held by live job {holder}", existing_id=holder
@@ -505,7 +504,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
 }
-_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH | DEAD_OPS)
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
+_DISPATCH.update(DEAD_OPS | DELAYED_OPS)  # (osqueue.state.cold_dead, .delayed_ops)
 _push = _DISPATCH[Push]
 
 

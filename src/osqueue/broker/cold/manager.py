@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.dead import DeadLetterManager
+from osqueue.broker.cold.delayed import DelayedManager
 from osqueue.broker.cold.demand import ClaimDemand
 from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
@@ -73,6 +74,7 @@ from osqueue.state import (
     Transition,
     jobs_ahead,
 )
+from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -164,7 +166,7 @@ class SegmentManager:
         )
         #: waiting children in objects, the sealed record of finished jobs, dead segments
         self.waiting, self.finished = _cold_parts(self)
-        self.dead = _dead_part(self)  # (osqueue.broker.cold.dead)
+        self.dead, self.delayed = _dead_part(self), _delayed_part(self)  # (cold/dead, cold/delayed)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -198,6 +200,7 @@ class SegmentManager:
             self._ahead.clear()
         if self._policy.spill_above_jobs is not None:
             self.spills.plan(doc, self._policy)
+        self.delayed.committed(t)
         self._check_quiet()
 
     @property
@@ -209,9 +212,7 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
-            or self.dead.busy
-            or self.waiting.busy
-            or self.finished.busy
+            or any(part.busy for part in (self.dead, self.waiting, self.finished, self.delayed))
         )
 
     def _check_quiet(self) -> None:
@@ -403,6 +404,8 @@ class SegmentManager:
         reference recorded it (size, SHA-256, header, every job line); else
         ``InvalidInput`` naming ``key`` and what is still wrong.  Returns the
         jobs it would readmit."""
+        if key.startswith(DELAYED_PREFIX):
+            return await self.delayed.check_restored(key)
         doc = self._lease.doc
         entry = doc.segments.aside.get(key) if doc is not None else None
         if entry is None:
@@ -437,7 +440,9 @@ class SegmentManager:
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
         found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
-        return found if found is not None else await self.waiting.locate(job_id)
+        if found is None:
+            found = await self.waiting.locate(job_id)
+        return found if found is not None else await self.delayed.locate(job_id)
 
 
 def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
@@ -486,4 +491,12 @@ def _dead_part(m: SegmentManager) -> DeadLetterManager:
         writing=m.writing,
         delete=m._delete,
         changed=m._check_quiet,
+    )
+
+
+def _delayed_part(m: SegmentManager) -> DelayedManager:
+    """The delayed objects of ``m``'s broker (sharing its storage, cache, side tasks,
+    keys being written and deletes)."""
+    return DelayedManager(
+        m._storage, m._policy, m._clock, m, m._retry, m._tasks, m._intake, m._lease, m._life
     )

@@ -206,7 +206,8 @@ class CommitLoop:
         renewal is due: a slow write never costs the lease)."""
         spills = self._segments.spills
         cold = self._segments.waiting  # or waiting children's objects (broker/cold/waiting.py)
-        if not spills.writing and not cold.writing:
+        delayed = self._segments.delayed  # or delayed jobs' objects (broker/cold/delayed.py)
+        if not spills.writing and not cold.writing and not delayed.writing:
             return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
         if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
@@ -216,8 +217,13 @@ class CommitLoop:
         if budget <= 0:
             return
         self._segments.counters.held_commits += 1
+        written = (
+            spills.written()
+            if spills.writing
+            else (cold.written() if cold.writing else delayed.written())
+        )
         waits = {
-            asyncio.ensure_future(spills.written() if spills.writing else cold.written()),
+            asyncio.ensure_future(written),
             asyncio.ensure_future(self._clock.sleep(budget)),
         }
         try:

@@ -363,7 +363,7 @@ class LocalClient(SchedulingCalls, SegmentCalls, DeadCalls):
     async def cancel(self, job_id: str) -> None:
         result = await self.broker.add_op(Cancel(job_id))
         doc = self.broker.document
-        if isinstance(result, JobNotFound) and (doc.segments or doc.waiting_cold):
+        if isinstance(result, JobNotFound) and (doc.segments or doc.waiting_cold or doc.delayed):
             result = await self._cancel_spilled(job_id, result)
         raise_if_error(result)
 
