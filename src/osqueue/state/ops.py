@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import msgspec
 
+from osqueue.api import CatchUp, ParentFailure
 from osqueue.errors import OsqueueError
 from osqueue.state.finished_jobs import ResultData
 from osqueue.state.model import (
     BrokerInfo,
-    CatchUp,
-    ParentFailure,
     Schedule,
     SegmentRef,
     StoredJob,
