@@ -149,7 +149,7 @@ def self_signed(common_name: str) -> tuple[bytes, bytes]:
 
 
 class FakeCalls:
-    """A broker's :class:`~osqueue.broker.calls.BrokerCalls` for servicer tests.
+    """A broker's :class:`~osqueue.broker.inproc.calls.BrokerCalls` for servicer tests.
 
     Every op raises (or answers) ``self.error`` when set; each op waits on
     ``gate`` (open by default) after counting itself in ``entered``, so a test

@@ -14,7 +14,7 @@ from remote_helpers import Parkings, fast_config, quiet_broker_config, read_docu
 
 from osqueue.api import Job
 from osqueue.broker import BrokerConfig
-from osqueue.broker.calls import BrokerCalls
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import NotBroker, OsqueueError, StorageError
 from osqueue.server.runner import BrokerServer, run_broker

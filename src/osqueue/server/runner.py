@@ -28,7 +28,7 @@ from typing import Any
 
 from osqueue.address import split_host_port
 from osqueue.broker import Broker, BrokerConfig, State
-from osqueue.broker.calls import BrokerCalls
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.clock import Clock
 from osqueue.errors import NotBroker, OsqueueError
 from osqueue.server.server import RunningServer, ServerConfig, serve

@@ -1,7 +1,7 @@
 """Run the gRPC service: listen, TLS, auth, limits.
 
 ``await serve(calls, ServerConfig(listen="127.0.0.1:0"))`` starts a ``grpc.aio`` server for a
-broker's :class:`~osqueue.broker.calls.BrokerCalls` and returns a :class:`RunningServer` that
+broker's :class:`~osqueue.broker.inproc.calls.BrokerCalls` and returns a :class:`RunningServer` that
 knows the port it bound. A server on a non-loopback address refuses to start without a token
 unless ``insecure=True``, and warns loudly when it takes a token over plaintext there (tokens
 then cross the network in the clear).
@@ -32,7 +32,7 @@ import grpc
 from osqueue import runtime
 from osqueue.address import is_loopback as is_loopback  # their home; kept here too
 from osqueue.address import split_host_port as split_host_port
-from osqueue.broker.calls import BrokerCalls
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.server.auth import BearerTokenInterceptor, Tokens
 from osqueue.server.health import HealthService, add_health

@@ -5,7 +5,7 @@ The service holds no queue state: it checks each request's bounds against
 makes each item into its op with the state layer's own constructors
 (:mod:`osqueue.state.make`, which check it and name the field, placed under
 the item: ``jobs[3].priority``) and submits the ops to the broker through
-:class:`~osqueue.broker.calls.BrokerCalls`, the entry the in-process client
+:class:`~osqueue.broker.inproc.calls.BrokerCalls`, the entry the in-process client
 uses too.  The items of a batch are submitted together, so the broker
 group-commits them, and each item gets its own result: one bad item fails
 alone.  A call fails as a whole only when the request itself is refused or
@@ -28,7 +28,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from osqueue.api import EncodedResult, Job, NewJob
-from osqueue.broker.calls import BrokerCalls
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.errors import (
     BrokerMoved,
     BrokerUnavailable,
