@@ -187,6 +187,8 @@ class BrokerCalls:
     ) -> tuple[list[OsqueueError | None], list[Job]]:
         """Complete ``jobs`` and make ``claim`` in one commit."""
         self.broker.heard(claim.worker, claim.queues)
+        if results is not None and all(r is None for r in results):
+            results = None  # plain completions: nothing to encode or store
         ops = await self.broker.results.completions(jobs, results)
         answers = await self._submit_completions([*ops, claim])
         errors = [r if isinstance(r, OsqueueError) else None for r in answers[:-1]]
