@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from osqueue.api import Job, NewJob
@@ -81,3 +82,27 @@ def test_the_holders_calls_and_a_claim_name_their_fields() -> None:
     with pytest.raises(InvalidInput) as info:
         make.wait(-1.0)
     assert info.value.field == "wait_s"
+
+
+def test_every_field_of_a_new_job_reaches_its_push() -> None:
+    # read from NewJob's fields: a field added to a job and not carried shows here
+    values: dict[str, Any] = {
+        "payload": b"body",
+        "queue": "q1",
+        "priority": 7,
+        "delay_s": 2.5,
+        "key": "k1",
+        "max_attempts": 9,
+        "id": "chosen-1",
+        "group": "g1",
+        "after": ("parent-1",),
+        "on_parent_failure": "run",
+        "result_ttl_s": 60.0,
+    }
+    fields = [f.name for f in msgspec.structs.fields(NewJob)]
+    assert set(values) == set(fields)
+    defaults = NewJob(b"")
+    assert all(values[name] != getattr(defaults, name) for name in fields)
+    op = make.push(NewJob(**values), LIMIT)
+    for name in fields:
+        assert getattr(op, name) == values[name], name
