@@ -93,8 +93,13 @@ class BrokerCalls:
                 if isinstance(op, Push) and op.id in clashing:
                     prepared.append(_clash(op.id))
                 elif isinstance(op, Push) and op.payload is not None:
-                    big = len(op.payload) > self.inline_max
-                    prepared.append(await self._uploaded(op) if big else op)
+                    size = len(op.payload)
+                    if size > self.max_payload_bytes:  # the broker's own bound, before I/O
+                        prepared.append(_too_large(size, self.max_payload_bytes))
+                    elif size > self.inline_max:
+                        prepared.append(await self._uploaded(op))
+                    else:
+                        prepared.append(op)
                 else:
                     prepared.append(op)
         except BaseException:  # cancelled mid-upload: nothing was submitted
@@ -293,6 +298,10 @@ def _as_error(result: Result) -> OsqueueError:
     if isinstance(result, OsqueueError):
         return result
     return InvalidInput(f"unexpected result {type(result).__name__} for a push", field="op")
+
+
+def _too_large(size: int, limit: int) -> InvalidInput:
+    return InvalidInput(f"{size} bytes is above the limit of {limit}", field="payload")
 
 
 def _clash(job_id: str) -> InvalidInput:
