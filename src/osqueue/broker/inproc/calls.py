@@ -214,6 +214,10 @@ class BrokerCalls:
         """One such op's answer, its error raised."""
         return raise_if_error(await self.broker.add_op(op))
 
+    def add(self, op: Op) -> asyncio.Future[Result]:
+        """One such op, as a future (the per-job path: no coroutine of its own)."""
+        return self.broker.add_op(op)
+
     async def cancel(self, op: Cancel) -> Result:
         """Cancel a live job, where it sits in a segment too; its error raised."""
         result = await self.broker.add_op(op)

@@ -27,6 +27,7 @@ from osqueue.api import (
     Stats,
 )
 from osqueue.broker.inproc.calls import BrokerCalls
+from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.errors import OsqueueError
 from osqueue.state import (
     Complete,
@@ -111,21 +112,21 @@ class LocalClient:
     # -- the holder's calls -------------------------------------------------------
 
     async def heartbeat(self, job: Job) -> None:
-        await self.calls.one(make.heartbeat(job))
+        raise_if_error(await self.calls.add(make.heartbeat(job)))
 
     async def complete(self, job: Job, *, result: object = None) -> None:
         if result is None:  # the common case: one op, no upload
-            await self.calls.one(Complete(*make.holder(job)))
+            raise_if_error(await self.calls.add(Complete(*make.holder(job))))
             return
         (answer,) = await self.calls.complete([job], [result])
         if isinstance(answer, OsqueueError):
             raise answer.with_traceback(None)
 
     async def fail(self, job: Job, *, error: str = "", retry_after_s: float | None = None) -> None:
-        await self.calls.one(make.fail(job, error, retry_after_s))
+        raise_if_error(await self.calls.add(make.fail(job, error, retry_after_s)))
 
     async def release(self, job: Job) -> None:
-        await self.calls.one(make.release(job))
+        raise_if_error(await self.calls.add(make.release(job)))
 
     async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
         return _errors(await self.calls.submit([make.heartbeat(j) for j in jobs]))
