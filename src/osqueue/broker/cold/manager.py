@@ -52,8 +52,10 @@ from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
 from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
@@ -159,6 +161,8 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: waiting children in objects, the sealed record of finished jobs
+        self.waiting, self.finished = _cold_parts(self)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -176,6 +180,8 @@ class SegmentManager:
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -200,6 +206,8 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.waiting.busy
+            or self.finished.busy
         )
 
     def _check_quiet(self) -> None:
@@ -424,4 +432,35 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.waiting.locate(job_id)
+
+
+def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
+    """The objects of waiting children and of the sealed record of ``m``'s broker
+    (sharing its storage, side tasks, keys being written and deletes)."""
+    waiting = WaitingObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        lease=m._lease,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    finished = FinishedObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    return waiting, finished

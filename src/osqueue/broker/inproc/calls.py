@@ -221,7 +221,8 @@ class BrokerCalls:
     async def cancel(self, op: Cancel) -> Result:
         """Cancel a live job, where it sits in a segment too; its error raised."""
         result = await self.broker.add_op(op)
-        if isinstance(result, JobNotFound) and self.broker.document.segments:
+        doc = self.broker.document
+        if isinstance(result, JobNotFound) and (doc.segments or doc.waiting_cold):
             result = await self._cancel_spilled(op.job_id, result)
         return raise_if_error(result)
 
