@@ -42,13 +42,10 @@ from osqueue.state import (
     Counted,
     Fail,
     Heartbeat,
-    PurgeDead,
     Push,
     PutSchedule,
     QueueSet,
     Release,
-    Removed,
-    RetryDead,
     Scheduled,
     SetQueue,
     make,
@@ -386,14 +383,10 @@ class QueueService:
     # ------------------------------------------------------------------ administration
 
     async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        result = await self.calls.one(RetryDead(self.check.dead(request)))
-        assert isinstance(result, Counted)
-        return pb.CountResponse(count=result.n)
+        return pb.CountResponse(count=await self.calls.dead.retry_dead(self.check.dead(request)))
 
     async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        result = await self.calls.one(PurgeDead(self.check.dead(request)))
-        assert isinstance(result, Removed)
-        return pb.CountResponse(count=len(result.jobs))
+        return pb.CountResponse(count=await self.calls.dead.purge_dead(self.check.dead(request)))
 
     async def readmit(
         self, request: pb.ReadmitSegmentRequest, context: Context

@@ -15,6 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.codec_checks import check_job_fields, queue_settings_of, schedules_of
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.finished_refs import sealed_of
@@ -73,6 +74,7 @@ def encode(doc: Document) -> bytes:
             b"]" if finished else b"",
             doc.waiting_cold.framed(),
             doc.finished.sealed.framed(),
+            b',"dead":{' + doc.dead.section() + b"}" if doc.dead else b"",
             b',"jobs":[',
             b",".join(doc.fragments(_encoder.encode)),
             b"]}",
@@ -178,6 +180,7 @@ def decode(data: bytes) -> Document:
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
+    doc.dead = _dead(wire)
     doc.waiting_cold = cold_waiting_of(wire.waiting)
     doc.finished.sealed = sealed_of(wire.finished_objects)
     return doc
@@ -290,6 +293,20 @@ def _schedules(wire: WireDocument) -> Schedules:
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.schedules{path}", message) from exc
+
+
+def _dead(wire: WireDocument) -> DeadLetters:
+    """The dead segments, each filed under its own queue, keys unique."""
+    dead = DeadLetters()
+    for queue, refs in wire.dead.items():
+        for i, ref in enumerate(refs):
+            where = f"$.dead[{queue!r}][{i}]"
+            if ref.queue != queue or dead.holds(ref.key) or not ref.key.startswith("dead/"):
+                raise _fail(where, f"{ref.key!r} is not a new dead segment of {queue!r}")
+            if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
+                raise _fail(f"{where}.count", "its count and bounds do not hold together")
+            dead.append(ref)
+    return dead
 
 
 def _segments(wire: WireDocument) -> Segments:

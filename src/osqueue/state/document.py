@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
@@ -74,6 +75,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "dead",
         "dependencies_at",
         "finished",
         "history",
@@ -143,7 +145,8 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
-        self.waiting_cold = ColdWaiting()  # objects of waiting children (.waiting_refs)
+        #: cold objects: of waiting children (.waiting_refs), dead segments (.dead_letters)
+        self.waiting_cold, self.dead = ColdWaiting(), DeadLetters()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -157,8 +160,7 @@ class Document:
         self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
-        #: the header's length when it was last encoded
-        self._head_len: int | None = None
+        self._head_len: int | None = None  # the header's length when it was last encoded
         #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
         #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -193,7 +195,7 @@ class Document:
             queue_id=self.queue_id,
         )
         new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
-        new.spill_scanned = dict(self.spill_scanned)
+        new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -384,7 +386,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size + self.waiting_cold.framed_bytes() + self.finished.sealed.framed_bytes()
+        return size + _cold_bytes(self)
 
     # -- reading ------------------------------------------------------------------
 
@@ -404,6 +406,15 @@ class Document:
             f"Document(version={self.version}, jobs={len(self.jobs)}, "
             f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
         )
+
+
+def _cold_bytes(doc: Document) -> int:
+    """The encoded length of the cold objects' sections, punctuation included."""
+    return (
+        doc.waiting_cold.framed_bytes()
+        + doc.finished.sealed.framed_bytes()
+        + doc.dead.framed_bytes()  # dead segments (osqueue.state.cold_dead)
+    )
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:
@@ -441,6 +452,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
         and a.waiting_cold == b.waiting_cold
+        and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

@@ -19,6 +19,7 @@ import msgspec
 
 from osqueue.api import CatchUp, JobStatus, ParentFailure
 from osqueue.ids import new_id
+from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
@@ -346,6 +347,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     history: tuple[HistorySample, ...] = ()
     #: the per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
+    #: queue -> its dead segments, in the order their jobs died (:mod:`osqueue.state.cold_dead`)
+    dead: dict[str, list[DeadRef]] = {}
     #: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
     #: the periodic jobs (:mod:`osqueue.state.schedules`)

@@ -28,6 +28,7 @@ import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, QueueSettings, ScheduleInfo, Stats
 from osqueue.broker.inproc.claimed import ClaimedJobs, raise_if_error
+from osqueue.broker.inproc.dead import DeadCalls
 from osqueue.errors import NOT_APPLIED, InvalidInput, JobNotFound, OsqueueError
 from osqueue.state import (
     Cancel,
@@ -61,6 +62,8 @@ class BrokerCalls:
         self.inline_max = config.inline_payload_max_bytes
         self.max_payload_bytes = config.max_payload_bytes
         self._claimed = ClaimedJobs(broker)
+        #: dead letters, in the document and in dead segments
+        self.dead = DeadCalls(broker)
 
     @property
     def heartbeat_timeout_s(self) -> float:

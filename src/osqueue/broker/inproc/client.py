@@ -9,7 +9,7 @@ durable; an op's own error is raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
 import msgspec
@@ -32,11 +32,8 @@ from osqueue.errors import OsqueueError
 from osqueue.state import (
     Complete,
     Counted,
-    PurgeDead,
     Push,
     QueueSet,
-    Removed,
-    RetryDead,
     Scheduled,
     StoredJob,
     make,
@@ -161,15 +158,67 @@ class LocalClient:
     async def cancel(self, job_id: str) -> None:
         await self.calls.cancel(make.cancel(job_id))
 
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = await self.calls.one(RetryDead(make.dead(ids)))
-        assert isinstance(result, Counted)
-        return result.n
+    async def retry_dead(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+    ) -> int:
+        """Queue dead jobs again (see :meth:`DeadCalls.retry_dead
+        <osqueue.broker.inproc.dead.DeadCalls.retry_dead>`)."""
+        return await self.calls.dead.retry_dead(
+            make.dead(ids),
+            queue=queue,
+            error=error,
+            since=since,
+            until=until,
+            progress=progress,
+            max_segments=max_segments,
+        )
 
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = await self.calls.one(PurgeDead(make.dead(ids)))
-        assert isinstance(result, Removed)
-        return len(result.jobs)
+    async def purge_dead(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+    ) -> int:
+        """Delete dead jobs (see :meth:`DeadCalls.purge_dead
+        <osqueue.broker.inproc.dead.DeadCalls.purge_dead>`)."""
+        return await self.calls.dead.purge_dead(
+            make.dead(ids),
+            queue=queue,
+            error=error,
+            since=since,
+            until=until,
+            progress=progress,
+            max_segments=max_segments,
+        )
+
+    async def dead_jobs(
+        self,
+        queue: str | None = None,
+        *,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredJob]:
+        """A page of the dead jobs the filters admit (see :meth:`DeadCalls.dead_jobs
+        <osqueue.broker.inproc.dead.DeadCalls.dead_jobs>`)."""
+        return await self.calls.dead.dead_jobs(
+            queue, error=error, since=since, until=until, offset=offset, limit=limit
+        )
 
     async def readmit_segment(self, key: str) -> int:
         """Put the set-aside segment ``key`` back in its stream, in seq order, once
