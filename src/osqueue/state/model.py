@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
+from osqueue.api import CatchUp, JobStatus, ParentFailure
 from osqueue.ids import new_id
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob
@@ -38,10 +39,7 @@ def new_queue_id() -> str:
     return new_id().lower()
 
 
-JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead")
-#: What a job whose parent ends dead or cancelled does (see :mod:`osqueue.state.deps`).
-ParentFailure = Literal["cancel", "run"]
 
 
 def to_datetime(ts: float) -> datetime:
@@ -332,9 +330,6 @@ class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     #: the bucket's level at ``tokens_at`` (None: full)
     tokens: float | None = None
     tokens_at: datetime | None = None
-
-
-CatchUp = Literal["once", "skip"]
 
 
 class Schedule(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):

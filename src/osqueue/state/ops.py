@@ -12,15 +12,14 @@ from datetime import datetime
 
 import msgspec
 
+from osqueue.api import CatchUp, ParentFailure
 from osqueue.errors import OsqueueError
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob, ResultData
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.model import (
     BrokerInfo,
-    CatchUp,
     DelayedRef,
-    ParentFailure,
     Schedule,
     SegmentRef,
     StoredJob,

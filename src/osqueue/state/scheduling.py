@@ -190,12 +190,12 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     """``job`` (a push's new job) with its group and parents: ``waiting`` while a
     parent is pending; None when a failed parent cancelled it at once (it is
     then counted as pushed and cancelled, and recorded)."""
-    job = msgspec.structs.replace(job, group=check_group(op.group))
+    # the group and parents were checked where the push was made (osqueue.state.make)
+    job = msgspec.structs.replace(job, group=op.group)
     if not op.after:
         return job
-    after = deps.check(op.after, op.on_parent_failure, op.id)
     doc = tx.doc
-    job = msgspec.structs.replace(job, after=after, on_parent_failure=op.on_parent_failure)
+    job = msgspec.structs.replace(job, after=op.after, on_parent_failure=op.on_parent_failure)
     placed = deps.place(doc, job, tx.policy.dependency_window_s)
     # children may name the jobs that finish from now on: record them for a while
     doc.note_dependencies(tx.now_dt)

@@ -257,8 +257,8 @@ class _Tx:
     # -- ops ----------------------------------------------------------------------
 
     def push(self, op: Push) -> OpResult:
-        validate.job_id(op.id)
-        delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
+        # checked where it was made (osqueue.state.make.push), not again here
+        delay = op.delay_s
         size = _payload_size(op, self.policy)
         ttl = finishing.ttl_of(op.result_ttl_s)
         doc = self.doc
