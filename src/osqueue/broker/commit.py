@@ -98,26 +98,9 @@ class CommitLoop:
 
     async def run(self) -> None:
         """Commit until the broker stops, steps down or fails."""
-        intake, life = self._intake, self._life
+        life = self._life
         try:
-            while True:
-                if not intake.pending:
-                    if life.closing:
-                        await self._final_commit()
-                        return
-                    await self._idle_wait()
-                    if not intake.pending and not self._due_for_commit():
-                        continue
-                await self._hold_for_spill()
-                batch, futures = intake.take_batch()
-                try:
-                    await self.write_batch(batch, futures)
-                except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
-                    unknown = MaybeCommitted("the broker stopped before confirming this op")
-                    answer_all(futures, unknown)
-                    raise
-                if life.state in _ENDED:
-                    return
+            await self._cycles()
         except asyncio.CancelledError:
             raise
         except OsqueueError as exc:
@@ -133,12 +116,37 @@ class CommitLoop:
                 life.state = State.STOPPED
             life.closed.set()
 
+    async def _cycles(self) -> None:
+        """Wait, take a batch, write it; until the last write of a graceful stop, or
+        a write that ends the broker."""
+        intake, life = self._intake, self._life
+        while True:
+            if not intake.pending:
+                if life.closing:
+                    await self._final_commit()
+                    return
+                await self._idle_wait()
+                if not self._due_for_commit():
+                    continue
+            if self._segments.spills.writing:
+                await self._hold_for_spill()
+            batch, futures = intake.take_batch()
+            try:
+                await self.write_batch(batch, futures)
+            except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
+                unknown = MaybeCommitted("the broker stopped before confirming this op")
+                answer_all(futures, unknown)
+                raise
+            if life.state in _ENDED:
+                return
+
     # ------------------------------------------------------------------ waiting
 
     def _due_for_commit(self) -> bool:
-        """An idle commit is due: lease renewal, a segment load or spill, a schedule
-        tick, or a sweep a parked claim waits on (:mod:`osqueue.broker.wakeups`)."""
-        if self._intake.urgent:
+        """A commit is due: ops wait, or (an idle commit) the lease renewal, a segment
+        load or spill, a schedule tick, or a sweep a parked claim waits on
+        (:mod:`osqueue.broker.wakeups`)."""
+        if self._intake.pending or self._intake.urgent:
             return True
         if self._clock.monotonic() - self._lease.written_at >= self._renew_s:
             return True
@@ -230,11 +238,10 @@ class CommitLoop:
     async def write_batch(self, batch: list[Op], futures: Futures) -> None:
         """Write ``batch`` (and the broker's own ops) as the next version, and answer
         ``futures`` once it is durable, or with why it did not commit."""
-        intake, lease = self._intake, self._lease
-        internal = intake.internal
+        intake, lease, clock = self._intake, self._lease, self._clock
         lead = 0  # the broker's loads go first: this batch's claims may take their jobs
-        if internal:
-            intake.internal = []
+        if intake.internal:
+            internal = intake.take_internal()
             loads = [op for op in internal if type(op) is Load]
             lead = len(loads)
             ops = [*loads, *batch, *(op for op in internal if type(op) is not Load)]
@@ -243,17 +250,17 @@ class CommitLoop:
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
-        started = self._clock.monotonic()
+        # (a write is sent after this, so it stands for the first attempt's sending)
+        started = sent_at = clock.monotonic()
         while True:
             doc = lease.doc
             assert doc is not None
             base_version = doc.version
-            now = self._clock.now()
-            owner = lease.owner(now, self._life.closing)
+            now = clock.now()
+            owner = lease.owner(now, self._life.closing, mono=sent_at)
             t = transition(doc, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
             sent.append((data, t))
-            sent_at = self._clock.monotonic()
             try:
                 etag = await self._storage.write(DOCUMENT_KEY, data, if_match=lease.etag)
             except Conflict:
@@ -264,9 +271,9 @@ class CommitLoop:
                 await self._retry.wait(attempt, exc)
                 attempt += 1
             else:
-                done_at = self._clock.monotonic()
+                done_at = clock.monotonic()
                 seconds = done_at - started
-                self._committed(t, etag, futures, len(data), lead, sent_at)
+                self._committed(t, etag, futures, len(data), lead, sent_at, done_at)
                 self._record(batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
@@ -277,6 +284,7 @@ class CommitLoop:
                 self._record(batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
+            sent_at = clock.monotonic()
 
     def _settle(
         self,
@@ -321,9 +329,16 @@ class CommitLoop:
             records.commit(batch, outcome.results[lead:], seconds)
 
     def _committed(
-        self, t: Transition, etag: str, futures: Futures, size: int, lead: int, sent_at: float
+        self,
+        t: Transition,
+        etag: str,
+        futures: Futures,
+        size: int,
+        lead: int,
+        sent_at: float,
+        done_at: float | None = None,
     ) -> None:
-        self._lease.wrote(t.doc, etag, sent_at)
+        self._lease.wrote(t.doc, etag, sent_at, at=done_at)
         c = self._counters
         c.commits += 1
         c.ops += len(futures)

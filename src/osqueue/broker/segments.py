@@ -60,10 +60,8 @@ from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound
 from osqueue.state import (
     Cancel,
-    Claimed,
     Document,
     Load,
-    Result,
     SegmentRef,
     SetAside,
     Stream,
@@ -83,10 +81,6 @@ log = logging.getLogger(__name__)
 
 #: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-
-
-def _claimed(results: list[Result]) -> int:
-    return sum(len(r.jobs) for r in results if type(r) is Claimed)
 
 
 class SegmentManager:
@@ -166,30 +160,42 @@ class SegmentManager:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
         doc = t.doc
+        # A queue without segments (none referenced, none in flight, no tail near
+        # the spill threshold) pays a few checks here, and nothing else.
+        touched = False
         if self._loads or self.spills.busy:
             self._settle(doc)
+            touched = True
         if self._asides:
             self._settle_asides()
+            touched = True
         for key in t.dropped_segments:
             self.counters.deleted += 1
             self._delete(key)
+            touched = True
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
+            touched = True
         life = self._life
         if not life.serving or life.closing:
             return
-        claimed = _claimed(t.results)
+        claimed = t.claimed
         if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
             self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
             doc.spill_scanned.clear()
-        if doc.segments:
+        if doc.segments.streams:
             self._plan_loads(doc, t.starved, claimed)
-        elif self._ahead:
+            touched = True
+        elif self._ahead or self._due:
             self._ahead.clear()
-        if self._policy.spill_above_jobs is not None:
+            self._due.clear()
+        above = self._policy.spill_above_jobs
+        if above is not None and doc.index.queued >= above:  # no queue's tail can be past it else
             self.spills.plan(doc, self._policy)
-        self._check_quiet()
+            touched = True
+        if touched:
+            self._check_quiet()
 
     @property
     def busy(self) -> bool:

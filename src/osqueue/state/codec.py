@@ -61,24 +61,23 @@ def encode(doc: Document) -> bytes:
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
+    parts: list[bytes | bytearray] = [
+        head[:-1],
+        b',"tombstones":{',
+        tombstones,
+        b"]}" if tombstones else b"}",  # close the last second's list, then the map
+    ]
+    # the sections a queue may not use cost one check each
     segments = doc.segments
+    if segments.streams or segments.aside:
+        parts.append(b',"queues":{' + segments.section() + b"}")
+    if doc.schedules.by_name:
+        parts.append(b',"schedules":[' + doc.schedules.section() + b"]")
     finished = doc.finished
-    return b"".join(
-        (
-            head[:-1],
-            b',"tombstones":{',
-            tombstones,
-            b"]}" if tombstones else b"}",  # close the last second's list, then the map
-            b',"queues":{' + segments.section() + b"}" if segments else b"",
-            b',"schedules":[' + doc.schedules.section() + b"]" if doc.schedules else b"",
-            b',"finished":[' if finished else b"",
-            finished.section() if finished else b"",
-            b"]" if finished else b"",
-            b',"jobs":[',
-            b",".join(doc.fragments(_encoder.encode)),
-            b"]}",
-        )
-    )
+    if finished.entries:
+        parts += (b',"finished":[', finished.section(), b"]")
+    parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
+    return b"".join(parts)
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:

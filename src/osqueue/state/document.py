@@ -41,7 +41,6 @@ from osqueue.state.model import (
     SEGMENTS_FORMAT,
     BrokerInfo,
     Counters,
-    Header,
     QueueTotals,
     StoredJob,
     StoredSettings,
@@ -64,13 +63,20 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+#: the header's fields that are always written, in :class:`Header`'s order
+_HEAD = (
+    b'{"format":%d,"version":%d,"broker":%b,"next_token":%d,"next_seq":%d,'
+    b'"archived_through":%d,"stats":%b'
+)
 
 
 class Document:
     __slots__ = (
+        "_broker_json",
         "_dirty",
         "_frags",
         "_head_len",
+        "_history_json",
         "_jobs_bytes",
         "_recent_blob",
         "archived_through",
@@ -161,6 +167,9 @@ class Document:
         self._recent_blob: bytearray | None = recent_blob
         #: the header's length when it was last encoded
         self._head_len: int | None = None
+        #: the broker and the history last encoded into the header, and their bytes
+        self._broker_json: tuple[BrokerInfo | None, bytes] = (None, b"null")
+        self._history_json: tuple[tuple[HistorySample, ...], bytes] = ((), b"[]")
         #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
         #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -196,6 +205,7 @@ class Document:
             queue_id=self.queue_id,
         )
         new._head_len = self._head_len
+        new._broker_json, new._history_json = self._broker_json, self._history_json
         new.spill_scanned = dict(self.spill_scanned)
         return new
 
@@ -273,23 +283,43 @@ class Document:
 
     def header_bytes(self) -> bytes:
         """Everything but the jobs, tombstones and references, as one JSON object
-        (what :func:`~osqueue.state.codec.encode` starts from)."""
-        head = _encoder.encode(
-            Header(
-                format=self.written_format(),
-                version=self.version,
-                broker=self.broker,
-                next_token=self.next_token,
-                next_seq=self.next_seq,
-                archived_through=self.archived_through,
-                stats=self.stats,
-                queue_id=self.queue_id,
-                history=self.history,
-                queue_settings=self.queue_settings,
-                dependencies_at=self.dependencies_at,
-                queue_totals=self.queue_totals,
-            )
+        (what :func:`~osqueue.state.codec.encode` starts from): the bytes of
+        :class:`~osqueue.state.model.Header`, field for field.
+
+        It is written every commit, so the parts that seldom change are kept
+        encoded: the broker (with its recent commits and workers; the broker
+        hands the same :class:`BrokerInfo` until one of them changes) and the
+        hour of history, each re-encoded only when another object stands there."""
+        broker, broker_json = self._broker_json
+        if broker is not self.broker:
+            broker = self.broker
+            broker_json = _encoder.encode(broker)
+            self._broker_json = (broker, broker_json)
+        head = _HEAD % (
+            self.written_format(),
+            self.version,
+            broker_json,
+            self.next_token,
+            self.next_seq,
+            self.archived_through,
+            _encoder.encode(self.stats),
         )
+        if self.queue_id is not None:
+            head += b',"queue_id":' + _encoder.encode(self.queue_id)
+        history = self.history
+        if history:
+            seen, history_json = self._history_json
+            if seen is not history:
+                history_json = _encoder.encode(history)
+                self._history_json = (history, history_json)
+            head += b',"history":' + history_json
+        if self.queue_settings:
+            head += b',"queue_settings":' + _encoder.encode(self.queue_settings)
+        if self.dependencies_at is not None:
+            head += b',"dependencies_at":' + _encoder.encode(self.dependencies_at)
+        if self.queue_totals:
+            head += b',"queue_totals":' + _encoder.encode(self.queue_totals)
+        head += b"}"
         self._head_len = len(head)
         return head
 
@@ -298,9 +328,10 @@ class Document:
         settings or jobs that wait or carry a group; else 3 with segment
         references; else 2 (the oldest format that holds it, so older releases
         read what they can)."""
-        if self.queue_settings or self.schedules or self.index.extended:
+        if self.queue_settings or self.schedules.by_name or self.index.extended:
             return FORMAT
-        return SEGMENTS_FORMAT if self.segments else PLAIN_FORMAT
+        segments = self.segments
+        return SEGMENTS_FORMAT if segments.streams or segments.aside else PLAIN_FORMAT
 
     def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
         """Replace (None: drop) one queue's settings (the header's length is stale then)."""
@@ -390,11 +421,12 @@ class Document:
             + max(0, n - 1)
             + 2
         )
-        if self.segments:
-            size += _QUEUES_OPEN + len(self.segments.section()) + 1
-        if self.schedules:
+        segments = self.segments  # (each section a queue may not use: one check)
+        if segments.streams or segments.aside:
+            size += _QUEUES_OPEN + len(segments.section()) + 1
+        if self.schedules.by_name:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
-        if self.finished:
+        if self.finished.entries:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size
 

@@ -32,7 +32,7 @@ class SweepTx(Protocol):
 
 
 def run(tx: SweepTx) -> None:
-    if tx.doc.finished:
+    if tx.doc.finished.entries:
         tx.stats["finished_evicted"] += results.sweep(tx.doc, tx.now, tx.policy)
     index = tx.doc.index
     if not index.claimed:

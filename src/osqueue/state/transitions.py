@@ -15,6 +15,7 @@ applied by :mod:`osqueue.state.spill`.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import HistorySample, minute_of, record
 from osqueue.state.limits import Gate
-from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
+from osqueue.state.model import BrokerInfo, Claim, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
     Claimed,
@@ -104,6 +105,8 @@ class Transition:
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
     finished: list[str] = field(default_factory=list)
+    #: jobs claimed in this version (what the segment manager sizes the head by)
+    claimed: int = 0
 
 
 def _check_digest(op: Push) -> None:
@@ -155,12 +158,14 @@ class _Tx:
         self.now_dt = to_datetime(now)
         self.policy = policy
         self.version = doc.version + 1
-        self.stats = msgspec.structs.asdict(doc.stats)
+        #: what this version adds to the document's counters (``doc.stats``)
+        self.stats: dict[str, int] = defaultdict(int)
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
+        self.claimed = 0
         #: set by :func:`transition` while it applies the callers' ops: a run of
         #: pushes keeps :attr:`size_bound` from one to the next instead of
         #: measuring the document for each
@@ -360,6 +365,7 @@ class _Tx:
                 queues = tuple(q for q in queues if q != claimed.queue)
         if gate is not None:
             gate.commit()
+        self.claimed += len(out)
         return Claimed(tuple(out))
 
     def heartbeat(self, op: Heartbeat) -> OpResult:
@@ -528,7 +534,7 @@ def transition(
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())
-    if tx.doc.schedules:  # ticks that have come: pushed in this very version
+    if tx.doc.schedules.by_name:  # ticks that have come: pushed in this very version
         scheduling.fire(tx)
     results: list[Result] = []
     tx.sized = True
@@ -549,7 +555,9 @@ def transition(
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version
-    new.stats = Counters(**tx.stats)
+    if tx.stats:
+        stats = new.stats
+        new.stats = _replace(stats, **{k: getattr(stats, k) + n for k, n in tx.stats.items()})
     new.set_history(_record_history(new, now))
     if owner is not None:
         new.broker = owner
@@ -561,16 +569,29 @@ def transition(
         tx.reclaimed,
         tx.starved,
         tx.dropped_segments,
-        finished=[job_id for job_id, _ in tx.ended],
+        finished=[job_id for job_id, _ in tx.ended] if tx.ended else [],
+        claimed=tx.claimed,
     )
+
+
+#: the history last found sampled for its minute, and when that minute ends
+_sampled: tuple[tuple[HistorySample, ...], float] = ((), -math.inf)
 
 
 def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
     """The document's history with this minute's sample (one comparison when the
-    minute already has one)."""
+    minute already has one: the same history as the last commit's, before its
+    last sample's minute ends)."""
+    global _sampled
     history = doc.history
-    if history and history[-1].at.timestamp() >= minute_of(now):
+    seen, until = _sampled
+    if history is seen and now < until:
         return history
+    if history:
+        last = history[-1].at.timestamp()
+        if last >= minute_of(now):
+            _sampled = (history, minute_of(last) + 60.0)
+            return history
     c = doc.stats
     return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
