@@ -190,13 +190,16 @@ def test_the_lease_hands_the_same_owner_until_something_in_it_changes() -> None:
 def test_only_the_broker_s_segment_ops_make_the_intake_urgent() -> None:
     intake = Intake(BrokerConfig(), Lifecycle.__new__(Lifecycle), BrokerCounters())
     intake.mark_archived(3)
-    assert intake.internal and not intake.urgent
+    assert intake.internal
+    assert not intake.urgent
     load = Load("q", 0, "segments/x", 0, ())
     intake.add_internal(load)
-    assert intake.urgent and intake.holds(load)
+    assert intake.urgent
+    assert intake.holds(load)
     taken = intake.take_internal()
     assert taken == [MarkArchived((3,)), load]
-    assert not intake.urgent and not intake.internal
+    assert not intake.urgent
+    assert not intake.internal
 
 
 async def test_a_queue_without_segments_spills_once_its_backlog_passes_the_threshold() -> None:
@@ -223,7 +226,8 @@ def test_push_and_claim_counts_reach_the_transition() -> None:
     doc = Document()
     ops = [Push(f"j{i}", b"p", "q", 0, 0.0, None, 5) for i in range(3)]
     t = transition(doc, ops, T0, in_place=True)
-    assert t.claimed == 0 and t.doc.stats.pushed == 3
+    assert t.claimed == 0
+    assert t.doc.stats.pushed == 3
     t = transition(doc, [ClaimOp("w", ("q",), 2), ClaimOp("w", ("q",), 5)], T0, in_place=True)
     assert t.claimed == 3
     assert (t.doc.stats.pushed, t.doc.stats.completed) == (3, 0)

@@ -283,43 +283,8 @@ class Document:
 
     def header_bytes(self) -> bytes:
         """Everything but the jobs, tombstones and references, as one JSON object
-        (what :func:`~osqueue.state.codec.encode` starts from): the bytes of
-        :class:`~osqueue.state.model.Header`, field for field.
-
-        It is written every commit, so the parts that seldom change are kept
-        encoded: the broker (with its recent commits and workers; the broker
-        hands the same :class:`BrokerInfo` until one of them changes) and the
-        hour of history, each re-encoded only when another object stands there."""
-        broker, broker_json = self._broker_json
-        if broker is not self.broker:
-            broker = self.broker
-            broker_json = _encoder.encode(broker)
-            self._broker_json = (broker, broker_json)
-        head = _HEAD % (
-            self.written_format(),
-            self.version,
-            broker_json,
-            self.next_token,
-            self.next_seq,
-            self.archived_through,
-            _encoder.encode(self.stats),
-        )
-        if self.queue_id is not None:
-            head += b',"queue_id":' + _encoder.encode(self.queue_id)
-        history = self.history
-        if history:
-            seen, history_json = self._history_json
-            if seen is not history:
-                history_json = _encoder.encode(history)
-                self._history_json = (history, history_json)
-            head += b',"history":' + history_json
-        if self.queue_settings:
-            head += b',"queue_settings":' + _encoder.encode(self.queue_settings)
-        if self.dependencies_at is not None:
-            head += b',"dependencies_at":' + _encoder.encode(self.dependencies_at)
-        if self.queue_totals:
-            head += b',"queue_totals":' + _encoder.encode(self.queue_totals)
-        head += b"}"
+        (what :func:`~osqueue.state.codec.encode` starts from; see :func:`_header`)."""
+        head = _header(self)
         self._head_len = len(head)
         return head
 
@@ -448,6 +413,45 @@ class Document:
             f"Document(version={self.version}, jobs={len(self.jobs)}, "
             f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
         )
+
+
+def _header(doc: Document) -> bytes:
+    """The bytes of the document's :class:`~osqueue.state.model.Header`, field for field.
+
+    It is written every commit, so the parts that seldom change are kept
+    encoded: the broker (with its recent commits and workers; the broker
+    hands the same :class:`BrokerInfo` until one of them changes) and the
+    hour of history, each re-encoded only when another object stands there."""
+    broker, broker_json = doc._broker_json
+    if broker is not doc.broker:
+        broker = doc.broker
+        broker_json = _encoder.encode(broker)
+        doc._broker_json = (broker, broker_json)
+    head = _HEAD % (
+        doc.written_format(),
+        doc.version,
+        broker_json,
+        doc.next_token,
+        doc.next_seq,
+        doc.archived_through,
+        _encoder.encode(doc.stats),
+    )
+    if doc.queue_id is not None:
+        head += b',"queue_id":' + _encoder.encode(doc.queue_id)
+    history = doc.history
+    if history:
+        seen, history_json = doc._history_json
+        if seen is not history:
+            history_json = _encoder.encode(history)
+            doc._history_json = (history, history_json)
+        head += b',"history":' + history_json
+    if doc.queue_settings:
+        head += b',"queue_settings":' + _encoder.encode(doc.queue_settings)
+    if doc.dependencies_at is not None:
+        head += b',"dependencies_at":' + _encoder.encode(doc.dependencies_at)
+    if doc.queue_totals:
+        head += b',"queue_totals":' + _encoder.encode(doc.queue_totals)
+    return head + b"}"
 
 
 def totals(doc: Document, queue: str) -> QueueTotals:

@@ -35,7 +35,7 @@ from osqueue.errors import (
 from osqueue.state import deps, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
-from osqueue.state.history import HistorySample, minute_of, record
+from osqueue.state.history import record, sampled
 from osqueue.state.limits import Gate
 from osqueue.state.model import BrokerInfo, Claim, StoredJob, to_datetime
 from osqueue.state.ops import (
@@ -105,8 +105,7 @@ class Transition:
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
     finished: list[str] = field(default_factory=list)
-    #: jobs claimed in this version (what the segment manager sizes the head by)
-    claimed: int = 0
+    claimed: int = 0  #: jobs claimed in this version (the segment manager sizes its head by it)
 
 
 def _check_digest(op: Push) -> None:
@@ -158,8 +157,7 @@ class _Tx:
         self.now_dt = to_datetime(now)
         self.policy = policy
         self.version = doc.version + 1
-        #: what this version adds to the document's counters (``doc.stats``)
-        self.stats: dict[str, int] = defaultdict(int)
+        self.stats: dict[str, int] = defaultdict(int)  # what this version adds to doc.stats
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
@@ -558,7 +556,10 @@ def transition(
     if tx.stats:
         stats = new.stats
         new.stats = _replace(stats, **{k: getattr(stats, k) + n for k, n in tx.stats.items()})
-    new.set_history(_record_history(new, now))
+    if not sampled(new.history, now):  # the first commit of a minute adds its sample
+        c = new.stats
+        counters = (c.pushed, c.completed, c.failed, c.dead)
+        new.set_history(record(new.history, now, counters, depths(new)))
     if owner is not None:
         new.broker = owner
     return Transition(
@@ -569,31 +570,9 @@ def transition(
         tx.reclaimed,
         tx.starved,
         tx.dropped_segments,
-        finished=[job_id for job_id, _ in tx.ended] if tx.ended else [],
+        finished=[job_id for job_id, _ in tx.ended],
         claimed=tx.claimed,
     )
-
-
-#: the history last found sampled for its minute, and when that minute ends
-_sampled: tuple[tuple[HistorySample, ...], float] = ((), -math.inf)
-
-
-def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
-    """The document's history with this minute's sample (one comparison when the
-    minute already has one: the same history as the last commit's, before its
-    last sample's minute ends)."""
-    global _sampled
-    history = doc.history
-    seen, until = _sampled
-    if history is seen and now < until:
-        return history
-    if history:
-        last = history[-1].at.timestamp()
-        if last >= minute_of(now):
-            _sampled = (history, minute_of(last) + 60.0)
-            return history
-    c = doc.stats
-    return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
 
 def apply(
