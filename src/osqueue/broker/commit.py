@@ -137,7 +137,7 @@ class CommitLoop:
                 unknown = MaybeCommitted("the broker stopped before confirming this op")
                 answer_all(futures, unknown)
                 raise
-            if life.state in _ENDED:
+            if not life.serving and life.state in _ENDED:
                 return
 
     # ------------------------------------------------------------------ waiting
@@ -195,9 +195,10 @@ class CommitLoop:
             return
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
-        if lease.doc is not None:
+        doc = lease.doc
+        if doc is not None and (waiters.parked or doc.schedules.by_name):
             parked = bool(waiters.parked)
-            wake_in = idle_timeout_s(lease.doc, self._policy, self._clock.now(), parked)
+            wake_in = idle_timeout_s(doc, self._policy, self._clock.now(), parked)
             if wake_in is not None:
                 timeout = min(timeout, wake_in)
         if timeout <= 0:
