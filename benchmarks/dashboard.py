@@ -22,7 +22,8 @@ from pathlib import Path
 
 import aiohttp
 
-from osqueue.dashboard.web import Dashboard, DashboardConfig
+from osqueue.dashboard.board import DashboardConfig
+from osqueue.dashboard.web import Dashboard
 from osqueue.state import DOCUMENT_KEY, ClaimOp, Document, Fail, Push, encode, transition
 
 T0 = time.time()

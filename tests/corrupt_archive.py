@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from osqueue.broker.archive import ArchiveRecord, archive_key
+from osqueue.broker.archive.objects import ArchiveRecord, archive_key
 from osqueue.state.model import to_datetime
 
 T0 = 1_800_000_000.0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, QueueClient, QueueStats, Stats
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
     Conflict,

@@ -11,7 +11,7 @@ from pathlib import Path
 import osqueue
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.dashboard.web import DashboardConfig
+from osqueue.dashboard.board import DashboardConfig
 from osqueue.state import DOCUMENT_KEY, Document, decode
 
 TOKEN = "admin-token-for-tests"

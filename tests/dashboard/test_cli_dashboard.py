@@ -46,6 +46,7 @@ def test_without_the_extra_the_error_names_the_install_line(
     monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp -> ImportError
     monkeypatch.delitem(sys.modules, "osqueue.dashboard.web", raising=False)
     monkeypatch.delitem(sys.modules, "osqueue.dashboard.pages", raising=False)
+    monkeypatch.delitem(sys.modules, "osqueue.dashboard.board", raising=False)
     monkeypatch.delattr(osqueue.dashboard, "web", raising=False)
     with pytest.raises(MissingExtra, match=re.escape("pip install 'osqueue[dashboard]'")):
         dashboard_command._import_web()

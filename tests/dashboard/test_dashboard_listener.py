@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from osqueue.dashboard.board import DashboardConfig
 from osqueue.dashboard.listener import BoundedSite
-from osqueue.dashboard.web import DashboardConfig
 from osqueue.errors import InvalidInput
 
 

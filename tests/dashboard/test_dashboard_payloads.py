@@ -1,5 +1,5 @@
 """The job page's payload preview reads payload objects through the one checked
-read (:func:`osqueue.broker.payloads.read_payload`): an object that was rewritten,
+read (:func:`osqueue.broker.objects.payloads.read_payload`): an object that was rewritten,
 or replaced by a link to a file outside the store, is never shown; the page says
 the payload failed its check, naming the job and the object."""
 

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli.top import Rates, render
-from osqueue.dashboard.queries import (
+from osqueue.dashboard.web import Dashboard
+from osqueue.inspect.jobs import (
     DocumentJobs,
     JobFilter,
     SegmentedJobs,
@@ -20,8 +21,7 @@ from osqueue.dashboard.queries import (
     encode_cursor,
     sort_key,
 )
-from osqueue.dashboard.snapshot import Snapshot
-from osqueue.dashboard.web import Dashboard
+from osqueue.inspect.snapshot import Snapshot
 from osqueue.state import (
     DOCUMENT_KEY,
     ClaimOp,

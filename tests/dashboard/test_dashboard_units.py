@@ -7,17 +7,7 @@ import json
 
 import pytest
 
-from osqueue.broker.payloads import BadPayload
-from osqueue.dashboard.brokerlog import BrokerLog, DocumentMetrics
-from osqueue.dashboard.history import DocumentHistory, Flow, SampledHistory, flows_of
-from osqueue.dashboard.queries import (
-    DocumentJobs,
-    JobFilter,
-    decode_cursor,
-    encode_cursor,
-    preview,
-    sort_key,
-)
+from osqueue.broker.objects.payloads import BadPayload
 from osqueue.dashboard.security import (
     Access,
     AllowedHosts,
@@ -28,8 +18,18 @@ from osqueue.dashboard.security import (
     access_for,
     safe_next,
 )
-from osqueue.dashboard.snapshot import Snapshot
 from osqueue.errors import InvalidInput
+from osqueue.inspect.brokerlog import BrokerLog, DocumentMetrics
+from osqueue.inspect.history import DocumentHistory, Flow, SampledHistory, flows_of
+from osqueue.inspect.jobs import (
+    DocumentJobs,
+    JobFilter,
+    decode_cursor,
+    encode_cursor,
+    preview,
+    sort_key,
+)
+from osqueue.inspect.snapshot import Snapshot
 from osqueue.state import BrokerInfo, ClaimOp, Document, Fail, Push, apply, to_datetime
 from osqueue.state.model import BrokerPerf
 
@@ -266,7 +266,7 @@ def test_listening_beyond_loopback_needs_a_token_or_insecure() -> None:
 
 
 async def test_snapshot_source_decodes_only_when_the_etag_changes() -> None:
-    from osqueue.dashboard.snapshot import SnapshotSource, spacing_s
+    from osqueue.inspect.snapshot import SnapshotSource, spacing_s
     from osqueue.state import encode
     from osqueue.storage import MemoryStorage
 

@@ -12,12 +12,12 @@ from test_dashboard_units import T0, build, snapshot
 
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.activity import RecentWorkers
-from osqueue.dashboard.history import DocumentHistory, QueueRates, nice_ticks
-from osqueue.dashboard.queries import job_times
+from osqueue.broker.observe.counters import RecentWorkers
 from osqueue.dashboard.render import ago, until
 from osqueue.dashboard.security import Access, Refused, Sessions, access_for
 from osqueue.errors import InvalidInput
+from osqueue.inspect.history import DocumentHistory, QueueRates, nice_ticks
+from osqueue.inspect.jobs import job_times
 from osqueue.state import (
     BrokerInfo,
     Cancel,

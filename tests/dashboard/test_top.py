@@ -24,7 +24,7 @@ from dashboard_helpers import SRC, seed_stopped
 from rich.console import Console
 
 from osqueue.cli.top import RateMeter, render
-from osqueue.dashboard.snapshot import Snapshot
+from osqueue.inspect.snapshot import Snapshot
 from osqueue.state import Claimed, ClaimOp, Complete, Document, Push, SetQueue, apply
 
 DEADLINE_S = 45.0

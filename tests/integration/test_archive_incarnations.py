@@ -24,7 +24,7 @@ from remote_helpers import quiet_broker_config
 from typer.testing import CliRunner, Result
 
 import osqueue
-from osqueue.broker.archive import parse_key, write_archive
+from osqueue.broker.archive.objects import parse_key, write_archive
 from osqueue.cli.app import app
 from osqueue.clock import ManualClock
 from osqueue.state import DOCUMENT_KEY, decode
@@ -112,7 +112,7 @@ def test_an_older_copy_of_queue_json_restored_loses_no_completion(
     first = asyncio.run(_complete(url, clock, [b"a%d" % i for i in range(5)]))
     shutil.copy(copy, tmp_path / DOCUMENT_KEY)  # restored within the hour
     clock.advance(60)
-    with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive"):
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive.objects"):
         # The same versions complete other jobs: their first keys hold the earlier objects.
         second = asyncio.run(_complete(url, clock, [b"b%d" % i for i in range(5)]))
 
@@ -166,7 +166,7 @@ async def test_an_object_with_other_content_at_the_key_is_not_taken_as_archived(
     mine = [done_job("j1", 7, at=T0), done_job("j2", 7, at=T0)]
     key = "archive/date=2027-01-15/hour=08/00000000000000000007-01jd0000000000000000000000.jsonl"
     await storage.put(key, b'{"id":"someone-else"}\n')
-    with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive"):
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.archive.objects"):
         assert await write_archive(storage, mine, queue_id) == 7
     keys = await storage.list("archive/")
     assert key in keys

@@ -21,7 +21,7 @@ from osqueue.broker import Broker, BrokerConfig
 from osqueue.cli import top
 from osqueue.cli.app import app
 from osqueue.cli.console import log_handler, printable, stdout
-from osqueue.dashboard.snapshot import SnapshotSource
+from osqueue.inspect.snapshot import SnapshotSource
 from osqueue.state import DOCUMENT_KEY
 
 HOSTILE_ERROR = (

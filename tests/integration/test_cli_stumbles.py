@@ -28,8 +28,8 @@ from typer.main import get_command
 import osqueue
 from osqueue.cli import exits
 from osqueue.cli.app import app
-from osqueue.cli.status import age_text
 from osqueue.errors import BrokerUnavailable, InvalidInput, NotFound, Unauthenticated
+from osqueue.inspect.status import age_text
 
 MIB = 1024 * 1024
 __all__ = ["handlers_dir", "procs", "qdir"]  # fixtures, imported for their use here

@@ -27,9 +27,9 @@ from remote_helpers import fast_config, quiet_broker_config
 from typer.testing import CliRunner
 
 import osqueue
-from osqueue.broker.broker import State
-from osqueue.broker.claimed import ClaimedJobs
-from osqueue.broker.payloads import BadPayload, Payloads
+from osqueue.broker.core.broker import State
+from osqueue.broker.inproc.claimed import ClaimedJobs
+from osqueue.broker.objects.payloads import BadPayload, Payloads
 from osqueue.cli.app import app
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import CorruptDocument, DocumentGone

@@ -21,7 +21,7 @@ import msgspec
 
 from osqueue.api import EncodedResult, Job, NewJob
 from osqueue.broker import Broker, BrokerConfig, State
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import (
     BrokerUnavailable,
     DuplicateKey,

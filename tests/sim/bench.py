@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import BrokerUnavailable, MaybeCommitted, NotBroker, ShuttingDown
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage.memory import EtagMode

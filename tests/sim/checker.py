@@ -359,7 +359,7 @@ def _check_payloads(outcome: Outcome, f: Findings) -> None:
 
 
 #: the error a claim fails a job with when its payload object is gone
-#: (:class:`osqueue.broker.payloads.BadPayload`, ``missing``)
+#: (:class:`osqueue.broker.objects.payloads.BadPayload`, ``missing``)
 _MISSING_PAYLOAD = re.compile(r"payload object (\S+) of job \S+ is missing")
 
 

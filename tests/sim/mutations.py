@@ -60,7 +60,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------ archive (I1, I2)
     Mutation(
         name="archive-key-per-write",
-        file="broker/archive.py",
+        file="broker/archive/objects.py",
         original="    return archive_key(first.done_version, first.done_at, queue_id), body\n",
         replacement=(
             "    unique = __import__('os').urandom(8).hex()\n"
@@ -72,7 +72,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="archive-409-as-exists",
-        file="broker/archive.py",
+        file="broker/archive/objects.py",
         original=(
             "        try:\n            held = await storage.get(key)\n        except NotFound:\n"
         ),
@@ -135,7 +135,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------ group commit (I3, I4)
     Mutation(
         name="commit-answers-last-attempt",
-        file="broker/commit.py",
+        file="broker/core/commit.py",
         original=(
             "            landed = next((tx for data, tx in sent if data == verdict.data), None)\n"
         ),
@@ -149,7 +149,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="commit-takes-other-version-as-own",
-        file="broker/lease.py",
+        file="broker/lease/hold.py",
         original="        if mine and stored.version == new_version:\n",
         replacement="        if stored.version == new_version:\n",
         family="group commit: unknown outcomes",
@@ -159,7 +159,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------ leases and takeover
     Mutation(
         name="takeover-skips-inherited-archive",
-        file="broker/lease.py",
+        file="broker/lease/hold.py",
         original=(
             "                await archiver.write_inherited(inherited, archived, incarnation)\n"
         ),
@@ -171,7 +171,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------ payloads and sweeps (I1)
     Mutation(
         name="payload-sweep-ignores-spilled",
-        file="broker/payloads.py",
+        file="broker/objects/payloads.py",
         original="        return key not in doc.segments.payloads\n",
         replacement="        return True\n",
         family="payload objects and sweeps",

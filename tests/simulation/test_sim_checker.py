@@ -25,7 +25,7 @@ from sim.history import ArchiveRecord, History, Kind, Outcome, Rule
 from sim.store import Landed
 
 from osqueue.api import EncodedResult
-from osqueue.broker.payloads import BadPayload
+from osqueue.broker.objects.payloads import BadPayload
 from osqueue.state import (
     BrokerInfo,
     Cancel,
@@ -299,7 +299,7 @@ def payload_kept() -> Story:
 
 def test_a_claim_that_found_a_live_jobs_payload_missing_is_payload_kept() -> None:
     """A claim found j1's object gone and failed j1 (how the broker answers a missing
-    object: :mod:`osqueue.broker.claimed`); j1 is completed on a later claim and its
+    object: :mod:`osqueue.broker.inproc.claimed`); j1 is completed on a later claim and its
     object is there at the end, so only the failed read shows the loss."""
     s = Story()
     ref = "payloads/j1=u1"

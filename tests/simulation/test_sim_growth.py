@@ -16,7 +16,7 @@ from sim.bench import Bench
 
 from osqueue.api import NewJob
 from osqueue.broker import BrokerConfig
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import OsqueueError, QueueFull
 
 CAP = 64 * 1024

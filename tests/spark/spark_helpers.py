@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from osqueue.broker import BrokerConfig
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
 from osqueue.client.loop_thread import LoopThread
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import ServerConfig

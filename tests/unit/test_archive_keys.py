@@ -1,13 +1,13 @@
 """Archive keys name the version and the queue id; every reader parses them one way
-(:func:`osqueue.broker.archive.parse_key`), and a Spark stream over the archive
+(:func:`osqueue.broker.archive.objects.parse_key`), and a Spark stream over the archive
 delivers each object once across a queue created again with the same versions."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from osqueue.broker.archive import archive_key, fresh_key, parse_key
-from osqueue.dashboard.archive_view import parse_key as dashboard_key
+from osqueue.broker.archive.objects import archive_key, fresh_key, parse_key
+from osqueue.inspect.archive import parse_key as dashboard_key
 from osqueue.spark.archive import ArchiveOffset, archive_keys, latest_offset
 from osqueue.state import DOCUMENT_KEY, Document, encode
 from osqueue.state.model import to_datetime

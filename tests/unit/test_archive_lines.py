@@ -1,11 +1,14 @@
-"""Reading archive objects line by line (:func:`osqueue.broker.archive.read_lines`), pure."""
+"""Reading archive objects line by line, pure.
+
+:func:`osqueue.broker.archive.objects.read_lines`.
+"""
 
 from __future__ import annotations
 
 import msgspec
 from archive_helpers import done_job
 
-from osqueue.broker.archive import (
+from osqueue.broker.archive.objects import (
     ArchiveRecord,
     BadLine,
     corrupt_lines,

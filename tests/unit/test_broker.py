@@ -18,7 +18,7 @@ import pytest
 from backends import BACKENDS_WITH_GCS, backend_url
 
 import osqueue
-from osqueue.broker.broker import State
+from osqueue.broker.core.broker import State
 from osqueue.clock import ManualClock
 from osqueue.errors import (
     CorruptDocument,
@@ -462,7 +462,7 @@ async def test_a_standby_whose_clock_runs_an_hour_ahead_does_not_take_a_live_lea
     active = osqueue.Broker(store, config(address="10.0.0.1:7070"), clock=clock)
     await active.start()
     standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=ahead, standby=True)
-    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease_watch"):
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease.watch"):
         starting = asyncio.ensure_future(standby.start())
         for _ in range(5 * int(LEASE_S)):  # five leases, renewed all along
             await _tick(clock, ahead)
@@ -492,7 +492,7 @@ async def test_a_lease_written_an_hour_ahead_does_not_block_the_standby_after_it
     await active.start()
     job_id = await active.client().push(b"x")
     standby = osqueue.Broker(store, config(address="10.0.0.2:7070"), clock=clock, standby=True)
-    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease_watch"):
+    with caplog.at_level(logging.WARNING, logger="osqueue.broker.lease.watch"):
         starting = asyncio.ensure_future(standby.start())
         version, changed_at = 0, 0.0
         for _ in range(3 * int(LEASE_S)):  # alive: renewed, and not taken over
@@ -934,7 +934,7 @@ async def test_a_crash_in_the_commit_loop_answers_every_waiting_op() -> None:
     def boom(*args: object, **kwargs: object) -> bytes:
         raise RuntimeError("encoder bug")
 
-    import osqueue.broker.commit as module
+    import osqueue.broker.core.commit as module
 
     original = module.encode
     module.encode = boom  # type: ignore[assignment]

@@ -16,7 +16,7 @@ from prometheus_client.openmetrics.parser import (
 )
 
 import osqueue
-from osqueue.broker.broker import State
+from osqueue.broker.core.broker import State
 from osqueue.clock import ManualClock
 from osqueue.errors import (
     DocumentGone,
@@ -350,7 +350,7 @@ def test_without_the_extra_metrics_listen_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
-    for name in ("osqueue.metrics.exposition", "osqueue.broker.metrics"):
+    for name in ("osqueue.metrics.exposition", "osqueue.broker.observe.metrics"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(MissingExtra) as caught:
         osqueue.Broker(MemoryStorage(), config())

@@ -14,12 +14,12 @@ import pytest
 from segment_helpers import config
 
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.broker.activity import BrokerCounters
-from osqueue.broker.intake import Intake
-from osqueue.broker.lease import Lease
-from osqueue.broker.lifecycle import Lifecycle
-from osqueue.broker.retry import StorageRetry
-from osqueue.broker.segments_demand import ClaimDemand, _power_of_two
+from osqueue.broker.cold.demand import ClaimDemand, _power_of_two
+from osqueue.broker.core.intake import Intake
+from osqueue.broker.core.lifecycle import Lifecycle
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.broker.lease.hold import Lease
+from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import ManualClock
 from osqueue.state import (
     ClaimOp,

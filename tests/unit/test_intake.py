@@ -1,4 +1,4 @@
-"""A batch submitted at once shares one future (broker/intake.py): its answers
+"""A batch submitted at once shares one future (broker/core/intake.py): its answers
 come back in order, one error stays with its op, and a caller that gives up
 does not stop the commit or the other callers."""
 

@@ -1,8 +1,8 @@
-"""The deep-queue sizes follow the claims per commit (broker/segments_demand.py)."""
+"""The deep-queue sizes follow the claims per commit (broker/cold/demand.py)."""
 
 from __future__ import annotations
 
-from osqueue.broker.segments_demand import ClaimDemand
+from osqueue.broker.cold.demand import ClaimDemand
 from osqueue.state import Policy
 
 CONFIGURED = Policy(head_jobs=500, load_jobs=500, spill_above_jobs=1_000)

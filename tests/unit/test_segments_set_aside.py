@@ -16,9 +16,9 @@ from metrics_helpers import scrape, value
 from segment_helpers import config
 
 from osqueue.broker import Broker
-from osqueue.broker.segments_read import find_spilled, jobs_after, read_spilled
-from osqueue.cli.status import status_of
+from osqueue.broker.cold.read import find_spilled, jobs_after, read_spilled
 from osqueue.errors import CorruptDocument, InvalidInput, JobNotFound
+from osqueue.inspect.status import status_of
 from osqueue.state import (
     SegmentRef,
     decode,

@@ -1,11 +1,11 @@
-"""When an idle broker commits for schedule ticks (broker/wakeups.py): on whole
+"""When an idle broker commits for schedule ticks (broker/core/wakeups.py): on whole
 multiples of TICK_BATCH_S, so ticks that fall due within one second share a commit."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from osqueue.broker.wakeups import TICK_BATCH_S, commit_due, idle_timeout_s
+from osqueue.broker.core.wakeups import TICK_BATCH_S, commit_due, idle_timeout_s
 from osqueue.state import Document, Policy, PutSchedule, Scheduled, apply, next_tick_at
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()

@@ -28,12 +28,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-import msgspec
 import typer
 
-from osqueue.broker.archive import (
+from osqueue.broker.archive.objects import (
     PREFIX,
-    ArchiveRecord,
     BadLine,
     corrupt_lines,
     parse_key,
@@ -41,15 +39,15 @@ from osqueue.broker.archive import (
 )
 from osqueue.cli import exits
 from osqueue.cli.options import AsJson, Url
-from osqueue.cli.snapshot import read_blob
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound
+from osqueue.inspect.archive import RECORDS, read_objects
+from osqueue.inspect.document import read_blob
 from osqueue.state import Document, decode
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
 #: deletes (and reads, with --verify) in flight at once
 _DELETES = 32
-_decoder = msgspec.json.Decoder(ArchiveRecord)
 
 
 @dataclass
@@ -271,11 +269,11 @@ async def _verify(storage: Storage, keys: list[str], doc: Document | None) -> Ve
     archived: set[str] = set()
     for start in range(0, len(keys), _DELETES):
         chunk = keys[start : start + _DELETES]
-        blobs = await asyncio.gather(*(_get(storage, key) for key in chunk))
+        blobs = await read_objects(storage, chunk, at_once=_DELETES)
         for key, data in zip(chunk, blobs, strict=True):
             if data is None:  # deleted since it was listed (a lifecycle rule)
                 continue
-            records, bad = read_lines(data, key, _decoder)
+            records, bad = read_lines(data, key, RECORDS)
             verified.objects += 1
             verified.lines += len(records) + len(bad)
             verified.bad.extend(bad)
@@ -286,10 +284,3 @@ async def _verify(storage: Storage, keys: list[str], doc: Document | None) -> Ve
         done = doc.index.done
         verified.count = Counted(queue_id, doc.stats.completed, len(done), len(archived - done))
     return verified
-
-
-async def _get(storage: Storage, key: str) -> bytes | None:
-    try:
-        return await storage.get(key)
-    except NotFound:
-        return None

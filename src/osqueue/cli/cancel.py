@@ -9,19 +9,14 @@ import typer
 
 from osqueue.cli import exits
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    ClientOptions,
-    Embedded,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
 from osqueue.errors import JobNotFound
+from osqueue.inspect.options import ClientOptions, open_client
 
 
+@connecting
 def cancel(
     url: Url,
     ids: Annotated[
@@ -33,23 +28,10 @@ def cancel(
             show_default=False,
         ),
     ],
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Cancel jobs: they leave the queue unfinished (a worker holding one gets LeaseLost)."""
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
     wanted = list(dict.fromkeys(ids))  # each id once, in the order given
     outcomes = asyncio.run(_cancel(options, wanted))
     failed = {job_id: exc for job_id, exc in zip(wanted, outcomes, strict=True) if exc is not None}

@@ -105,7 +105,9 @@ def dashboard(
     from osqueue.wire.auth import resolve_token
 
     web = _import_web()
-    config = web.DashboardConfig(
+    from osqueue.dashboard.board import DashboardConfig
+
+    config = DashboardConfig(
         url=url,
         listen=listen,
         token=resolve_token(token, token_file),

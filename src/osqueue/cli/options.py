@@ -1,18 +1,22 @@
 """Arguments and options shared by several commands, and how they open a client.
 
 Every option has an ``OSQUEUE_*`` environment variable (shown in ``--help``).
+The options that say how to reach the broker are declared once, here: a
+command that calls the broker takes one :class:`ClientOptions` parameter and
+is wrapped in :func:`connecting`, which shows those options in its ``--help``
+and builds the value from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from osqueue.api import QueueClient
+from osqueue.inspect.options import ClientOptions
 
 _CONN = "Connection"
 
@@ -96,37 +100,52 @@ AsJson = Annotated[
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class ClientOptions:
-    """How a command reaches the broker of the queue at ``url``."""
-
-    url: str
-    token: str | None = None
-    token_file: str | None = None
-    tls_ca: str | None = None
-    embedded: bool = False
-    #: How long one call keeps trying (failovers included); None: the client's default.
-    timeout_s: float | None = None
-    tls_fingerprint: str | None = None
-    allow_plaintext_token: bool = False
+R = TypeVar("R")
 
 
-@asynccontextmanager
-async def open_client(options: ClientOptions) -> AsyncIterator[QueueClient]:
-    """``osqueue.connect`` with the command's connection options; closed on exit."""
-    from osqueue.client.remote import RemoteConfig, connect
-    from osqueue.wire.auth import resolve_token
-
-    config = RemoteConfig(
-        token=resolve_token(options.token, options.token_file),
-        tls_ca=options.tls_ca,
-        tls_fingerprint=options.tls_fingerprint,
-        allow_plaintext_token=options.allow_plaintext_token,
+def _option(name: str, annotation: Any, default: object) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
     )
-    client = await connect(
-        options.url, embedded=options.embedded, timeout_s=options.timeout_s, config=config
-    )
-    try:
-        yield client
-    finally:
-        await client.close()
+
+
+#: How a command reaches the broker, in the order ``--help`` lists them; each
+#: name is the :class:`ClientOptions` field it fills.
+CONNECTION: tuple[inspect.Parameter, ...] = (
+    _option("token", Token, None),
+    _option("token_file", TokenFile, None),
+    _option("tls_ca", TlsCa, None),
+    _option("tls_fingerprint", TlsFingerprint, None),
+    _option("allow_plaintext_token", AllowPlaintextToken, False),
+    _option("embedded", Embedded, False),
+)
+
+
+def connecting(command: Callable[..., R]) -> Callable[..., R]:
+    """``command`` with its :class:`ClientOptions` parameter shown to Typer as the
+    :data:`CONNECTION` options (in its place), and the value built from them and
+    the command's ``url`` argument when it runs."""
+    signature = inspect.signature(command, eval_str=True)
+    params = list(signature.parameters.values())
+    slots = [i for i, p in enumerate(params) if p.annotation is ClientOptions]
+    if len(slots) != 1:
+        raise TypeError(f"{command.__name__} needs one ClientOptions parameter to connect")
+    slot = slots[0]
+    target = params[slot].name
+    shown = [
+        *params[:slot],
+        *(p.replace(kind=params[slot].kind) for p in CONNECTION),
+        *params[slot + 1 :],
+    ]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> R:
+        fields = {p.name: given.pop(p.name) for p in CONNECTION}
+        given[target] = ClientOptions(given["url"], **fields)
+        return command(**given)
+
+    run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in shown} | {
+        "return": signature.return_annotation
+    }
+    return run

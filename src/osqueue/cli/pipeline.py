@@ -26,18 +26,13 @@ import typer
 from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    ClientOptions,
-    Embedded,
-    TlsCa,
-    TlsFingerprint,
     Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
 from osqueue.client.worker import WorkerConfig
 from osqueue.errors import InvalidInput
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.pipeline.dataroot import DataRoot
 from osqueue.pipeline.task import INDEX_QUEUE
 from osqueue.pipeline.wal import GenerateConfig
@@ -215,6 +210,7 @@ async def _limit_queue(url: str, queue: str, *, token: str | None, embedded: boo
 
 
 @pipeline_app.command()
+@connecting
 def index(
     url: Url,
     queue: QueueName = INDEX_QUEUE,
@@ -264,12 +260,8 @@ def index(
     ] = None,
     spark_master: Master = None,
     spark_conf: SparkConf = None,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Run a Spark index worker: fold claimed segments into their namespaces' indexes."""
     config = WorkerConfig(
@@ -280,15 +272,6 @@ def index(
         heartbeat_interval_s=heartbeat_interval_s,
         wait_s=wait_s,
         burst=burst,
-    )
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
     )
     with spark_session(spark_master, "osqueue-index", parse_conf(spark_conf)) as spark:
         handler = asyncio.run(_run_index(options, spark, config))

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -40,18 +40,10 @@ from osqueue.api import NewJob, QueueClient
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    ClientOptions,
-    Embedded,
     Queue,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
-from osqueue.cli.snapshot import read_blob
 from osqueue.errors import (
     InvalidInput,
     MaybeCommitted,
@@ -62,6 +54,8 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.ids import new_id
+from osqueue.inspect.document import read_blob
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.server.limits import MIB, Limits, RequestChecker
 from osqueue.state import DOCUMENT_KEY
 from osqueue.state.codec import decode_owner
@@ -100,6 +94,7 @@ class JobTemplate:
         )
 
 
+@connecting
 def push(
     url: Url,
     queue: Queue = "default",
@@ -192,12 +187,8 @@ def push(
             show_default=False,
         ),
     ] = None,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Push jobs; print each job id on its own line once the broker acknowledged it."""
     given = [
@@ -225,18 +216,9 @@ def push(
         tuple(after) if after else (),
         result_ttl_s,
     )
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        timeout_s=retry_for_s or None,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
+    options = replace(options, timeout_s=retry_for_s or None)
     pusher = Pusher(
-        template, batch_max=batch_max, retry_for_s=retry_for_s, limits=_limits(embedded)
+        template, batch_max=batch_max, retry_for_s=retry_for_s, limits=_limits(options.embedded)
     )
     if lines and not stream:
         jobs = pusher.check([_strip(raw) for raw in sys.stdin.buffer], first_line=1)

@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from osqueue.api import QueueSettings
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
-from osqueue.cli.snapshot import read_document
+from osqueue.cli.options import Url, connecting
 from osqueue.errors import InvalidInput, OsqueueError
+from osqueue.inspect.document import read_document
+from osqueue.inspect.options import ClientOptions, open_client
 from osqueue.state.limits import settings_info
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -38,6 +39,7 @@ def parse_rate(text: str) -> float:
     return float(m.group(1)) / _PER[m.group(2) or "s"]
 
 
+@connecting
 def queue(
     url: Url,
     name: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
@@ -107,10 +109,8 @@ def queue(
     as_json: Annotated[
         bool, typer.Option("--json", envvar="OSQUEUE_JSON", help="Print JSON.")
     ] = False,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Show or change a queue's settings, enforced at claim time by the broker.
 
@@ -130,7 +130,6 @@ def queue(
     if remove:
         if any(v is not None for v in changes.values()):
             raise InvalidInput("give --remove alone, without a setting", field="remove")
-        options = ClientOptions(url, token, token_file, tls_ca, embedded)
         asyncio.run(_set(options, name, {"remove": True}))
         typer.echo(json.dumps({"queue": name, "removed": True}) if as_json else f"{name}: removed")
         return
@@ -138,7 +137,6 @@ def queue(
         doc = asyncio.run(read_document(url))
         settings = settings_info(name, doc.queue_settings.get(name))
     else:
-        options = ClientOptions(url, token, token_file, tls_ca, embedded)
         settings = asyncio.run(_set(options, name, changes))
     if as_json:
         typer.echo(json.dumps(asdict(settings)))

@@ -12,12 +12,14 @@ import typer
 
 from osqueue.api import JobResult
 from osqueue.cli import exits
-from osqueue.cli.options import ClientOptions, Embedded, TlsCa, Token, TokenFile, Url, open_client
+from osqueue.cli.options import Url, connecting
+from osqueue.inspect.options import ClientOptions, open_client
 
 #: The wait ran out before the job finished (the table is in :mod:`osqueue.cli.exits`).
 NOT_FINISHED = exits.NOT_FINISHED
 
 
+@connecting
 def result(
     url: Url,
     job_id: Annotated[str, typer.Argument(help="The job's id (as push printed it).")],
@@ -45,10 +47,8 @@ def result(
             "values as JSON); a job that did not complete is an error.",
         ),
     ] = False,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Print how a job finished: its status, result, last error, attempts and time.
 
@@ -58,7 +58,6 @@ def result(
     longer than its result_ttl_s ago), 75 when --wait-s ran out before the job
     finished (the status is then its live one).
     """
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
     if wait_old is not None and not wait_s:
         wait_s = wait_old
     answer = asyncio.run(_result(options, job_id, wait_s))

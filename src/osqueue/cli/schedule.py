@@ -22,19 +22,12 @@ from rich.table import Table
 from osqueue.api import ScheduleInfo
 from osqueue.cli import exits
 from osqueue.cli.console import shown, stdout
-from osqueue.cli.options import (
-    AsJson,
-    ClientOptions,
-    Embedded,
-    TlsCa,
-    Token,
-    TokenFile,
-    Url,
-    open_client,
-)
-from osqueue.cli.snapshot import read_document
-from osqueue.cli.status import age_text
-from osqueue.errors import InvalidInput, NotFound, OsqueueError
+from osqueue.cli.options import AsJson, Url, connecting
+from osqueue.errors import InvalidInput, NotFound
+from osqueue.inspect.admin import scheduling_of, set_paused
+from osqueue.inspect.document import read_document
+from osqueue.inspect.options import ClientOptions, open_client
+from osqueue.inspect.status import age_text
 from osqueue.state.schedules import schedule_info
 
 
@@ -63,6 +56,7 @@ def parse_every(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+@connecting
 def schedule(
     url: Url,
     action: Annotated[
@@ -115,10 +109,8 @@ def schedule(
         ),
     ] = CatchUpChoice.once,
     as_json: AsJson = False,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Add, list, remove, pause or resume periodic jobs; each tick pushes exactly one job.
 
@@ -128,7 +120,6 @@ def schedule(
     remove beat;  osqueue schedule URL pause beat (its ticks are skipped, no job);
     osqueue schedule URL resume beat (from its next tick; missed ticks never fire).
     """
-    options = ClientOptions(url, token, token_file, tls_ca, embedded)
     if action is ScheduleAction.list:
         doc = asyncio.run(read_document(url))
         infos = [schedule_info(s) for s in sorted(doc.schedules, key=lambda s: s.name)]
@@ -178,32 +169,7 @@ def schedule(
 
 async def _add(options: ClientOptions, name: str, spec: dict[str, Any]) -> ScheduleInfo:
     async with open_client(options) as client:
-        return await _scheduling(client).schedule(name, **spec)  # type: ignore[no-any-return]
-
-
-def spec_of(info: ScheduleInfo) -> dict[str, Any]:
-    """The keyword arguments of ``schedule`` that put ``info`` back as it is."""
-    return {
-        "queue": info.queue,
-        "payload": info.payload,
-        "cron": info.cron,
-        "every_s": info.every_s,
-        "tz": info.tz,
-        "priority": info.priority,
-        "max_attempts": info.max_attempts,
-        "catch_up": info.catch_up,
-        "paused": info.paused,
-    }
-
-
-async def set_paused(client: object, name: str, paused: bool, where: str) -> ScheduleInfo:
-    """Put schedule ``name`` back with ``paused`` set (NotFound: there is none)."""
-    scheduling = _scheduling(client)
-    for info in await scheduling.schedules():
-        if info.name == name:
-            spec = spec_of(info) | {"paused": paused}
-            return await scheduling.schedule(name, **spec)  # type: ignore[no-any-return]
-    raise NotFound(f"no schedule {name!r} at {where} (`osqueue schedule {where} list` shows them)")
+        return await scheduling_of(client).schedule(name, **spec)  # type: ignore[no-any-return]
 
 
 async def _set_paused(options: ClientOptions, name: str, paused: bool) -> ScheduleInfo:
@@ -213,13 +179,7 @@ async def _set_paused(options: ClientOptions, name: str, paused: bool) -> Schedu
 
 async def _remove(options: ClientOptions, name: str) -> bool:
     async with open_client(options) as client:
-        return bool(await _scheduling(client).unschedule(name))
-
-
-def _scheduling(client: object) -> Any:
-    if not hasattr(client, "schedule"):
-        raise OsqueueError(f"this client ({type(client).__name__}) has no schedules")
-    return client
+        return bool(await scheduling_of(client).unschedule(name))
 
 
 def info_dict(info: ScheduleInfo) -> dict[str, Any]:

@@ -19,20 +19,15 @@ import typer
 from osqueue.cli import exits
 from osqueue.cli.console import stdout
 from osqueue.cli.options import (
-    AllowPlaintextToken,
     AsJson,
-    ClientOptions,
-    Embedded,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
-from osqueue.cli.snapshot import read_document
-from osqueue.cli.status import set_aside_text, status_of
+from osqueue.cli.status import set_aside_text
 from osqueue.errors import OsqueueError
+from osqueue.inspect.document import read_document
+from osqueue.inspect.options import ClientOptions, open_client
+from osqueue.inspect.status import status_of
 
 segments_app = typer.Typer(
     add_completion=False,
@@ -56,18 +51,15 @@ def list_set_aside(url: Url, as_json: AsJson = False) -> None:
 
 
 @segments_app.command("readmit")
+@connecting
 def readmit(
     url: Url,
     key: Annotated[
         str,
         typer.Argument(help="The set-aside segment's key (segments/...), as `list` shows it."),
     ],
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Put a set-aside segment back in its queue, once its object is restored.
 
@@ -75,15 +67,6 @@ def readmit(
     its reference recorded at spill (and every job line); if it still fails,
     nothing changes and the error says what is wrong.  Otherwise its jobs are
     claimable again, in their place in claim order (an admin token is needed)."""
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
     count = asyncio.run(_readmit(options, key))
     typer.echo(f"readmitted {key}: {exits.counted(count, 'job')} claimable again")
 

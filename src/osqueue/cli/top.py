@@ -7,11 +7,11 @@ holding jobs with their heartbeat ages.  ``q`` quits (Ctrl-C too).
 Like ``osqueue status`` it reads the queue document from storage, so it needs
 no broker and never disturbs one.  Rates are counter deltas between two reads.
 The document counts pushes and completions per queue (its ``queue_totals``,
-read by :func:`osqueue.dashboard.history.flows_of`), so every queue has its
+read by :func:`osqueue.inspect.history.flows_of`), so every queue has its
 own push/s and complete/s from the second read on.  The commit rate is
 document versions per second; ops per commit and the p99 commit time come
 from the summary the serving broker keeps in the document
-(:class:`~osqueue.dashboard.brokerlog.DocumentMetrics`).
+(:class:`~osqueue.inspect.brokerlog.DocumentMetrics`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ from rich.text import Text
 
 from osqueue.cli.console import printable, screen, shown
 from osqueue.cli.options import Url
-from osqueue.cli.status import age_text, queue_cell, set_aside_text
-from osqueue.dashboard.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
-from osqueue.dashboard.history import FLOWS, Flow, flows_of, rate
-from osqueue.dashboard.snapshot import Snapshot, SnapshotSource
+from osqueue.cli.status import queue_cell, set_aside_text
 from osqueue.errors import OsqueueError
+from osqueue.inspect.brokerlog import BrokerLog, CommitFigures, CommitMetrics, DocumentMetrics
+from osqueue.inspect.history import FLOWS, Flow, flows_of, rate
+from osqueue.inspect.snapshot import Snapshot, SnapshotSource
+from osqueue.inspect.status import age_text
 
 #: at most this many workers are listed (the busiest first)
 MAX_WORKERS = 15

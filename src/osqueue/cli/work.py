@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -26,25 +27,20 @@ from osqueue import runtime
 from osqueue.cli import exits
 from osqueue.cli.console import stderr
 from osqueue.cli.options import (
-    AllowPlaintextToken,
-    ClientOptions,
-    Embedded,
     MetricsListen,
-    TlsCa,
-    TlsFingerprint,
-    Token,
-    TokenFile,
     Url,
-    open_client,
+    connecting,
 )
 from osqueue.client.worker import Handler, Worker, WorkerConfig, WorkerCounters
 from osqueue.errors import BrokerUnavailable, InvalidInput, MissingExtra
+from osqueue.inspect.options import ClientOptions, open_client
 
 _SPARK = "Spark"
 
 log = logging.getLogger(__name__)
 
 
+@connecting
 def work(
     url: Url,
     handler: Annotated[
@@ -155,12 +151,8 @@ def work(
         ),
     ] = 30.0,
     metrics_listen: MetricsListen = None,
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
-    tls_fingerprint: TlsFingerprint = None,
-    allow_plaintext_token: AllowPlaintextToken = False,
-    embedded: Embedded = False,
+    *,
+    options: ClientOptions,
 ) -> None:
     """Run a worker: claim jobs, run the handler, heartbeat, complete or fail them."""
     config = WorkerConfig(
@@ -180,16 +172,7 @@ def work(
     handlers = load_handler(handler)
     if spark:
         handlers = _spark_handlers(handlers, spark_master)
-    options = ClientOptions(
-        url,
-        token,
-        token_file,
-        tls_ca,
-        embedded,
-        timeout_s=retry_for_s,
-        tls_fingerprint=tls_fingerprint,
-        allow_plaintext_token=allow_plaintext_token,
-    )
+    options = replace(options, timeout_s=retry_for_s)
     runtime.tune_gc()
     worker = runtime.run(_run(options, handlers, config))
     counters = worker.counters

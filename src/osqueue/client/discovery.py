@@ -20,7 +20,7 @@ class BrokerLocation:
     """Who owns the queue and where to reach it (as the document says).
 
     ``lease_until`` is the owner's wall clock, for display: whether the owner is
-    alive is judged by watching its versions (:mod:`osqueue.broker.lease_watch`),
+    alive is judged by watching its versions (:mod:`osqueue.broker.lease.watch`),
     and a client simply follows the address and fails over on errors."""
 
     broker_id: str

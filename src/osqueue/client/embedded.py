@@ -6,7 +6,7 @@ unless its config gives one, so other processes cannot reach it; this is for
 single-process use: scripts, tests, notebooks.
 
 Whether a broker is live is judged as a standby judges it
-(:mod:`osqueue.broker.lease_watch`), never by ``lease_until``: no document, no
+(:mod:`osqueue.broker.lease.watch`), never by ``lease_until``: no document, no
 owner or a released lease (a graceful stop) start a broker at once; otherwise
 the client watches the document until a new version shows the owner alive (then
 it is used), or until it has seen none for the lease's length and the margin
@@ -20,8 +20,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from osqueue.broker.config import BrokerConfig
-from osqueue.broker.lease_watch import LeaseWatch
-from osqueue.broker.local import LocalClient
+from osqueue.broker.inproc.client import LocalClient
+from osqueue.broker.lease.watch import LeaseWatch
 from osqueue.client.discovery import Discovery
 from osqueue.clock import Clock, SystemClock
 from osqueue.storage.port import Storage
@@ -37,6 +37,7 @@ class EmbeddedClient(LocalClient):
 
     def __init__(self, broker: Broker, *, owns_storage: bool = True) -> None:
         super().__init__(broker)
+        self._broker = broker  # the whole broker: this client stops it
         self._owns_storage = owns_storage
         self._closed = False
 
@@ -57,10 +58,10 @@ class EmbeddedClient(LocalClient):
             return
         self._closed = True
         try:
-            await self.broker.stop()
+            await self._broker.stop()
         finally:
             if self._owns_storage:
-                await self.broker.storage.close()
+                await self._broker.storage.close()
 
 
 async def start_embedded(

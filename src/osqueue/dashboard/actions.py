@@ -2,7 +2,7 @@
 
 Reading never needs a broker; changing does, because only the broker writes the
 document.  Each action opens a client the way the CLI does
-(:func:`osqueue.cli.options.open_client`, with the dashboard's token), makes
+(:func:`osqueue.inspect.options.open_client`, with the dashboard's token), makes
 its call and closes it: actions are rare, and a client per action always
 follows the broker of the moment.
 """
@@ -13,10 +13,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from osqueue.cli.dead import DeadAction, on_dead
-from osqueue.cli.options import ClientOptions, open_client
-from osqueue.cli.schedule import set_paused
 from osqueue.errors import OsqueueError
+from osqueue.inspect.admin import DeadAction, on_dead, set_paused
+from osqueue.inspect.options import ClientOptions, open_client
 
 log = logging.getLogger(__name__)
 

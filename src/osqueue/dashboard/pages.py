@@ -1,6 +1,6 @@
 """The dashboard's pages and actions (aiohttp handlers).
 
-Reads come from the latest snapshot (:mod:`osqueue.dashboard.snapshot`); every
+Reads come from the latest snapshot (:mod:`osqueue.inspect.snapshot`); every
 read handler first asks :class:`~osqueue.dashboard.security.Access` whether
 this session may read, every POST whether it may act (CSRF first, then the
 admin login).  An action goes through the broker, re-reads the document so the
@@ -18,24 +18,24 @@ from aiohttp import web
 from aiohttp.web_request import FileField
 from multidict import MultiDictProxy
 
-from osqueue.broker.activity import RECENT_WORKERS_WINDOW_S
-from osqueue.cli.dead import DeadAction
-from osqueue.cli.jobs import job_dict
+from osqueue.broker.observe.counters import RECENT_WORKERS_WINDOW_S
 from osqueue.dashboard.actions import PAUSE_AVAILABLE
-from osqueue.dashboard.archive_view import check_day, check_hour
-from osqueue.dashboard.queries import (
+from osqueue.dashboard.board import Board, dashboard_of, page_context, session_of, set_session
+from osqueue.dashboard.render import age, segment
+from osqueue.dashboard.security import Refused, safe_next
+from osqueue.errors import InvalidInput, JobNotFound
+from osqueue.inspect.admin import DeadAction
+from osqueue.inspect.archive import check_day, check_hour
+from osqueue.inspect.jobs import (
     STATUSES,
     JobFilter,
     SegmentedJobs,
     decode_cursor,
     encode_cursor,
+    job_dict,
     payload_of,
     preview,
 )
-from osqueue.dashboard.render import age, segment
-from osqueue.dashboard.security import Refused, safe_next
-from osqueue.dashboard.web import Dashboard, dashboard_of, page_context, session_of, set_session
-from osqueue.errors import InvalidInput, JobNotFound
 
 PAGE_SIZE = 50
 
@@ -65,7 +65,7 @@ def _html(request: web.Request, template: str, **context: Any) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
-def _readable(request: web.Request) -> Dashboard:
+def _readable(request: web.Request) -> Board:
     board = dashboard_of(request)
     board.access.check_read(session_of(request))
     return board
@@ -92,7 +92,7 @@ def _redirect(location: str) -> web.Response:
 # --------------------------------------------------------------------------- overview
 
 
-async def _overview_data(board: Dashboard) -> dict[str, Any]:
+async def _overview_data(board: Board) -> dict[str, Any]:
     snap = await board.source.current()
     now = time.time()
     figures = await board.metrics.figures()

@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import jinja2
 
-from osqueue.cli.status import age_text
-from osqueue.dashboard.queries import job_times
+from osqueue.inspect.jobs import job_times
+from osqueue.inspect.status import age_text
 
 
 def ts(seconds: float | None) -> str:

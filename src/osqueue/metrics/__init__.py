@@ -13,7 +13,7 @@ The layout follows the cost of each part:
   :class:`~osqueue.errors.MissingExtra`.
 
 Each process's collector lives beside what it reads: the broker's in
-:mod:`osqueue.broker.metrics`, the worker's beside the worker.  This package is
+:mod:`osqueue.broker.observe.metrics`, the worker's beside the worker.  This package is
 on the bottom floor of the layers so that an embedded broker (which sits below
 the server) can serve its own endpoint.
 """

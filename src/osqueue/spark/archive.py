@@ -1,7 +1,7 @@
 """Finding archive objects, splitting them into Spark partitions, streaming offsets.
 
 Archive objects are ``archive/date=YYYY-MM-DD/hour=HH/<version:020d>-<queue_id>.jsonl``
-(DESIGN.md, Archive; :func:`osqueue.broker.archive.parse_key`).  They are
+(DESIGN.md, Archive; :func:`osqueue.broker.archive.objects.parse_key`).  They are
 immutable, but they do not appear in version order: the broker writes them
 after the commit, several at a time.  A stream offset therefore says "every
 version up to ``through`` of each queue id, plus these later objects", where
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from osqueue.broker.archive import ArchiveKey, parse_key
+from osqueue.broker.archive.objects import ArchiveKey, parse_key
 from osqueue.errors import InvalidInput, NotFound
 
 from . import blocking

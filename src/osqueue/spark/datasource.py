@@ -8,7 +8,7 @@ Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load(
 * ``table=dead``: the dead letters;
 
   a payload stored as an object is read through the broker's checked read
-  (:func:`~osqueue.broker.payloads.read_payload`): one that fails its size or
+  (:func:`~osqueue.broker.objects.payloads.read_payload`): one that fails its size or
   SHA-256 check (or that the store refuses) fails the read with ``BadPayload``
   naming the job and the object, never a row with other bytes; one gone since
   the snapshot (its job finished meanwhile) is a null payload;
@@ -49,8 +49,8 @@ from pyspark.sql.datasource import (
 )
 
 from osqueue.api import NewJob
-from osqueue.broker.archive import BadLine, corrupt_lines
-from osqueue.broker.payloads import BadPayload, read_payload
+from osqueue.broker.archive.objects import BadLine, corrupt_lines
+from osqueue.broker.objects.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.state.model import SegmentRef, StoredJob
 
@@ -191,7 +191,7 @@ class JobsReader(DataSourceReader):
 
     def _read_segment(self, ref: SegmentRef) -> Iterator[Any]:
         async def fetch(store: Any) -> list[tuple[StoredJob, bytes | None]]:
-            from osqueue.broker.segments_read import SnapshotMoved, read_spilled
+            from osqueue.broker.cold.read import SnapshotMoved, read_spilled
 
             try:
                 jobs = await read_spilled(store, ref)

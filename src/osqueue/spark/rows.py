@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from osqueue.broker.archive import BadLine, read_lines
+from osqueue.broker.archive.objects import BadLine, read_lines
 
 if TYPE_CHECKING:
     from osqueue.state.model import StoredJob

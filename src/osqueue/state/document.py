@@ -3,7 +3,7 @@ the segment references.
 
 ``queue_id`` names the document's incarnation: drawn when the broker creates
 the document, kept by every commit and takeover, and part of every archive key
-(:mod:`osqueue.broker.archive`), so a queue created again after ``queue.json``
+(:mod:`osqueue.broker.archive.objects`), so a queue created again after ``queue.json``
 was deleted never takes an earlier incarnation's archive objects for its own.
 
 A :class:`Document` is treated as a value: :func:`osqueue.state.apply` returns

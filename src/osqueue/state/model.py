@@ -117,7 +117,7 @@ class StoredJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     result_ttl_s: float | None = None
     #: What the payload object must hold, recorded at push: its size and the hex
     #: SHA-256 of its bytes.  A claim whose object does not match fails that job
-    #: (see :mod:`osqueue.broker.payloads`).  None in documents written before
+    #: (see :mod:`osqueue.broker.objects.payloads`).  None in documents written before
     #: they were recorded (their objects are read unchecked) and for inline jobs.
     payload_ref_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None
     payload_ref_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
@@ -144,7 +144,7 @@ class BrokerPerf(msgspec.Struct, frozen=True, gc=False):
 class WorkerSeen(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A worker the broker heard from recently (its last claim, waiting or not), so
     readers of the document see idle workers too (see
-    :class:`osqueue.broker.activity.RecentWorkers`)."""
+    :class:`osqueue.broker.observe.counters.RecentWorkers`)."""
 
     worker: str
     #: broker time of its last claim

@@ -1,0 +1,1 @@
+"""The archive: finished jobs written out as objects, and the task that writes them."""

@@ -1,0 +1,135 @@
+"""Segment objects the broker has read: parsed, kept within a byte budget.
+
+A deep stream's first segment is read ahead (prefetch) and loaded a chunk at a
+time, so the broker keeps the objects it reads, split into job lines
+(:class:`~osqueue.state.SegmentLines`), until the memory they take passes
+``max_bytes``; then the least recently used go.  So the broker's memory is
+bounded by the cache and the document, not by the backlog.  A cancel of a
+spilled job reads its candidate segments through the same cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.errors import CorruptDocument, NotFound, StorageError
+from osqueue.state import Cancel, Document, SegmentRef, candidates
+from osqueue.state.segment_codec import SegmentLines
+from osqueue.storage.port import Storage
+
+log = logging.getLogger(__name__)
+
+#: objects at least this large are checked (SHA-256) and split in a thread
+CHECK_IN_THREAD_BYTES = 1 << 20
+
+
+class SegmentCache:
+    """Parsed segment objects by key, least recently used first.
+
+    Owns nothing but the objects it keeps: reads happen in the caller's task
+    (:meth:`fetch`), so the broker decides which reads run when.  An object
+    larger than the budget is still kept (alone), so a load can always go on.
+    """
+
+    def __init__(self, storage: Storage, max_bytes: int, retry: StorageRetry) -> None:
+        self._storage = storage
+        self._max_bytes = max_bytes
+        self._retry = retry
+        self._objects: OrderedDict[str, SegmentLines] = OrderedDict()
+        #: the summed size of the kept objects (their bytes as stored)
+        self.bytes = 0
+        #: objects read from storage (a figure for tests and benchmarks)
+        self.reads = 0
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._objects
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def get(self, key: str) -> SegmentLines | None:
+        """The kept object ``key`` (now the most recently used), if it is kept."""
+        obj = self._objects.get(key)
+        if obj is not None:
+            self._objects.move_to_end(key)
+        return obj
+
+    async def fetch(self, ref: SegmentRef, attempts: int | None = None) -> SegmentLines:
+        """The object ``ref`` names: kept, or read, parsed, checked against ``ref`` and
+        kept.  A storage error is retried with backoff (``attempts``: at most this
+        many tries; None: until it succeeds); a missing object is ``NotFound``, one
+        that is not what ``ref`` says (size, SHA-256, header) is ``CorruptDocument``."""
+        obj = self.get(ref.key)
+        if obj is not None:
+            return obj
+        attempt = 0
+        while True:
+            try:
+                data = await self._storage.get(ref.key)
+                break
+            except StorageError as exc:
+                attempt += 1
+                if attempts is not None and attempt >= attempts:
+                    raise
+                await self._retry.wait(attempt - 1, exc)
+        self.reads += 1
+        if len(data) < CHECK_IN_THREAD_BYTES:
+            obj = SegmentLines.checked(ref, data)
+        else:
+            obj = await asyncio.to_thread(SegmentLines.checked, ref, data)
+        self._keep(obj)
+        return obj
+
+    def _keep(self, obj: SegmentLines) -> None:
+        objects = self._objects
+        old = objects.pop(obj.key, None)
+        if old is not None:
+            self.bytes -= old.size_bytes
+        objects[obj.key] = obj
+        self.bytes += obj.size_bytes
+        while self.bytes > self._max_bytes and len(objects) > 1:
+            _, evicted = objects.popitem(last=False)
+            self.bytes -= evicted.size_bytes
+
+    def evict(self, key: str) -> None:
+        """Forget ``key`` (its reference is gone, or a load of it failed)."""
+        obj = self._objects.pop(key, None)
+        if obj is not None:
+            self.bytes -= obj.size_bytes
+
+    async def locate(
+        self,
+        job_id: str,
+        document: Callable[[], Document | None],
+        broken: Callable[[str, str], None],
+    ) -> Cancel | None:
+        """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does:
+        the candidates (whose id bounds admit it) are read through the cache, and
+        ``document()`` (the broker's, which moves on meanwhile) says whether the job
+        is still unloaded there.  A candidate that fails its check is passed to
+        ``broken(key, why)`` (the broker sets it aside) and skipped."""
+        doc = document()
+        if doc is None:
+            return None
+        for ref in candidates(doc, job_id):
+            try:
+                obj = await self.fetch(ref, attempts=3)
+            except NotFound:
+                continue  # loaded and deleted meanwhile
+            except CorruptDocument as exc:
+                broken(ref.key, str(exc))
+                continue
+            i = obj.find(job_id)
+            if i is None:
+                continue
+            now = document()
+            current = now.segments.find(ref.key) if now is not None else None
+            if current is None or i < current.loaded or job_id in current.cancelled:
+                return None  # loaded (it is in the document, or gone) or cancelled already
+            (job,) = obj.jobs(i, i + 1)
+            return Cancel(job_id, segment=ref.key, seq=job.seq)
+        return None

@@ -1,0 +1,2 @@
+"""The in-process client: a broker's own QueueClient, its schedule and
+segment calls, claimed jobs made ready."""

@@ -1,0 +1,2 @@
+"""The lease: holding it (reads, standby, takeover, resolving a failed write)
+and judging another broker's."""

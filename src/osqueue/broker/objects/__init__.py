@@ -1,0 +1,1 @@
+"""Objects beside the document: payload and result objects and the sweeps that delete orphans."""
