@@ -231,3 +231,24 @@ def test_push_and_claim_counts_reach_the_transition() -> None:
     t = transition(doc, [ClaimOp("w", ("q",), 2), ClaimOp("w", ("q",), 5)], T0, in_place=True)
     assert t.claimed == 3
     assert (t.doc.stats.pushed, t.doc.stats.completed) == (3, 0)
+
+
+async def test_the_first_result_and_the_first_dependency_of_a_queue_are_honoured() -> None:
+    clock = ManualClock(start=T0)
+    async with Broker(MemoryStorage(), BrokerConfig(lease_s=600.0), clock=clock) as broker:
+        q = broker.client()
+        for name in ("plain", "valued"):
+            await q.push(name.encode(), queue="q", id=name)
+        plain, valued = await q.claim("w", ("q",), max_jobs=2)
+        await q.complete(plain)  # no result, no TTL, no dependency: no record
+        assert not broker.document.finished.entries
+        await q.complete(valued, result={"n": 1})  # the queue's first result: kept
+        kept = await q.result("valued")
+        assert (kept.status, kept.value) == ("done", {"n": 1})
+        parent = await q.push(b"parent", queue="q", id="parent")
+        await q.push(b"child", queue="q", id="child", after=(parent,))
+        (job,) = await q.claim("w", ("q",), max_jobs=5)
+        assert job.id == "parent"  # the child waits for it
+        await q.complete(job)
+        (child,) = await q.claim("w", ("q",))
+        assert child.id == "child"
