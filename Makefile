@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy --strict src/osqueue
-	MYPYPATH=tests $(BIN)/mypy --strict -p sim
+	MYPYPATH=tests $(BIN)/mypy --strict -p sim -p servers
 	$(PY) -m osqueue.wire.codegen --check
 
 test: setup lint

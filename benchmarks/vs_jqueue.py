@@ -109,7 +109,8 @@ class S3Target:
 
 @contextmanager
 def s3_server() -> Iterator[S3Target]:
-    from osqueue.testing.servers import MotoS3Server
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from servers import MotoS3Server
 
     with MotoS3Server(bucket=S3_BUCKET) as server:
         yield S3Target(

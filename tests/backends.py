@@ -2,7 +2,7 @@
 
 ``memory`` (in-process), ``file`` (a temporary directory), ``s3`` (moto's S3
 server, single-threaded) and ``azure`` (Azurite), plus ``gcs`` (the GCS XML-API
-shim of :mod:`osqueue.testing.gcs_shim`) where a suite asks for it.  The
+shim of :mod:`servers.gcs_shim`) where a suite asks for it.  The
 servers are the session fixtures of ``tests/conftest.py``; a suite that never
 asks for a cloud backend never starts them.  A backend that cannot do
 something says so through its ``Capabilities``; tests assert what the flag

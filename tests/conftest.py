@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from osqueue.testing import AzuriteServer, GcsShimServer, MotoS3Server
+from servers import AzuriteServer, GcsShimServer, MotoS3Server
 
 
 @pytest.fixture(scope="session")

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos_proxy import FaultyProxy
+from servers import free_port
 
 from osqueue.errors import OsqueueError
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage.port import Storage
-from osqueue.testing import free_port
 
 HERE = Path(__file__).parent
 NODE = str(HERE / "chaos_node.py")

@@ -37,11 +37,11 @@ from checks import ChainFigures, JobFigures, check_chain, check_jobs
 from cluster import Cluster, DocRecorder, LogTail
 from rounds import OTHER_KINDS, TAKEOVER_KINDS, TAKES_OVER, RoundReport, Rounds, schedule
 from seeds import DEFAULT_ROUNDS, SEEDS
+from servers import AzuriteServer, MotoS3Server
 
 from osqueue.state import Document
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
-from osqueue.testing import AzuriteServer, MotoS3Server
 
 pytestmark = [pytest.mark.chaos]
 

@@ -5,7 +5,7 @@ an ``If-Match`` on a missing key with 404 (``NoSuchKey``); it never answers
 409 ``ConditionalRequestConflict`` (moto 5.2: ``s3/responses.py`` raises only
 ``PreconditionFailed`` and ``MissingKey`` around conditional writes).  Neither
 moto nor Azurite throttles.  The bodies below are replayed by
-:class:`osqueue.testing.http_faults.FaultyHttpProxy` in place of (or after) the
+:class:`servers.http_faults.FaultyHttpProxy` in place of (or after) the
 real server's answer, so obstore parses them exactly as it would parse the
 cloud's.
 

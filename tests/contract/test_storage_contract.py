@@ -2,7 +2,7 @@
 
 Backends: ``memory``, ``file``, ``s3`` (moto's server, single-threaded),
 ``azure`` (Azurite) and ``gcs`` (the GCS XML-API shim of
-:mod:`osqueue.testing.gcs_shim`: generation preconditions as Google documents
+:mod:`servers.gcs_shim`: generation preconditions as Google documents
 them; it checks obstore's GCS code paths and our use of them, not GCS
 itself).  A backend that cannot do something says so through its
 ``Capabilities`` and the test asserts what that flag implies; nothing is

@@ -2,7 +2,7 @@
 
 The statuses are the servers' own: every error below is what moto or Azurite
 answered (412, 404, 409 ``BlobAlreadyExists``), or what the network did to a
-real exchange (:class:`~osqueue.testing.http_faults.FaultyHttpProxy` drops,
+real exchange (:class:`~servers.http_faults.FaultyHttpProxy` drops,
 holds or replaces the answer after the server applied the write).  Answers the
 servers never give (S3's 409 ``ConditionalRequestConflict``, 503 throttling)
 are replayed from ``recorded_errors`` with their provenance.  Each test
@@ -24,12 +24,12 @@ from recorded_errors import (
     S3_409_CONDITIONAL_REQUEST_CONFLICT,
     S3_503_SLOW_DOWN,
 )
+from servers import AzuriteServer, GcsShimServer, MotoS3Server, free_port
+from servers.http_faults import Fault, FaultyHttpProxy
+from servers.servers import AZURITE_ACCOUNT, AZURITE_KEY
 
 from osqueue.errors import Conflict, NotFound, OutcomeUnknown, StorageError
 from osqueue.storage import Storage, from_url
-from osqueue.testing import AzuriteServer, GcsShimServer, MotoS3Server, free_port
-from osqueue.testing.http_faults import Fault, FaultyHttpProxy
-from osqueue.testing.servers import AZURITE_ACCOUNT, AZURITE_KEY
 
 FAST = "max_retries=0&timeout_s=0.5&connect_timeout_s=0.5"
 

@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
 import pytest
+from servers import GcsShimServer
+from servers.http_faults import Exchange, FaultyHttpProxy
 
 from osqueue.errors import Conflict
 from osqueue.storage import Storage, from_url
-from osqueue.testing import GcsShimServer
-from osqueue.testing.http_faults import Exchange, FaultyHttpProxy
 
 MATCH = "x-goog-if-generation-match"
 

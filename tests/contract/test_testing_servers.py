@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from servers import AzuriteServer, MotoS3Server, ServerError
 
 from osqueue.storage import from_url
-from osqueue.testing import AzuriteServer, MotoS3Server, ServerError
 
 
 def test_missing_azurite_says_to_run_make_setup(

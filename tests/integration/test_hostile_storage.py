@@ -270,7 +270,7 @@ async def test_a_document_replaced_while_serving_stops_the_broker_without_overwr
         await q.push(b"first")
         older = (await outsider.read(DOCUMENT_KEY)).data
         await q.push(b"second")
-        hostile = b'{"format": 3, "version": \x00garbage' if replacement == "garbage" else older
+        hostile = b'{"format": 4, "version": \x00garbage' if replacement == "garbage" else older
         await outsider.put(DOCUMENT_KEY, hostile)
 
         expected = CorruptDocument if replacement == "garbage" else DocumentGone

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chaos.chaos_proxy import FaultyProxy
+from servers import AzuriteServer, MotoS3Server
+from servers.servers import AZURITE_ACCOUNT
 
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
-from osqueue.testing import AzuriteServer, MotoS3Server
-from osqueue.testing.servers import AZURITE_ACCOUNT
 from sim.config import SimConfig
 
 BACKENDS = ("moto", "azurite")

@@ -891,7 +891,7 @@ async def test_graceful_stop_drains_and_clears_the_address(backend: Storage) -> 
 
 async def test_corrupt_document_is_refused_and_left_untouched(backend: Storage) -> None:
     store = backend
-    bad = b'{"format": 1, "version": "seven"}'
+    bad = b'{"format": 4, "version": "seven"}'
     await store.write(DOCUMENT_KEY, bad, if_match=None)
     with pytest.raises(CorruptDocument) as info:
         await osqueue.Broker(store, config()).start()

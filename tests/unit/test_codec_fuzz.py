@@ -153,32 +153,22 @@ def test_a_bad_tombstone_second_or_id_names_its_path(section: bytes, path: str) 
     assert _corrupt(data).path == path
 
 
-def test_tombstones_in_the_other_formats_section_are_corrupt() -> None:
-    format1 = VALID.replace(b'"format":2', b'"format":1', 1)
-    with_both = format1.replace(b'"tombstones":{}', b'"tombstones":{"2027-01-15T08:00:00Z":["a"]}')
-    assert _corrupt(with_both).path == "$.tombstones"
-    stray = VALID.replace(b'"tombstones":{}', b'"recent":{"a":"2027-01-15T08:00:00Z"}', 1)
-    assert _corrupt(stray).path == "$.recent"
+@pytest.mark.parametrize("fmt", [1, 2, 3])
+def test_a_document_of_an_earlier_format_is_refused_at_format(fmt: int) -> None:
+    """The formats before 4 were never released: one of them is refused as a
+    later one is, at ``$.format``, with what to do (start a new queue)."""
+    err = _corrupt(VALID.replace(b'"format":4', b'"format":%d' % fmt, 1))
+    assert err.path == "$.format"
+    assert f"has format {fmt}; this osqueue reads format 4 only" in str(err)
+    assert "pre-release" in str(err)
 
 
-def test_a_format_1_document_is_read_and_its_tombstones_kept() -> None:
-    """Format 1 stored one creation time per id; it still decodes, and the next
-    encode writes format 2 with the same ids grouped by second."""
-    format1 = VALID.replace(b'"format":2', b'"format":1', 1).replace(
-        b'"tombstones":{}',
-        b'"recent":{"old-a":"2027-01-15T07:59:59.250Z","old-b":"2027-01-15T07:59:59.900Z",'
-        b'"old-c":"2027-01-15T08:00:00.100Z"}',
-        1,
+def test_a_format_1_document_is_refused_whatever_its_tombstones() -> None:
+    """Format 1 kept one creation time per id (``recent``): refused, not read."""
+    format1 = VALID.replace(b'"format":4', b'"format":1', 1).replace(
+        b'"tombstones":{}', b'"recent":{"old-a":"2027-01-15T07:59:59.250Z"}', 1
     )
-    doc = decode(format1)
-    assert doc.recent == {"old-a": T0 - 1, "old-b": T0 - 1, "old-c": T0}
-    again = encode(doc)
-    assert b'"format":2' in again
-    assert (
-        b'"tombstones":{"2027-01-15T07:59:59Z":["old-a","old-b"],"2027-01-15T08:00:00Z":["old-c"]}'
-        in again
-    )
-    assert decode(again) == doc
+    assert _corrupt(format1).path == "$.format"
 
 
 @pytest.mark.parametrize("depth", [100, 10_000, 200_000])
@@ -254,7 +244,7 @@ def test_huge_and_negative_numbers_are_corrupt_at_their_field(field: str, value:
     assert err.path == f"$.{field}" or err.offset is not None
 
 
-@pytest.mark.parametrize("fmt", [0, 5, 99, -1, "2", None, 2.0, True, [2]])
+@pytest.mark.parametrize("fmt", [0, 1, 2, 3, 5, 99, -1, "4", None, 4.0, True, [4]])
 def test_unknown_format_versions_are_refused_at_format(fmt: object) -> None:
     err = _corrupt(json.dumps(dict(WIRE, format=fmt)).encode())
     assert err.path == "$.format"
@@ -289,12 +279,14 @@ def test_a_missing_required_field_is_corrupt_or_defaulted(field: str) -> None:
     "damage",
     [
         VALID[: len(VALID) // 2],
-        VALID.replace(b'"format":2', b'"format":7', 1),
+        VALID.replace(b'"format":4', b'"format":7', 1),
+        VALID.replace(b'"format":4', b'"format":3', 1),
+        VALID.replace(b'"format":4', b'"format":2', 1),
         VALID.replace(b'"queue":"default"', b'"queue":"\xff"', 1),
         b'{"format":1,"version":' + b"[" * 50_000 + b"]" * 50_000 + b"}",
         b"",
     ],
-    ids=["truncated", "format-7", "bad-utf8", "deep", "empty"],
+    ids=["truncated", "format-7", "format-3", "format-2", "bad-utf8", "deep", "empty"],
 )
 def test_a_broker_on_a_corrupt_document_refuses_to_start_and_leaves_the_bytes(
     damage: bytes,

@@ -36,6 +36,7 @@ from osqueue.state import (
 )
 from osqueue.state.history import HistorySample
 from osqueue.state.model import (
+    FORMAT,
     BrokerInfo,
     BrokerPerf,
     Header,
@@ -52,7 +53,7 @@ def _header_of(doc: Document) -> bytes:
     """The header as msgspec writes the :class:`Header` struct (the reference)."""
     return msgspec.json.encode(
         Header(
-            format=doc.written_format(),
+            format=FORMAT,
             version=doc.version,
             broker=doc.broker,
             next_token=doc.next_token,

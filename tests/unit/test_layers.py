@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("broker", ("broker",)),
     ("wire", ("wire",)),
     ("server", ("server",)),
-    ("client / worker", ("client", "sync", "testing", "")),  # "": the package's root
+    ("client / worker", ("client", "sync", "")),  # "": the package's root
     ("spark, pipeline", ("spark", "pipeline")),
     ("inspect", ("inspect",)),
     ("cli", ("cli", "bench", "dashboard")),

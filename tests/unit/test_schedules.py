@@ -286,14 +286,14 @@ def test_schedules_round_trip_through_the_codec_as_format_4() -> None:
     assert len(data) == doc.size_bytes()
     back = decode(data)
     assert back == doc
-    assert back.written_format() == 4
+    assert b'"format":4' in data
     assert encode(back) == data
     assert next_tick_at(back) == next_tick_at(doc)
 
 
-def test_a_document_without_schedules_stays_format_2() -> None:
+def test_a_document_without_schedules_is_written_as_format_4_too() -> None:
     doc, _ = apply(Document.empty(), [], T0)
-    assert b'"format":2' in encode(doc)
+    assert b'"format":4' in encode(doc)
 
 
 @pytest.mark.parametrize(
@@ -311,15 +311,6 @@ def test_a_bad_stored_schedule_is_corrupt_naming_its_path(mutate: object, path: 
     with pytest.raises(CorruptDocument) as err:
         decode(msgspec.json.encode(raw))
     assert err.value.path == path
-
-
-def test_an_older_format_with_schedules_is_corrupt() -> None:
-    doc = scheduled(Document.empty(), T0)
-    raw = msgspec.json.decode(encode(doc))
-    raw["format"] = 3
-    with pytest.raises(CorruptDocument) as err:
-        decode(msgspec.json.encode(raw))
-    assert err.value.path == "$.schedules"
 
 
 @settings(max_examples=60, deadline=None)

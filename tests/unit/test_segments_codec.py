@@ -200,7 +200,7 @@ def _deep_doc() -> Document:
     return apply(doc, [cancel], T0, P)[0]
 
 
-def test_format_3_is_written_with_references_and_round_trips_exactly() -> None:
+def test_references_are_written_and_round_trip_exactly() -> None:
     doc = _deep_doc()
     refs = list(doc.segments)
     assert len(refs) >= 2
@@ -208,7 +208,7 @@ def test_format_3_is_written_with_references_and_round_trips_exactly() -> None:
     assert any(r.cancelled for r in refs)
     assert any(r.keyed for r in refs)
     data = encode(doc)
-    assert data.startswith(b'{"format":3,')
+    assert data.startswith(b'{"format":4,')
     back = decode(data)
     assert back == doc
     assert encode(back) == data
@@ -217,18 +217,11 @@ def test_format_3_is_written_with_references_and_round_trips_exactly() -> None:
     assert back.segments.payloads == doc.segments.payloads
 
 
-def test_a_document_without_references_is_written_as_format_2() -> None:
+def test_a_document_without_references_has_no_queues_section() -> None:
     doc = apply(Document.empty(), [Push(id="a", payload=b"p")], T0)[0]
     data = encode(doc)
-    assert data.startswith(b'{"format":2,')
+    assert data.startswith(b'{"format":4,')
     assert b'"queues"' not in data
-
-
-def test_a_format_2_document_with_references_is_corrupt() -> None:
-    data = encode(_deep_doc()).replace(b'"format":3', b'"format":2', 1)
-    with pytest.raises(CorruptDocument) as err:
-        decode(data)
-    assert err.value.path == "$.queues"
 
 
 def _ref_edit(field: str, value: Any, i: int = 0) -> Any:

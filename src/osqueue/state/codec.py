@@ -14,12 +14,12 @@ import re
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state.codec_checks import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
-from osqueue.state.format4 import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.model import (
+    FORMAT,
     QUEUE_ID_RE,
-    READABLE_FORMATS,
     BrokerInfo,
     QueueTotals,
     SegmentRef,
@@ -51,13 +51,8 @@ def encode(doc: Document) -> bytes:
     last encode are re-encoded), the dedupe tombstones (ids grouped by second)
     from a section that grows by appending, and the segment references from
     a section cached until one changes, so a commit's encode cost is
-    dominated by a byte join.  It writes the oldest format that holds the
-    document (:meth:`Document.written_format`): :data:`FORMAT` (4) once it
-    holds schedules, queue settings, or jobs that wait or carry a group, else
-    :data:`SEGMENTS_FORMAT` (3) with segment references, else
-    :data:`PLAIN_FORMAT` (2).  The record of finished jobs and the header's
-    ``dependencies_at`` and ``queue_totals`` go in any of them (a release that
-    does not know them ignores them).  ``len(encode(doc)) == doc.size_bytes()``.
+    dominated by a byte join.  Every document is written as :data:`FORMAT`.
+    ``len(encode(doc)) == doc.size_bytes()``.
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
@@ -130,11 +125,15 @@ def _check_format(data: bytes) -> None:
         probe = msgspec.json.decode(data, type=_FormatOnly)
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return  # the full decode reports the real problem
-    if type(probe.format) is not int or probe.format not in READABLE_FORMATS:
-        readable = " and ".join(str(f) for f in READABLE_FORMATS)
+    if type(probe.format) is not int or probe.format != FORMAT:
+        hint = (
+            "an earlier, pre-release format: start a new queue"
+            if type(probe.format) is int and 0 < probe.format < FORMAT
+            else "upgrade osqueue, or point it at the right queue"
+        )
         raise CorruptDocument(
-            f"queue document has format {probe.format!r}; this osqueue reads formats {readable}"
-            " (upgrade osqueue, or point it at the right queue)",
+            f"queue document has format {probe.format!r}; this osqueue reads format {FORMAT}"
+            f" only ({hint})",
             path="$.format",
         )
 
@@ -152,7 +151,7 @@ def decode(data: bytes) -> Document:
         raise _not_utf8(data) from exc
     except RecursionError as exc:
         raise _too_deep(data) from exc
-    if wire.format not in READABLE_FORMATS or type(wire.format) is not int:
+    if wire.format != FORMAT or type(wire.format) is not int:
         _check_format(data)
     _validate(wire)
     jobs = {job.id: job for job in wire.jobs}
@@ -177,13 +176,7 @@ def decode(data: bytes) -> Document:
 
 
 def _tombstones(wire: WireDocument) -> dict[str, int]:
-    """The dedupe tombstones as id -> second, from either format's section."""
-    if wire.format == 1:
-        if wire.tombstones:
-            raise _fail("$.tombstones", "a format 1 document keeps its tombstones in recent")
-        return {job_id: int(created.timestamp()) for job_id, created in wire.recent.items()}
-    if wire.recent:
-        raise _fail("$.recent", f"a format {wire.format} document keeps them in tombstones")
+    """The dedupe tombstones as id -> second."""
     out: dict[str, int] = {}
     for key, ids in wire.tombstones.items():
         second = parse_second(key)
@@ -262,14 +255,14 @@ def _validate_job(where: str, job: StoredJob, wire: WireDocument) -> None:
         raise _fail(f"{where}.done_version", "a done job must record its version")
     if job.payload is not None and job.payload_ref is not None:
         raise _fail(f"{where}.payload_ref", "a job has an inline payload or a reference")
-    problem = check_job_fields(job, wire.format)
+    problem = check_job_fields(job)
     if problem is not None:
         raise _fail(f"{where}.{problem[0]}", problem[1])
 
 
 def _queue_settings(wire: WireDocument) -> dict[str, StoredSettings]:
     try:
-        return queue_settings_of(wire.queue_settings, wire.format)
+        return queue_settings_of(wire.queue_settings)
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.queue_settings{path}", message) from exc
@@ -285,7 +278,7 @@ def _queue_totals(wire: WireDocument) -> dict[str, QueueTotals]:
 
 def _schedules(wire: WireDocument) -> Schedules:
     try:
-        return schedules_of(wire.schedules, wire.format)
+        return schedules_of(wire.schedules)
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.schedules{path}", message) from exc
@@ -294,8 +287,6 @@ def _schedules(wire: WireDocument) -> Schedules:
 def _segments(wire: WireDocument) -> Segments:
     """The segment references, checked: each one on its own, the seq order and
     overlap per stream, and key and id uniqueness across them."""
-    if wire.queues and wire.format < 3:
-        raise _fail("$.queues", f"a format {wire.format} document has no segment references")
     segments = Segments()
     live_keys = {
         job.key

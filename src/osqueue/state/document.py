@@ -37,8 +37,6 @@ from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
 from osqueue.state.model import (
     FORMAT,
-    PLAIN_FORMAT,
-    SEGMENTS_FORMAT,
     BrokerInfo,
     Counters,
     QueueTotals,
@@ -83,7 +81,6 @@ class Document:
         "broker",
         "dependencies_at",
         "finished",
-        "format",
         "history",
         "index",
         "jobs",
@@ -114,7 +111,6 @@ class Document:
         index: Index | None = None,
         segments: Segments | None = None,
         frags: dict[str, bytes] | None = None,
-        format: int = FORMAT,
         dirty_ids: set[str] | None = None,
         recent_blob: bytearray | None = None,
         jobs_bytes: int | None = None,
@@ -126,7 +122,6 @@ class Document:
         queue_totals: dict[str, QueueTotals] | None = None,
         queue_id: str | None = None,
     ) -> None:
-        self.format = format
         self.queue_id = queue_id
         #: one sample per minute for the last hour (:mod:`osqueue.state.history`)
         self.history = history
@@ -192,7 +187,6 @@ class Document:
             index=self.index.copy(),
             segments=self.segments.copy(),
             frags=dict(self._frags),
-            format=self.format,
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
             jobs_bytes=self._jobs_bytes,
@@ -287,16 +281,6 @@ class Document:
         head = _header(self)
         self._head_len = len(head)
         return head
-
-    def written_format(self) -> int:
-        """The format this document is written as: 4 when it holds schedules, queue
-        settings or jobs that wait or carry a group; else 3 with segment
-        references; else 2 (the oldest format that holds it, so older releases
-        read what they can)."""
-        if self.queue_settings or self.schedules.by_name or self.index.extended:
-            return FORMAT
-        segments = self.segments
-        return SEGMENTS_FORMAT if segments.streams or segments.aside else PLAIN_FORMAT
 
     def set_queue_settings(self, queue: str, settings: StoredSettings | None) -> None:
         """Replace (None: drop) one queue's settings (the header's length is stale then)."""
@@ -428,7 +412,7 @@ def _header(doc: Document) -> bytes:
         broker_json = _encoder.encode(broker)
         doc._broker_json = (broker, broker_json)
     head = _HEAD % (
-        doc.written_format(),
+        FORMAT,
         doc.version,
         broker_json,
         doc.next_token,
@@ -473,8 +457,7 @@ def forget_queue(doc: Document, queue: str) -> None:
 def same_value(a: Document, b: Document) -> bool:
     """Two documents hold the same value (what they encode to, caches aside)."""
     return (
-        a.format == b.format
-        and a.version == b.version
+        a.version == b.version
         and a.broker == b.broker
         and a.next_token == b.next_token
         and a.next_seq == b.next_seq

@@ -15,8 +15,7 @@
   ``group_claimed``: ``(queue, group) -> n`` claimed jobs of each group;
   ``held``: ready entries a claim set aside because their group was at its
   cap (they go back to ``ready`` when the group has room); ``children``: parent
-  id -> ids of the ``waiting`` jobs that wait for it; ``extended``: jobs that
-  need format 4 (a group, or waiting).
+  id -> ids of the ``waiting`` jobs that wait for it.
 
 Heaps are lazy: an entry whose job changed (claimed, cancelled, delayed again)
 is dropped when it reaches the top, so every update is O(log n).
@@ -48,7 +47,6 @@ class Index:
     group_claimed: dict[tuple[str, str], int] = field(default_factory=dict)
     held: dict[tuple[str, str], list[ReadyEntry]] = field(default_factory=dict)
     children: dict[str, dict[str, None]] = field(default_factory=dict)
-    extended: int = 0
 
     @classmethod
     def build(cls, jobs: Iterable[StoredJob]) -> Index:
@@ -90,12 +88,10 @@ class Index:
             group_claimed=dict(self.group_claimed),
             held={k: list(h) for k, h in self.held.items()},
             children={k: dict(v) for k, v in self.children.items()},
-            extended=self.extended,
         )
 
     def _extend(self, job: StoredJob, delta: int) -> None:
         """Keep the scheduling lookups in step as ``job`` joins (+1) or leaves (-1)."""
-        self.extended += delta
         if job.status == "waiting":
             if job.key is not None:
                 if delta > 0:

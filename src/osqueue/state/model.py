@@ -21,29 +21,10 @@ from osqueue.ids import new_id
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.history import HistorySample
 
-#: The newest format this osqueue writes.  Format 3 adds the segment references
-#: (``"queues": {"<queue>": {"segments": [...]}}``); a document without any is
-#: written as format 2, so the release before segments can still read it until
-#: the first spill.  Format 2 stores dedupe tombstones grouped by second
-#: (``"tombstones": {"<second>Z": [ids]}``); format 1 stored one time per id
-#: (``"recent": {id: time}``).  All of them are read; the first write upgrades.
-#: Format 4 adds what scheduling needs (:mod:`osqueue.state.schedules`,
-#: :mod:`osqueue.state.limits`, :mod:`osqueue.state.deps`): schedules, queue
-#: settings, and jobs that wait for parents or carry a group.  A document that
-#: uses none of them is written as format 3 or 2 as before, so older releases
-#: read it; one that does is refused by them (``$.format``) rather than
-#: rewritten without what they do not know.  Not tied to a format: the record
-#: of finished jobs (``"finished"``, :mod:`osqueue.state.finished_jobs`), the
-#: header's ``dependencies_at`` and the counter ``finished_evicted`` are
-#: optional parts of any format; a release that does not know them ignores
-#: them and drops them on its first write (a downgrade loses the results kept
-#: in the record).
+#: The document's format, the one this osqueue reads and writes.  A document of
+#: any other format (an earlier, pre-release one, or a later one) is refused
+#: (``CorruptDocument`` at ``$.format``) and never overwritten.
 FORMAT = 4
-#: What a document with segment references (and no format 4 content) is written as.
-SEGMENTS_FORMAT = 3
-#: What a document without segment references is written as.
-PLAIN_FORMAT = 2
-READABLE_FORMATS = (1, 2, 3, 4)
 
 #: A queue id: 26 lowercase characters of Crockford base32 (a lowercased ULID)
 QUEUE_ID_RE = re.compile(r"[0-9a-hjkmnp-tv-z]{26}")
@@ -265,7 +246,7 @@ class SetAsideRef(msgspec.Struct, frozen=True, gc=False):
 
 
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the document keeps per queue (format 3): its segment references, and
+    """What the document keeps per queue: its segment references, and
     the ones set aside."""
 
     segments: list[SegmentRef] = []
@@ -273,7 +254,7 @@ class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """One queue's settings (format 4; see :mod:`osqueue.state.limits`): checked at
+    """One queue's settings (see :mod:`osqueue.state.limits`): checked at
     claim time on the broker's clock.  ``None`` is no limit."""
 
     #: a paused queue is not claimable (pushes still land)
@@ -298,7 +279,7 @@ CatchUp = Literal["once", "skip"]
 
 
 class Schedule(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """A periodic job (format 4; see :mod:`osqueue.state.schedules`).
+    """A periodic job (see :mod:`osqueue.state.schedules`).
 
     Exactly one of ``cron`` and ``every_s`` is set.  ``next_at`` is the next
     tick to fire; the commit that fires it pushes the tick's job and moves
@@ -340,10 +321,9 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     queue_id: str | None = None
     #: one sample per minute for the last hour (see :mod:`osqueue.state.history`)
     history: tuple[HistorySample, ...] = ()
-    #: format 4: queue -> its settings (pause, rate, caps)
+    #: queue -> its settings (pause, rate, caps)
     queue_settings: dict[str, StoredSettings] = {}
-    #: broker time of the last push that named parents (any format; a release
-    #: that does not know it ignores it)
+    #: broker time of the last push that named parents
     dependencies_at: datetime | None = None
     #: the known queues and their counters (:class:`QueueTotals`)
     queue_totals: dict[str, QueueTotals] = {}
@@ -363,20 +343,18 @@ class WireDocument(msgspec.Struct, frozen=True):
     #: this document's incarnation (None only in a document written before it was
     #: recorded: the broker assigns one on its first write)
     queue_id: str | None = None
-    #: format 1's tombstones: id -> the job's creation time
-    recent: dict[str, datetime] = {}
-    #: format 2's tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
+    #: the dedupe tombstones: second (``YYYY-MM-DDTHH:MM:SSZ``) -> ids
     tombstones: dict[str, list[str]] = {}
-    #: one sample per minute for the last hour (any format; older releases ignore it)
+    #: one sample per minute for the last hour
     history: tuple[HistorySample, ...] = ()
-    #: format 3's per-queue sections (segment references)
+    #: the per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
-    #: format 4: queue -> its settings
+    #: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
-    #: format 4: the periodic jobs (:mod:`osqueue.state.schedules`)
+    #: the periodic jobs (:mod:`osqueue.state.schedules`)
     schedules: list[Schedule] = []
     dependencies_at: datetime | None = None
-    #: the record of finished jobs (any format; older releases ignore it)
+    #: the record of finished jobs
     finished: list[FinishedJob] = []
     #: the known queues and their counters
     queue_totals: dict[str, QueueTotals] = {}

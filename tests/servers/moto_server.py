@@ -1,4 +1,4 @@
-"""Run moto's S3 API server single-threaded: ``python -m osqueue.testing.moto_server --port P``.
+"""Run moto's S3 API server single-threaded: ``python tests/servers/moto_server.py --port P``.
 
 moto checks ``If-Match``/``If-None-Match`` and then stores the object without a
 lock across the two steps, so under a threaded server two racing conditional
@@ -22,7 +22,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m osqueue.testing.moto_server")
+    parser = argparse.ArgumentParser(prog="moto_server.py")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)

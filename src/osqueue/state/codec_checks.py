@@ -1,5 +1,5 @@
-"""Decoding checks for what format 4 added: schedules, queue settings, and jobs
-that wait for parents or carry a group.
+"""Decoding checks for schedules, queue settings, and the fields of jobs that
+wait for parents or carry a group.
 
 Each check names the field that is wrong (the codec turns it into a
 :class:`~osqueue.errors.CorruptDocument` with the path); nothing is repaired.
@@ -14,32 +14,23 @@ from osqueue.state.model import Schedule, StoredJob, StoredSettings
 from osqueue.state.schedules import Schedules, check_cron, check_every, check_name, check_tz
 from osqueue.state.validate import MAX_RESULT_TTL_S, NAME_RE
 
-NEW_IN = 4
 
-
-def check_job_fields(job: StoredJob, fmt: int) -> tuple[str, str] | None:
-    """``(field, problem)`` if the job's format 4 fields do not hold, else None."""
+def check_job_fields(job: StoredJob) -> tuple[str, str] | None:
+    """``(field, problem)`` if the job's ``after`` or ``group`` does not hold, else None."""
     if job.status == "waiting":
-        if fmt < NEW_IN:
-            return "status", f"a format {fmt} document has no waiting jobs"
         if not job.after:
             return "after", "a waiting job names the parents it waits for"
     elif job.after:
         return "after", f"a {job.status} job waits for no parent"
     if any(not parent for parent in job.after):
         return "after", "a parent id must not be empty"
-    if job.group is not None:
-        if fmt < NEW_IN:
-            return "group", f"a format {fmt} document has no groups"
-        if not job.group or len(job.group) > 128:
-            return "group", "must be 1-128 characters"
+    if job.group is not None and (not job.group or len(job.group) > 128):
+        return "group", "must be 1-128 characters"
     return None
 
 
-def queue_settings_of(raw: dict[str, StoredSettings], fmt: int) -> dict[str, StoredSettings]:
+def queue_settings_of(raw: dict[str, StoredSettings]) -> dict[str, StoredSettings]:
     """The settings, checked (``ValueError("[queue].field: problem")`` if not)."""
-    if raw and fmt < NEW_IN:
-        raise ValueError(f": a format {fmt} document has no queue settings")
     for queue, s in raw.items():
         where = f"[{queue!r}]"
         if not NAME_RE.match(queue):
@@ -60,10 +51,8 @@ def queue_settings_of(raw: dict[str, StoredSettings], fmt: int) -> dict[str, Sto
     return dict(raw)
 
 
-def schedules_of(raw: list[Schedule], fmt: int) -> Schedules:
+def schedules_of(raw: list[Schedule]) -> Schedules:
     """The schedules, checked (``ValueError("[i].field: problem")`` if not)."""
-    if raw and fmt < NEW_IN:
-        raise ValueError(f": a format {fmt} document has no schedules")
     seen: set[str] = set()
     for i, s in enumerate(raw):
         where = f"[{i}]"

@@ -1,4 +1,4 @@
-"""Test helpers that ship with osqueue: real object-store servers on loopback.
+"""Real object-store servers on loopback, for the tests (and one benchmark).
 
 ``MemoryStorage`` (``osqueue.storage``) is the in-process fake; the servers
 here let the same code run against a real S3 API (moto), Azure Blob API
@@ -7,7 +7,7 @@ here let the same code run against a real S3 API (moto), Azure Blob API
 
 from __future__ import annotations
 
-from osqueue.testing.servers import (
+from servers.servers import (
     AzuriteServer,
     GcsShimServer,
     MotoS3Server,

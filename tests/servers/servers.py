@@ -1,9 +1,9 @@
 """Real object-store servers on loopback, for tests and demos.
 
 ``MotoS3Server`` runs moto's S3 API (single-threaded, see
-:mod:`osqueue.testing.moto_server`), ``AzuriteServer`` runs Microsoft's
+:mod:`servers.moto_server`), ``AzuriteServer`` runs Microsoft's
 Azure Blob emulator, and ``GcsShimServer`` runs the GCS XML-API shim of
-:mod:`osqueue.testing.gcs_shim` (no emulator speaks the XML API obstore
+:mod:`servers.gcs_shim` (no emulator speaks the XML API obstore
 uses).  Each starts its server as a subprocess on a free ``127.0.0.1``
 port, polls it until it answers (with a deadline), creates a bucket or
 container, and gives a ready storage URL::
@@ -45,6 +45,8 @@ AZURITE_KEY = (
 MOTO_ACCESS_KEY = "testing"
 MOTO_SECRET_KEY = "testing"
 MOTO_REGION = "us-east-1"
+#: the servers' own scripts (moto_server.py, gcs_shim.py) are run by path
+_HERE = Path(__file__).resolve().parent
 
 
 class ServerError(RuntimeError):
@@ -212,7 +214,7 @@ class MotoS3Server(_ServerProcess):
         self.bucket = bucket
 
     def _command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "osqueue.testing.moto_server", "--port", str(port)]
+        return [sys.executable, str(_HERE / "moto_server.py"), "--port", str(port)]
 
     def _provision(self) -> None:
         self.create_bucket(self.bucket)
@@ -318,8 +320,7 @@ class GcsShimServer(_ServerProcess):
     def _command(self, port: int) -> list[str]:
         return [
             sys.executable,
-            "-m",
-            "osqueue.testing.gcs_shim",
+            str(_HERE / "gcs_shim.py"),
             "--port",
             str(port),
             "--bucket",

@@ -1,7 +1,7 @@
 """A GCS XML-API shim: the few calls obstore makes, with real generation semantics.
 
-Run it as ``python -m osqueue.testing.gcs_shim --port P [--bucket B]`` (or
-through :class:`osqueue.testing.GcsShimServer`).  No emulator on PyPI speaks
+Run it as ``python tests/servers/gcs_shim.py --port P [--bucket B]`` (or
+through :class:`servers.GcsShimServer`).  No emulator on PyPI speaks
 the XML API that obstore uses for ``gs://`` (the ``fake-gcs-server`` wrapper
 refuses XML uploads), so this implements exactly what obstore 0.12 sends
 (``object_store``'s ``gcp/client.rs``), following Google's XML API reference:
@@ -327,7 +327,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m osqueue.testing.gcs_shim")
+    parser = argparse.ArgumentParser(prog="gcs_shim.py")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bucket", default="osqueue-test")
