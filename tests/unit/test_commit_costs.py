@@ -6,6 +6,7 @@ urgent flag."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import UTC, datetime
 
@@ -28,6 +29,7 @@ from osqueue.state import (
     MarkArchived,
     Policy,
     Push,
+    SetAside,
     decode,
     encode,
     new_queue_id,
@@ -253,3 +255,18 @@ async def test_the_first_result_and_the_first_dependency_of_a_queue_are_honoured
         await q.complete(job)
         (child,) = await q.claim("w", ("q",))
         assert child.id == "child"
+
+
+async def test_an_urgent_op_of_the_broker_s_own_sent_while_the_loop_yields_is_committed() -> None:
+    """The commit loop yields once after a commit before it parks; a segment op
+    added then calls no wake-up (nothing is parked yet), so the loop must see it
+    when it resumes, not sleep until the lease renewal (a manual clock: never)."""
+    clock = ManualClock(start=T0)
+    async with Broker(MemoryStorage(), BrokerConfig(lease_s=3600.0), clock=clock) as broker:
+        await broker.client().push(b"p", queue="q")
+        commits = broker.commits
+        broker._intake.add_internal(SetAside("segments/none", "test"))  # the loop yields now
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert broker.commits == commits + 1
+        assert not broker._intake.internal

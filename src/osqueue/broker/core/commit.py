@@ -193,6 +193,12 @@ class CommitLoop:
             return
         if self._intake.pending or self._life.closing:
             return
+        # The callers the last commit answered run first: their next ops arrive
+        # with no park and no wake-up (a closed loop's common case).  What came
+        # meanwhile called no wake-up either, so all of it is looked at again.
+        await asyncio.sleep(0)
+        if self._intake.pending or self._intake.urgent or self._life.closing:
+            return
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
         doc = lease.doc
