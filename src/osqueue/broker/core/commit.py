@@ -280,7 +280,8 @@ class CommitLoop:
             else:
                 done_at = clock.monotonic()
                 seconds = done_at - started
-                self._committed(t, etag, futures, len(data), lead, sent_at, done_at)
+                self._lease.wrote(t.doc, etag, sent_at, at=done_at)
+                self._committed(t, futures, len(data), lead)
                 self._record(batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
@@ -310,7 +311,8 @@ class CommitLoop:
             landed = next((tx for data, tx in sent if data == verdict.data), None)
             if landed is not None:
                 size = len(verdict.data)
-                self._committed(landed, verdict.etag, futures, size, lead, started)
+                self._lease.wrote(landed.doc, verdict.etag, started)
+                self._committed(landed, futures, size, lead)
                 return landed
             verdict = DocumentGone("our version was replaced from outside; stopping")
         if isinstance(verdict, StepDown):
@@ -335,17 +337,8 @@ class CommitLoop:
         else:
             records.commit(batch, outcome.results[lead:], seconds)
 
-    def _committed(
-        self,
-        t: Transition,
-        etag: str,
-        futures: Futures,
-        size: int,
-        lead: int,
-        sent_at: float,
-        done_at: float | None = None,
-    ) -> None:
-        self._lease.wrote(t.doc, etag, sent_at, at=done_at)
+    def _committed(self, t: Transition, futures: Futures, size: int, lead: int) -> None:
+        """``t`` is durable (the lease holds it): answer its ops, pass on what it leaves."""
         c = self._counters
         c.commits += 1
         c.ops += len(futures)
