@@ -36,6 +36,7 @@ from sim.history import Kind, Rule, Violation
 from sim.node import Gate, NodeClock
 from sim.results import sim_result
 from sim.store import DOCUMENT_KEY, NodeStorage
+from sim.waiting_rules import with_knobs
 
 if TYPE_CHECKING:
     from sim.run import Sim
@@ -103,6 +104,7 @@ class BrokerNode:
             # results would be): the result-kept rule judges every completion
             result_ttl_s=3600.0,
         )
+        config = with_knobs(config, c)  # waiting children in objects, the sealed record
         if c.spill_above_jobs is None:
             return config
         return dataclasses.replace(

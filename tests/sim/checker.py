@@ -32,6 +32,7 @@ from sim.results import check_results
 from sim.scheduling_rules import check_limits, check_parents, check_ticks, ticked_ids
 from sim.segment_rules import check_segments, decode_objects
 from sim.store import Landed
+from sim.waiting_rules import check_waiting, decode_sealed, decode_waiting
 
 #: the answers a holder gets for presenting its token
 _HOLDER_KINDS = (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK, Kind.RELEASE_OK)
@@ -59,7 +60,9 @@ def judge(
     f = Findings(disabled)
     docs, indices = _decode_versions(landed, f)
     objects = decode_objects(outcome, f)
-    chain = build_chain(docs, objects)
+    waiting = decode_waiting(outcome, f)  # waiting children and the sealed record (I14)
+    sealed = decode_sealed(outcome, f)
+    chain = build_chain(docs, {**objects, **waiting})
     f.checked["versions"] += len(chain.docs)
     # a schedule's jobs are pushed by the commit that records their tick (I10)
     sent = history.ids(Kind.PUSH_SENT) | ticked_ids(chain)
@@ -78,10 +81,11 @@ def judge(
     check_keys(chain, f)
     check_attempts(chain, f)
     check_claim_order(history, chain, f)
-    check_results(history, chain, outcome, f)
+    check_results(history, chain, outcome, f, sealed)
     check_ticks(chain, outcome, f)
     check_limits(chain, f)
     check_segments(chain, indices, objects, outcome, f)
+    check_waiting(chain, waiting, sealed, f)
     return f
 
 

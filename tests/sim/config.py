@@ -34,6 +34,9 @@ class Nemesis:
     #: a broker crashes around one of its next segment writes (before, during or
     #: after it reaches the store: between a segment's write and its commit)
     segment_crash: float = 0.0
+    #: ... around one of its next writes of waiting children / of the sealed record
+    waiting_crash: float = 0.0
+    finished_crash: float = 0.0
     #: the longest broker pause, in leases
     pause_leases: float = 3.0
     #: the largest clock jump either way, in seconds
@@ -116,6 +119,13 @@ class SimConfig:
     load_jobs: int = 2
     #: a commit waits for a spill in flight above this many document bytes (None: never)
     spill_hold_bytes: int | None = None
+    #: waiting children in objects, the sealed record (None: the broker's defaults,
+    #: which these small runs never reach; sim.waiting_rules.broker_knobs)
+    waiting_spill_above_jobs: int | None = None
+    waiting_object_jobs: int = 4
+    waiting_load_below_queued: int = 4
+    finished_seal_above_entries: int | None = None
+    finished_object_entries: int = 4
 
 
 # --------------------------------------------------------------------------- families
@@ -391,6 +401,41 @@ def segment_storm(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Dependencies with tiny thresholds: waiting children move to objects and come
+    back as their parents end (or fail), under crashes around those writes, in
+    commits, lost answers and takeovers."""
+    s = scheduling(c, rng)
+    side = _side(c.seed, "waiting")
+    return _mix(
+        s,
+        schedules=(),
+        rate_per_s=None,
+        after_rate=side.choice((0.6, 0.8)),
+        jobs_per_producer=side.randint(12, 24),
+        waiting_spill_above_jobs=side.randint(1, 3),
+        waiting_object_jobs=side.randint(1, 4),
+        waiting_load_below_queued=side.randint(1, 6),
+        nemesis=_nemesis(s, waiting_crash=0.1, broker_stop=0.02),
+    )
+
+
+def finished_seal(c: SimConfig, rng: random.Random) -> SimConfig:
+    """The record sealed into objects every few completions (no dependencies, so
+    sealing is on), under crashes around those writes, lost answers and takeovers."""
+    side = _side(c.seed, "finished")
+    return _mix(
+        c,
+        brokers=side.choice((2, 3)),
+        jobs_per_producer=side.randint(16, 30),
+        finished_seal_above_entries=side.randint(1, 3),
+        finished_object_entries=side.randint(1, 4),
+        answer_lost=max(0.03, c.answer_lost),
+        rates=_rates(c, lost_after=max(0.05, c.rates.lost_after)),
+        nemesis=_nemesis(c, finished_crash=0.2, broker_crash_in_commit=0.03, broker_stop=0.02),
+    )
+
+
 FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "background": background,
     "cas-storm": cas_storm,
@@ -412,6 +457,8 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "segments": segments,
     "segment-crash": segment_crash,
     "segment-storm": segment_storm,
+    "waiting-cold": waiting_cold,
+    "finished-seal": finished_seal,
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

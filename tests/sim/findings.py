@@ -70,7 +70,7 @@ def build_chain(
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
-        if doc.segments and objects is not None:
+        if (doc.segments or doc.waiting_cold) and objects is not None:
             chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
             if doc.segments.aside:
                 aside = [entry.ref for entry in doc.segments.aside.values()]
@@ -101,6 +101,14 @@ def all_refs(doc: Document) -> Iterator[SegmentRef]:
         yield entry.ref
 
 
+def cold_keys(doc: Document) -> Iterator[str]:
+    """The keys of every object ``doc`` references: segments (listed or set aside),
+    waiting children, the sealed record."""
+    yield from (ref.key for ref in all_refs(doc))
+    yield from doc.waiting_cold.refs
+    yield from doc.finished.sealed.refs
+
+
 def live_spilled(
     doc: Document,
     objects: Mapping[str, list[StoredJob]],
@@ -109,6 +117,10 @@ def live_spilled(
     """The jobs ``doc``'s segments (or ``refs``) still hold (not loaded, not
     cancelled), by id; those set aside included (present, if not claimable)."""
     out: dict[str, StoredJob] = {}
+    if refs is None:  # and the waiting children in objects (sim.waiting_rules)
+        for cold in doc.waiting_cold:
+            struck = set(cold.cancelled)
+            out.update((j.id, j) for j in objects.get(cold.key, ()) if j.id not in struck)
     for ref in all_refs(doc) if refs is None else refs:
         jobs = objects.get(ref.key)
         if jobs is None:

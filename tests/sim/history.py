@@ -105,6 +105,9 @@ class Rule(Enum):
     SEGMENT_WRITTEN = "segment-written"
     SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
     ONE_PLACE = "one-place"
+    # I14: waiting children in objects and the sealed record (sim.waiting_rules)
+    WAITING_ONE_PLACE = "waiting-one-place"
+    SEALED_KEPT = "sealed-kept"
 
     @property
     def invariant(self) -> str:
@@ -256,6 +259,16 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "I13",
         "in every version a job is in one place: the document, or the part of one "
         "segment not loaded yet (never both, never two segments)",
+    ),
+    Rule.WAITING_ONE_PLACE: (
+        "I14",
+        "in every version a waiting child is in the document or in one referenced "
+        "object of waiting children, never both, never two",
+    ),
+    Rule.SEALED_KEPT: (
+        "I14",
+        "an entry of the record of finished jobs that leaves the document into a sealed "
+        "object is in it exactly as the document held it",
     ),
 }
 

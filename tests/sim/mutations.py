@@ -194,6 +194,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
+    # ------------------------------------------------------------ waiting children (I14)
+    Mutation(
+        name="cold-children-released-by-any-parent",
+        file="state/cold_waiting.py",
+        original="            after = tuple(p for p in ref.after if p != parent)\n",
+        replacement="            after = ()\n",
+        family="waiting children in objects",
+        models="an object of waiting children is released when any one of its parents ends",
+    ),
+    Mutation(
+        name="seal-writes-entries-without-results",
+        file="state/finished_objects.py",
+        original='    data = b"".join(_encode(e) + b"\\n" for e in entries)\n',
+        replacement=(
+            '    data = b"".join(\n'
+            '        _encode(msgspec.structs.replace(e, result=None)) + b"\\n" for e in entries\n'
+            "    )\n"
+        ),
+        family="results: the sealed record",
+        models="a seal writes the record's entries to its object without their results",
+    ),
     # ------------------------------------------------------------ results (I3)
     Mutation(
         name="finished-record-drops-result",

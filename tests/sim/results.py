@@ -33,6 +33,7 @@ from osqueue.api import EncodedResult
 from osqueue.state import Document, FinishedJob
 from sim.findings import Chain, Findings
 from sim.history import Event, History, Kind, Outcome, Rule
+from sim.waiting_rules import sealed_entry
 
 #: results of 1/4 of the jobs are larger than the broker's inline limit (1 KiB)
 LARGE_BYTES = 1500
@@ -71,17 +72,30 @@ def _matches(entry: FinishedJob, result: EncodedResult) -> bool:
     return data.ref is not None and data.ref.startswith(f"results/{entry.id}=")
 
 
-def check_results(history: History, chain: Chain, outcome: Outcome, f: Findings) -> None:
-    """The ``result-kept`` rule over the versions that landed, in landing order."""
+def check_results(
+    history: History,
+    chain: Chain,
+    outcome: Outcome,
+    f: Findings,
+    sealed: Mapping[str, Mapping[str, FinishedJob]] | None = None,
+) -> None:
+    """The ``result-kept`` rule over the versions that landed, in landing order
+    (``sealed``: the sealed objects written, by key, their entries by id: an entry
+    in an object a version references is in that version)."""
     accepted = [e for e in history.of(Kind.COMPLETE_OK) if e.result is not None]
     f.checked["results"] += len(accepted)
     for event in accepted:
-        _check_kept(event, chain.docs, f)
+        _check_kept(event, chain.docs, f, sealed or {})
     if chain.docs:
         _check_objects(chain.docs[-1], {e.job: e for e in accepted}, outcome.result_objects, f)
 
 
-def _check_kept(event: Event, docs: Iterable[Document], f: Findings) -> None:
+def _check_kept(
+    event: Event,
+    docs: Iterable[Document],
+    f: Findings,
+    sealed: Mapping[str, Mapping[str, FinishedJob]],
+) -> None:
     assert event.result is not None
     job_id = event.job
     previous: Document | None = None  # the version before ``doc``
@@ -94,6 +108,8 @@ def _check_kept(event: Event, docs: Iterable[Document], f: Findings) -> None:
             started = claim is not None and claim.token == event.token
         if started:
             current = doc.finished.get(job_id)
+            if current is None and doc.finished.sealed:
+                current = sealed_entry(doc, job_id, sealed)
             if current is None:
                 if not _gone_for_a_reason(job_id, entry, previous, doc):
                     f.add(Rule.RESULT_KEPT, _lost(event, doc, entry))

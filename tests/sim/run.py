@@ -312,6 +312,8 @@ class Sim:
             (n.worker_pause, self._pause_worker),
             (n.clock_jump, self._jump_clock),
             (n.segment_crash, lambda: self._arm("segments")),
+            (n.waiting_crash, lambda: self._arm("waiting")),
+            (n.finished_crash, lambda: self._arm("finished")),
         ]
         actions = [(rate, act) for rate, act in actions if rate > 0]
         total = sum(rate for rate, _ in actions)
@@ -339,7 +341,8 @@ class Sim:
         if node is None or node.storage is None:
             return
         storage = node.storage
-        ahead = 1 if prefix == "archive" else self.rng.randint(1, 3)
+        # (a seal is rarer than a segment write: its crash comes at the next one)
+        ahead = 1 if prefix in ("archive", "finished") else self.rng.randint(1, 3)
         nth = storage.writes(prefix) + ahead
         storage.triggers.append(CrashTrigger(prefix, nth, self.rng.choice(list(Phase))))
 
@@ -418,6 +421,7 @@ class Sim:
             return self._settled_at[1]
         doc = decode(landed[-1].data)
         settled = not any(ref.remaining for ref in doc.segments)  # spilled jobs wait
+        settled = settled and not doc.waiting_cold  # and waiting children in objects
         for job_id in self.history.ids(Kind.PUSH_ACK) if settled else ():
             job = doc.jobs.get(job_id)
             if job is not None and job.status != "dead":

@@ -24,9 +24,9 @@ import hashlib
 from collections.abc import Mapping
 
 from osqueue.errors import CorruptDocument
-from osqueue.state import SegmentRef, StoredJob, decode_segment
+from osqueue.state import SEGMENT_PREFIX, SegmentRef, StoredJob, decode_segment
 from osqueue.state.segment_codec import make_ref
-from sim.findings import Chain, Findings, all_refs
+from sim.findings import Chain, Findings, all_refs, cold_keys
 from sim.history import Outcome, Rule
 
 #: the ref's fields an object fixes when it is written (the others move with loads and cancels)
@@ -47,6 +47,8 @@ def decode_objects(outcome: Outcome, f: Findings) -> dict[str, list[StoredJob]]:
     """Every segment object written, decoded (one that does not decode is a finding)."""
     out: dict[str, list[StoredJob]] = {}
     for key, (_, data) in sorted(outcome.segment_puts.items()):
+        if not key.startswith(SEGMENT_PREFIX):
+            continue  # waiting children, the sealed record: sim.waiting_rules
         try:
             out[key] = decode_segment(data, key)[1]
         except CorruptDocument as exc:
@@ -131,8 +133,8 @@ def _check_deletes(chain: Chain, indices: list[int], outcome: Outcome, f: Findin
         return
     last_named: dict[str, int] = {}  # key -> the last write that landed naming it
     for doc, i in zip(chain.docs, indices, strict=True):
-        for ref in all_refs(doc):
-            last_named[ref.key] = i
+        for key in cold_keys(doc):
+            last_named[key] = i
     f.checked["segment deletes"] += len(outcome.segment_deletes)
     told: set[str] = set()
     for n, key in outcome.segment_deletes:

@@ -56,6 +56,12 @@ T = TypeVar("T")
 
 DOCUMENT_KEY = "queue.json"
 SEGMENT_PREFIX = "segments/"
+#: the objects whose puts and deletes are recorded (segments, waiting children, the
+#: sealed record)
+RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/")
+#: the kinds of put a broker can crash around (the nemesis' segment, waiting and
+#: finished crashes)
+CRASH_PUT_KINDS = ("segments", "waiting", "finished")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +218,14 @@ class SharedStore:
 
     async def put(self, key: str, data: bytes) -> None:
         await self._at_server(lambda: self.inner.put(key, data))
-        if key.startswith(SEGMENT_PREFIX):
+        if key.startswith(RECORDED_PREFIXES):
             first = self.segment_puts.setdefault(key, (len(self.landed), data))
             if first[1] != data:
                 self.segment_rewrites.append(key)
 
     async def delete(self, key: str) -> None:
         await self._at_server(lambda: self.inner.delete(key))
-        if key.startswith(SEGMENT_PREFIX):
+        if key.startswith(RECORDED_PREFIXES):
             self.segment_deletes.append((len(self.landed), key))
 
     async def list(self, prefix: str) -> list[str]:
@@ -399,7 +405,7 @@ class NodeStorage:
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
         kind = key_kind(key)
-        if kind == "segments":  # a broker can crash around a segment write
+        if kind in CRASH_PUT_KINDS:  # a broker can crash around a cold object's write
             self._writes[kind] += 1
             trigger = self._trigger(kind)
             if trigger is not None:

@@ -43,9 +43,11 @@ from osqueue.state import (
     SegmentRef,
     SetAside,
     SetQueue,
+    cold_waiting,
     decode,
     decode_segment,
     encode,
+    finished_objects,
     load_op,
     plan_spills,
     to_datetime,
@@ -53,6 +55,7 @@ from osqueue.state import (
 )
 from osqueue.state.document import totals
 from osqueue.state.model import Claim, Counters, StoredJob
+from osqueue.state.ops import LoadWaiting
 
 T0 = 1_800_000_000.0
 #: segment thresholds of the stories that spill: j1 stays, the next three spill
@@ -739,6 +742,68 @@ def test_a_set_aside_segment_keeps_its_jobs_present_and_out_of_claim_order() -> 
     assert s.rules(disabled={Rule.SEGMENT_WRITTEN}) == set()
 
 
+# --------------------------------------------------------------------------- I14
+
+
+def _cold_children() -> tuple[Story, str]:
+    """Push p and c1..c3 after it; the children move to one object (written, then
+    referenced).  Returns the story and the object's key."""
+    s = Story()
+    s.apply(
+        Push(id="p", payload=b"x"),
+        *[Push(id=f"c{i}", payload=b"y", after=("p",)) for i in (1, 2, 3)],
+    )
+    s.pushed("p", acked=False)
+    s.pushed("c1", "c2", "c3", acked=False, after=("p",))
+    (run,) = cold_waiting.plan_spills(s.doc, Policy(waiting_spill_above_jobs=3))
+    op, data = cold_waiting.build(run, "u0")
+    s.segments[op.ref.key] = (len(s.landed), data)
+    s.apply(op)
+    assert s.doc.waiting_cold.holds(op.ref.key)
+    return s, op.ref.key
+
+
+def test_cold_children_loaded_after_their_parent_pass() -> None:
+    s, key = _cold_children()
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "p", 1)
+    s.apply(Complete("p", 1))
+    s.said(Kind.COMPLETE_OK, "w", "p", 1)
+    ref = s.doc.waiting_cold.refs[key]
+    s.apply(LoadWaiting(key, tuple(cold_waiting.read(ref, s.segments[key][1]))))
+    assert [j.status for j in s.doc.jobs.values() if j.id != "p"] == ["queued"] * 3
+    s.deletes.append((len(s.landed), key))
+    assert s.rules() == set()
+
+
+def waiting_one_place() -> Story:
+    s, key = _cold_children()
+    ref = s.doc.waiting_cold.refs[key]
+    jobs = cold_waiting.read(ref, s.segments[key][1])
+    s.forge(jobs[0])  # back in the document while the object still holds it
+    return s
+
+
+def sealed_kept() -> Story:
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x"), Push(id="j2", payload=b"x"))
+    s.pushed("j1", "j2", acked=False)
+    s.apply(ClaimOp("w", ("default",), 2))
+    for token, job_id in enumerate(("j1", "j2"), start=1):
+        s.said(Kind.CLAIMED, "w", job_id, token)
+        s.apply(Complete(job_id, token, result=ResultData("text", 2, value=b"ok")))
+        s.said(Kind.COMPLETE_OK, "w", job_id, token)
+    entries = list(s.doc.finished)
+    op, _ = finished_objects.build(entries, "u0")
+    # the object written holds another entry for j2 than the document did
+    _, wrong = finished_objects.build([entries[0], _replace(entries[1], attempts=7)], "u0")
+    s.segments[op.ref.key] = (len(s.landed), wrong)
+    s.apply(op)
+    assert not s.doc.finished
+    s.archive_done()
+    return s
+
+
 BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.NO_LOSS: no_loss,
     Rule.PAYLOAD_KEPT: payload_kept,
@@ -775,6 +840,8 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.SEGMENT_WRITTEN: segment_written,
     Rule.SEGMENT_DELETED_UNREFERENCED: segment_deleted_unreferenced,
     Rule.ONE_PLACE: one_place,
+    Rule.WAITING_ONE_PLACE: waiting_one_place,
+    Rule.SEALED_KEPT: sealed_kept,
 }
 
 

@@ -664,6 +664,8 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "segments": lambda f: True,
     "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
     "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
+    "waiting-cold": lambda f: sum(n for k, n in f.items() if k.startswith("crash_waiting")) > 0,
+    "finished-seal": lambda f: sum(n for k, n in f.items() if k.startswith("crash_finished")) > 0,
 }
 
 
@@ -695,6 +697,9 @@ def test_family_seeds(family: str) -> None:
     if family.startswith("segment"):  # they spilled, loaded and deleted segments
         assert sum(r.checked["segment references"] for r in reports) > 0
         assert sum(r.checked["segment deletes"] for r in reports) > 0
+    cold_cases = {"waiting-cold": "waiting references", "finished-seal": "sealed entries"}
+    if family in cold_cases:  # children went to objects; entries were sealed
+        assert sum(r.checked[cold_cases[family]] for r in reports) > 0
 
 
 def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:

@@ -97,6 +97,21 @@ class BrokerConfig:
     #: parents within this long before it finished (0: children find only the
     #: parents still in the document).
     dependency_window_s: float = 3600.0
+    #: Waiting children in objects (docs/segments.md "Waiting children"): waiting
+    #: jobs of one queue with the same parents move to objects once this many wait
+    #: in the document (or one job waits for this many parents); None: never.
+    waiting_spill_above_jobs: int | None = 200
+    #: ... at most this many per object.
+    waiting_object_jobs: int = 5_000
+    #: An object whose parents all ended is loaded while fewer queued jobs of its
+    #: queue than this sit in the document (a fan-in comes back in chunks).
+    waiting_load_below_queued: int = 10_000
+    #: The record of finished jobs (docs/segments.md "The finished record"): its
+    #: ``done`` entries are sealed into objects once this many sit in the
+    #: document, unless dependencies are in use; None: never.
+    finished_seal_above_entries: int | None = 1_000
+    #: ... at most this many per object.
+    finished_object_entries: int = 20_000
     #: ``host:port`` to serve Prometheus metrics on at ``/metrics`` (port 0: any
     #: free port; ``Broker.metrics_address`` says which), from ``start`` (a standby
     #: too) until ``stop``.  Needs ``osqueue[metrics]``.  None: no endpoint.
@@ -145,11 +160,19 @@ class BrokerConfig:
             "max_schedules",
             "segment_cache_bytes",
             "metrics_max_connections",
+            "waiting_object_jobs",
+            "waiting_load_below_queued",
+            "finished_object_entries",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidInput(f"must be a whole number >= 1, got {value!r}", field=name)
-        for name in ("spill_above_jobs", "spill_hold_bytes"):
+        for name in (
+            "spill_above_jobs",
+            "spill_hold_bytes",
+            "waiting_spill_above_jobs",
+            "finished_seal_above_entries",
+        ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise InvalidInput(
@@ -190,4 +213,9 @@ class BrokerConfig:
             schedule_grace_s=self.schedule_grace_s,
             max_schedules=self.max_schedules,
             dependency_window_s=self.dependency_window_s,
+            waiting_spill_above_jobs=self.waiting_spill_above_jobs,
+            waiting_object_jobs=self.waiting_object_jobs,
+            waiting_load_below_queued=self.waiting_load_below_queued,
+            finished_seal_above_entries=self.finished_seal_above_entries,
+            finished_object_entries=self.finished_object_entries,
         )

@@ -291,13 +291,16 @@ async def payload_by_id(url: str, job_id: str) -> bytes:
 
 def matching(doc: Document, queue: str | None, status: str | None) -> int:
     """How many jobs of ``queue`` in ``status`` (None: any) the document and its
-    segments hold, from the index and the segment references (no object read)."""
+    segments hold, from the index and the segment references (no object read);
+    waiting children in objects count from their references too."""
     index = doc.index
     names = [queue] if queue is not None else sorted(set(index.queues()) | doc.segments.queues())
     statuses = [status] if status is not None else list(LISTED_STATES)
     total = sum(index.count(q, s) for q in names for s in statuses)
     if status in (None, "queued"):
         total += spilled_count(doc, queue)
+    if status in (None, "waiting") and doc.waiting_cold:  # waiting children in objects
+        total += doc.waiting_cold.jobs(queue)
     return total
 
 

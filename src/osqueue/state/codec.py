@@ -17,6 +17,7 @@ from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.codec_checks import check_job_fields, queue_settings_of, schedules_of
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
+from osqueue.state.finished_refs import sealed_of
 from osqueue.state.model import (
     FORMAT,
     QUEUE_ID_RE,
@@ -31,6 +32,7 @@ from osqueue.state.schedules import Schedules
 from osqueue.state.segment_codec import SEGMENT_PREFIX
 from osqueue.state.segments import Segments
 from osqueue.state.validate import NAME_RE, PRIORITY_MAX, PRIORITY_MIN
+from osqueue.state.waiting_refs import cold_waiting_of
 from osqueue.storage.keys import check_key
 
 _encoder = msgspec.json.Encoder()
@@ -71,6 +73,10 @@ def encode(doc: Document) -> bytes:
     finished = doc.finished
     if finished.entries:
         parts += (b',"finished":[', finished.section(), b"]")
+    if doc.waiting_cold.refs:
+        parts.append(doc.waiting_cold.framed())
+    if finished.sealed.refs:
+        parts.append(finished.sealed.framed())
     parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
     return b"".join(parts)
 
@@ -155,7 +161,7 @@ def decode(data: bytes) -> Document:
         _check_format(data)
     _validate(wire)
     jobs = {job.id: job for job in wire.jobs}
-    return Document(
+    doc = Document(
         version=wire.version,
         broker=wire.broker,
         next_token=wire.next_token,
@@ -173,6 +179,9 @@ def decode(data: bytes) -> Document:
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
+    doc.waiting_cold = cold_waiting_of(wire.waiting)
+    doc.finished.sealed = sealed_of(wire.finished_objects)
+    return doc
 
 
 def _tombstones(wire: WireDocument) -> dict[str, int]:

@@ -33,7 +33,7 @@ import msgspec
 
 from osqueue.api import FinishedStatus
 from osqueue.errors import InvalidInput, JobNotFound
-from osqueue.state import validate
+from osqueue.state import cold_waiting, validate
 from osqueue.state.document import Document
 from osqueue.state.model import StoredJob
 from osqueue.state.results import finished, maybe_spilled
@@ -139,3 +139,5 @@ def settle(host: Host, ended: list[tuple[str, FinishedStatus]]) -> None:
                 host.put_job(msgspec.structs.replace(child, after=rest))
             else:
                 host.put_job(msgspec.structs.replace(child, status="queued", after=()))
+    if doc.waiting_cold:  # and the objects of waiting children (no job read)
+        cold_waiting.settle(doc, ended)

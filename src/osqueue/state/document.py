@@ -45,6 +45,7 @@ from osqueue.state.model import (
 )
 from osqueue.state.schedules import Schedules
 from osqueue.state.segments import Segments
+from osqueue.state.waiting_refs import ColdWaiting
 
 _encoder = msgspec.json.Encoder()
 #: a job's (or any value's) JSON bytes, as the document stores them
@@ -95,6 +96,7 @@ class Document:
         "spill_scanned",
         "stats",
         "version",
+        "waiting_cold",
     )
 
     def __init__(
@@ -147,6 +149,7 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
+        self.waiting_cold = ColdWaiting()  # objects of waiting children (.waiting_refs)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -198,7 +201,7 @@ class Document:
             queue_totals={q: copy.copy(t) for q, t in self.queue_totals.items()},
             queue_id=self.queue_id,
         )
-        new._head_len = self._head_len
+        new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
         new._broker_json, new._history_json = self._broker_json, self._history_json
         new.spill_scanned = dict(self.spill_scanned)
         return new
@@ -377,7 +380,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished.entries:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size
+        return size + self.waiting_cold.framed_bytes() + self.finished.sealed.framed_bytes()
 
     # -- reading ------------------------------------------------------------------
 
@@ -472,6 +475,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.waiting_cold == b.waiting_cold
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

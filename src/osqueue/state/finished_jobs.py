@@ -34,6 +34,7 @@ from datetime import datetime
 import msgspec
 
 from osqueue.api import FinishedStatus, ResultKind
+from osqueue.state.finished_refs import SealedRecord
 
 #: Result objects live under this prefix: ``results/<job id>=<upload id>``.
 RESULT_PREFIX = "results/"
@@ -89,7 +90,7 @@ class FinishedRecord:
     leaves a stale heap item that is skipped).
     """
 
-    __slots__ = ("_blob", "_bytes", "_expires", "_frags", "_heap", "entries")
+    __slots__ = ("_blob", "_bytes", "_expires", "_frags", "_heap", "entries", "sealed")
 
     def __init__(self, entries: Iterable[FinishedJob] = ()) -> None:
         self.entries: dict[str, FinishedJob] = {}
@@ -103,6 +104,8 @@ class FinishedRecord:
         #: the encoded section (fragments joined by commas), grown by appending;
         #: None after a removal until :meth:`section` rebuilds it
         self._blob: bytearray | None = None
+        #: the entries sealed into objects (:mod:`osqueue.state.finished_objects`)
+        self.sealed = SealedRecord()
         for entry in entries:
             self.add(entry)
 
@@ -114,6 +117,7 @@ class FinishedRecord:
         new._heap = list(self._heap)
         new._expires = dict(self._expires)
         new._blob = None if self._blob is None else bytearray(self._blob)
+        new.sealed = self.sealed.copy()
         return new
 
     # -- reading ------------------------------------------------------------------
@@ -136,7 +140,8 @@ class FinishedRecord:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FinishedRecord):
             return NotImplemented
-        return list(self.entries.items()) == list(other.entries.items())
+        same = list(self.entries.items()) == list(other.entries.items())
+        return same and self.sealed == other.sealed
 
     __hash__ = None  # type: ignore[assignment]
 

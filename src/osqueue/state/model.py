@@ -19,7 +19,9 @@ import msgspec
 
 from osqueue.ids import new_id
 from osqueue.state.finished_jobs import FinishedJob
+from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
+from osqueue.state.waiting_refs import WaitingRef
 
 #: The document's format, the one this osqueue reads and writes.  A document of
 #: any other format (an earlier, pre-release one, or a later one) is refused
@@ -356,5 +358,9 @@ class WireDocument(msgspec.Struct, frozen=True):
     dependencies_at: datetime | None = None
     #: the record of finished jobs
     finished: list[FinishedJob] = []
+    #: the objects of waiting children (format 4; :mod:`osqueue.state.waiting_refs`)
+    waiting: list[WaitingRef] = []
+    #: the sealed objects of the record of finished jobs (:mod:`osqueue.state.finished_objects`)
+    finished_objects: list[FinishedRef] = []
     #: the known queues and their counters
     queue_totals: dict[str, QueueTotals] = {}

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
-from osqueue.state.finished_jobs import ResultData
+from osqueue.state.finished_jobs import FinishedJob, ResultData
+from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.model import (
     BrokerInfo,
     CatchUp,
@@ -23,6 +24,7 @@ from osqueue.state.model import (
     StoredSettings,
 )
 from osqueue.state.validate import MAX_ERROR_CHARS
+from osqueue.state.waiting_refs import WaitingRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,21 @@ class Policy:
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
     max_finished_bytes: int = 2 * 1024 * 1024
+    # Waiting children in objects (osqueue.state.cold_waiting): when the broker
+    # spills and loads them.
+    #: children waiting for the same parents move to an object once this many sit
+    #: in the document (None: never)
+    waiting_spill_above_jobs: int | None = 200
+    #: most children per object of waiting children
+    waiting_object_jobs: int = 5_000
+    #: an object whose parents all ended is loaded only while fewer queued jobs
+    #: of its queue than this sit in the document (so a fan-in comes back in chunks)
+    waiting_load_below_queued: int = 10_000
+    #: the record's ``done`` entries are sealed into objects once this many sit
+    #: in the document (None: never; osqueue.state.finished_objects)
+    finished_seal_above_entries: int | None = 1_000
+    #: most entries per sealed object
+    finished_object_entries: int = 20_000
 
 
 # --------------------------------------------------------------------------- ops
@@ -216,6 +233,37 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
     key: str
 
 
+# --- waiting children in objects (osqueue.state.cold_waiting) ---------------------
+
+
+class SpillWaiting(msgspec.Struct, frozen=True):
+    """The broker wrote ``ref``'s object holding ``jobs`` (waiting jobs of one queue
+    that all wait for ``ref.after``): drop them from the document and reference
+    the object.  Fails alone (``Conflict``) if a job changed since the snapshot."""
+
+    ref: WaitingRef
+    jobs: tuple[StoredJob, ...]
+
+
+class LoadWaiting(msgspec.Struct, frozen=True):
+    """The object ``key`` is due (its parents ended, or one failed): ``jobs`` (all of
+    the object's, as read and checked) come back as queued, cancelled, or
+    waiting for the parents still pending; the reference goes."""
+
+    key: str
+    jobs: tuple[StoredJob, ...]
+
+
+class SealFinished(msgspec.Struct, frozen=True):
+    """The broker wrote ``ref``'s object holding ``entries`` (``done`` entries of the
+    record of finished jobs): drop them from the document and reference the
+    object (:mod:`osqueue.state.finished_objects`).  Fails alone (``Conflict``)
+    if an entry changed or dependencies came into use since the snapshot."""
+
+    ref: FinishedRef
+    entries: tuple[FinishedJob, ...]
+
+
 class SetQueue(msgspec.Struct, frozen=True, gc=False):
     """Change a queue's settings (None: leave as it is; 0: remove the limit), or
     with ``remove`` (and no setting) forget the queue: it is no longer listed.
@@ -270,6 +318,9 @@ Op = (
     | SetQueue
     | PutSchedule
     | RemoveSchedule
+    | SpillWaiting
+    | LoadWaiting
+    | SealFinished
 )
 
 
@@ -326,6 +377,7 @@ __all__ = [
     "Fail",
     "Heartbeat",
     "Load",
+    "LoadWaiting",
     "MarkArchived",
     "Ok",
     "Op",
@@ -344,7 +396,9 @@ __all__ = [
     "Result",
     "RetryDead",
     "Scheduled",
+    "SealFinished",
     "SetAside",
     "SetQueue",
     "Spill",
+    "SpillWaiting",
 ]

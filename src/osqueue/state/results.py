@@ -74,7 +74,7 @@ def answer(doc: Document, job_id: str, now: float) -> Answer | None:
     pushed, or its entry expired)."""
     entry = doc.finished.get(job_id)
     if entry is not None and now <= entry.expires_at:
-        return _from_entry(entry)
+        return from_entry(entry)
     job = doc.jobs.get(job_id)
     if job is not None:
         if job.status == "done":
@@ -88,7 +88,8 @@ def answer(doc: Document, job_id: str, now: float) -> Answer | None:
     return None
 
 
-def _from_entry(entry: FinishedJob) -> Answer:
+def from_entry(entry: FinishedJob) -> Answer:
+    """The answer an entry of the record gives (in the document or a sealed object)."""
     result = JobResult(
         entry.status,
         error=entry.error,
@@ -108,7 +109,9 @@ def maybe_spilled(doc: Document, job_id: str) -> bool:
     """A live job in a segment object (listed or set aside) may have this id (its
     bounds hold it)."""
     refs = [*doc.segments, *(entry.ref for entry in doc.segments.aside.values())]
-    return any(ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in refs)
+    if any(ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in refs):
+        return True
+    return bool(doc.waiting_cold) and doc.waiting_cold.may_hold(job_id)
 
 
 def result_key(job_id: str, upload_id: str) -> str:
@@ -225,7 +228,9 @@ def dependency_hold(doc: Document, job_id: str, now: float, policy: Policy) -> f
     push named parents within that window (``doc.dependencies_at``), else 0."""
     window = policy.dependency_window_s
     used = doc.dependencies_at
-    if job_id in doc.index.children or (used is not None and now - used.timestamp() <= window):
+    if job_id in doc.index.children or job_id in doc.waiting_cold.by_parent:
+        return window
+    if used is not None and now - used.timestamp() <= window:
         return window
     return 0.0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from typing import Protocol
 
 import msgspec
 
@@ -205,7 +206,19 @@ def _job_problem(
     return None
 
 
-def check_segment(ref: SegmentRef, data: bytes) -> None:
+class Referenced(Protocol):
+    """What a reference to an object of job lines records (a segment's, or one of
+    waiting children: :class:`~osqueue.state.waiting_refs.WaitingRef`)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+def check_segment(ref: Referenced, data: bytes) -> None:
     """``data`` is the object ``ref`` recorded at spill: its size and SHA-256 (else
     :class:`~osqueue.errors.CorruptDocument` naming the key, what the reference
     says and what was found).  Every reader of a segment object calls this

@@ -24,6 +24,8 @@ def stats_of(doc: Document, now: float) -> Stats:
     names |= set(doc.queue_settings) | set(doc.queue_totals)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
+    cold = doc.waiting_cold  # waiting children in objects: counted from the references
+    names |= {ref.queue for ref in cold}
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
     for q in sorted(names):
@@ -38,7 +40,7 @@ def stats_of(doc: Document, now: float) -> Stats:
             delayed=max(0, queued - ready),
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,
-            waiting=index.count(q, "waiting"),
+            waiting=index.count(q, "waiting") + (cold.jobs(q) if cold else 0),
             paused=_paused(doc, q),
             pushed_total=totals.pushed,
             completed_total=totals.completed,
@@ -61,7 +63,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         lease_until=owner.lease_until.timestamp() if owner else None,
         document_bytes=doc.size_bytes(),
         tombstones=len(doc.recent),
-        finished=len(doc.finished),
+        finished=len(doc.finished) + doc.finished.sealed.entries(),  # sealed ones too
         finished_evicted=doc.stats.finished_evicted,
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
-from osqueue.state import results
+from osqueue.state import finished_objects, results
 from osqueue.state.document import Document
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Policy
@@ -34,6 +34,8 @@ class SweepTx(Protocol):
 def run(tx: SweepTx) -> None:
     if tx.doc.finished.entries:
         tx.stats["finished_evicted"] += results.sweep(tx.doc, tx.now, tx.policy)
+    if tx.doc.finished.sealed:  # sealed objects whose every entry expired leave
+        finished_objects.expire(tx.doc, tx.now)
     index = tx.doc.index
     if not index.claimed:
         _prune_recent(tx)

@@ -9,8 +9,7 @@ result.  No I/O, no clock: ``now`` is passed in.
 Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
 segment in claim order that is not loaded yet and reports its stream in
 :attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
-applied by :mod:`osqueue.state.spill`.
-"""
+applied by :mod:`osqueue.state.spill`, waiting children's by :mod:`.cold_waiting`."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ from osqueue.errors import (
     OsqueueError,
     QueueFull,
 )
-from osqueue.state import deps, scheduling, spill, sweep, validate
+from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import record, sampled
@@ -509,6 +508,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
 }
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
 
 _push = _DISPATCH[Push]
 
@@ -549,7 +549,7 @@ def transition(
             results.append(exc)
     tx.sized, tx.size_bound = False, None
     tx.sweep()
-    if tx.ended and tx.doc.index.children:
+    if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version

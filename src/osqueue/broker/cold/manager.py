@@ -52,8 +52,10 @@ from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.demand import ClaimDemand
+from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
 from osqueue.broker.cold.sweep import SegmentCounters, SegmentDeletes
+from osqueue.broker.cold.waiting import WaitingObjects
 from osqueue.broker.config import BrokerConfig
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
@@ -153,6 +155,8 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
+        #: waiting children in objects, the sealed record of finished jobs
+        self.waiting, self.finished = _cold_parts(self)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -162,21 +166,18 @@ class SegmentManager:
         doc = t.doc
         # A queue without segments (none referenced, none in flight, no tail near
         # the spill threshold) pays a few checks here, and nothing else.
-        touched = False
         if self._loads or self.spills.busy:
             self._settle(doc)
-            touched = True
         if self._asides:
             self._settle_asides()
-            touched = True
         for key in t.dropped_segments:
             self.counters.deleted += 1
             self._delete(key)
-            touched = True
         if self.deletes.doomed:
             for key in self.deletes.orphans_after(doc):
                 self.cache.evict(key)
-            touched = True
+        self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
+        self.finished.committed(t)
         life = self._life
         if not life.serving or life.closing:
             return
@@ -186,16 +187,13 @@ class SegmentManager:
             doc.spill_scanned.clear()
         if doc.segments.streams:
             self._plan_loads(doc, t.starved, claimed)
-            touched = True
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
         above = self._policy.spill_above_jobs
         if above is not None and doc.index.queued >= above:  # no queue's tail can be past it else
             self.spills.plan(doc, self._policy)
-            touched = True
-        if touched:
-            self._check_quiet()
+        self._check_quiet()
 
     @property
     def busy(self) -> bool:
@@ -206,6 +204,8 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.waiting.busy
+            or self.finished.busy
         )
 
     def _check_quiet(self) -> None:
@@ -430,4 +430,35 @@ class SegmentManager:
 
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
-        return await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
+        return found if found is not None else await self.waiting.locate(job_id)
+
+
+def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
+    """The objects of waiting children and of the sealed record of ``m``'s broker
+    (sharing its storage, side tasks, keys being written and deletes)."""
+    waiting = WaitingObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        lease=m._lease,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    finished = FinishedObjects(
+        m._storage,
+        m._policy,
+        m._clock,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )
+    return waiting, finished

@@ -1,9 +1,10 @@
 """Deleting segment objects: those a commit dropped or a failed spill left, and
 orphans, by the payload sweep's rule.
 
-An orphan is an object under ``segments/`` that no reference names and no
-spill of this broker is writing (:attr:`SegmentManager.writing
-<osqueue.broker.cold.manager.SegmentManager.writing>`): left by a broker that died
+An orphan is an object under ``segments/`` (or ``waiting/``, ``finished/``)
+that no reference names and no spill of this broker is writing
+(:attr:`SegmentManager.writing <osqueue.broker.cold.manager.SegmentManager.writing>`):
+left by a broker that died
 between a ``put`` and its commit, by a ``Spill`` whose commit never landed, or
 by a delete that failed.  :meth:`SegmentDeletes.sweep` (run with the payload
 sweep, every ``payload_sweep_interval_s``) lists ``segments/``; an object two
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from osqueue.errors import NotFound, StorageError
 from osqueue.state import SEGMENT_PREFIX, Document
+from osqueue.state.finished_refs import FINISHED_PREFIX
+from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage.port import Storage
 
 if TYPE_CHECKING:
@@ -100,13 +103,18 @@ class SegmentDeletes:
     def orphan(self, key: str, doc: Document | None) -> bool:
         """No reference of ``doc`` names ``key`` (listed or set aside: a set-aside
         object may be restored and readmitted), and no spill is writing it."""
-        return doc is not None and key not in self._writing and not doc.segments.holds(key)
+        if doc is None or key in self._writing:
+            return False
+        held = doc.segments.holds(key) or doc.waiting_cold.holds(key)
+        return not held and not doc.finished.sealed.holds(key)
 
     async def sweep(self, suspects: set[str]) -> set[str]:
         """One sweep over ``segments/``: the orphans now (checked against the held
         document); those the previous sweep found too (``suspects``) are doomed.
         Returns the orphans, the next sweep's suspects."""
         listed = await self._storage.list(SEGMENT_PREFIX)
+        listed += await self._storage.list(WAITING_PREFIX)  # waiting children's objects
+        listed += await self._storage.list(FINISHED_PREFIX)  # the sealed record's
         orphans = {key for key in listed if self.orphan(key, self._lease.doc)}
         self.doomed |= orphans & suspects
         return orphans

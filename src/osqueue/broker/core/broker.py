@@ -370,4 +370,9 @@ class Broker:
     async def finished(self, job_id: str, wait_s: float) -> Answer | None:
         """How job ``job_id`` finished, as the last commit says, waiting up to
         ``wait_s`` for the commit that finishes it; None for an unknown id."""
-        return await self._waiters.finished(job_id, wait_s, lambda: self._lease.doc)
+        found = await self._waiters.finished(job_id, wait_s, lambda: self._lease.doc)
+        if found is None or (found.result.status == "done" and found.data is None):
+            # its entry may be sealed in an object (broker/cold/finished.py)
+            sealed = await self.segments.finished.lookup(job_id, self._lease.doc, found)
+            return sealed if sealed is not None else found
+        return found

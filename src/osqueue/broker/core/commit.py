@@ -220,7 +220,8 @@ class CommitLoop:
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
         spills = self._segments.spills
-        if not spills.writing:
+        cold = self._segments.waiting  # or waiting children's objects (broker/cold/waiting.py)
+        if not spills.writing and not cold.writing:
             return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
         if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
@@ -231,7 +232,7 @@ class CommitLoop:
             return
         self._segments.counters.held_commits += 1
         waits = {
-            asyncio.ensure_future(spills.written()),
+            asyncio.ensure_future(spills.written() if spills.writing else cold.written()),
             asyncio.ensure_future(self._clock.sleep(budget)),
         }
         try:

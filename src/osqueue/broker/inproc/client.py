@@ -365,7 +365,8 @@ class LocalClient(SchedulingCalls, SegmentCalls):
 
     async def cancel(self, job_id: str) -> None:
         result = await self.broker.add_op(Cancel(job_id))
-        if isinstance(result, JobNotFound) and self.broker.document.segments:
+        doc = self.broker.document
+        if isinstance(result, JobNotFound) and (doc.segments or doc.waiting_cold):
             result = await self._cancel_spilled(job_id, result)
         raise_if_error(result)
 

@@ -204,6 +204,8 @@ class Payloads:
         job = doc.jobs.get(job_of_key(key))
         if job is not None and job.payload_ref == key:
             return False
+        if key in doc.waiting_cold.payloads:  # a waiting child in an object uses it
+            return False
         return key not in doc.segments.payloads
 
     async def sweep(

@@ -222,6 +222,8 @@ class ResultObjects:
         """No entry of ``doc``'s record and no completion in flight uses this object."""
         if key in self.uploading or doc is None:
             return False
+        if key in doc.finished.sealed.results:  # an entry sealed in an object uses it
+            return False
         entry = doc.finished.get(job_of_result_key(key))
         return entry is None or entry.result is None or entry.result.ref != key
 
@@ -254,4 +256,6 @@ def _kept(doc: Document, op: Complete) -> bool:
     """The record's entry for ``op``'s job holds ``op``'s result object."""
     entry = doc.finished.get(op.job_id)
     ref = op.result.ref if op.result is not None else None
+    if ref is not None and ref in doc.finished.sealed.results:  # sealed since
+        return True
     return entry is not None and entry.result is not None and entry.result.ref == ref

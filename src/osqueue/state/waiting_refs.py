@@ -1,0 +1,213 @@
+"""The document's references to waiting children kept in objects (``waiting/``).
+
+A job pushed with ``after=[...]`` waits in the document while its parents run.
+Many waiting jobs (a fan-in of 100,000 children on one parent, a child of
+10,000 parents) would make every commit rewrite them, so the broker moves
+them into immutable objects (:mod:`osqueue.state.cold_waiting` decides,
+:mod:`osqueue.broker.cold.waiting` does the I/O).  One object holds waiting
+jobs of one queue that all wait for the *same* parents (the same ``after``), so its
+reference says for all of them at once which parents are still pending: a
+finishing parent touches the references that name it (``by_parent``, an
+index built from the references, not stored), never a job; and a child of
+10,000 parents is one job in one object, named by 10,000 index entries.
+
+The reference (:class:`WaitingRef`) carries what the document must answer
+without reading the object: the parents still pending (``after``) and those
+that ended dead or cancelled (``failed``), the count per queue (status
+counts; one queue per object), the id bounds (``maybe_cold``: is an id a live cold child), the ids
+cancelled while cold, and the payload objects its jobs use (the payload sweep
+keeps them).  Once ``after`` is empty, or a parent failed, the broker loads
+the object: its jobs come back as queued (or cancelled) in that commit.
+
+Pure values; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+import msgspec
+
+from osqueue.errors import CorruptDocument
+
+#: Objects of waiting children live under this prefix.
+WAITING_PREFIX = "waiting/"
+
+_encode = msgspec.json.Encoder().encode
+
+
+class WaitingRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """The document's reference to one object of waiting children (JSON lines in
+    the segment format: :func:`osqueue.state.segment_codec.encode_segment`)."""
+
+    #: the object's key (``waiting/<unique>.jsonl``)
+    key: str
+    #: jobs in the object
+    count: int
+    #: the object's size and the hex SHA-256 of its bytes, checked by every reader
+    size_bytes: int = msgspec.field(name="bytes")
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    #: lexicographic bounds of the object's ids
+    min_id: str
+    max_id: str
+    #: the queue of every job in the object
+    queue: str
+    #: the parents every job of the object still waits for
+    after: tuple[str, ...] = ()
+    #: parents that ended dead or cancelled since the spill (the jobs' own
+    #: ``on_parent_failure`` decides on load)
+    failed: tuple[str, ...] = ()
+    #: ids cancelled while in the object (skipped on load)
+    cancelled: tuple[str, ...] = ()
+    #: payload objects of the jobs (the payload sweep keeps them)
+    payload_refs: tuple[str, ...] = ()
+
+    @property
+    def due(self) -> bool:
+        """Every parent ended, or one failed: the object is to be loaded."""
+        return not self.after or bool(self.failed)
+
+    @property
+    def live(self) -> int:
+        """Jobs in the object not cancelled."""
+        return self.count - len(self.cancelled)
+
+
+class ColdWaiting:
+    """The references of one document, with the index by parent (kept in step)."""
+
+    __slots__ = ("_frags", "_section", "by_parent", "payloads", "refs")
+
+    def __init__(self, refs: list[WaitingRef] | None = None) -> None:
+        #: key -> reference, in the order they were added
+        self.refs: dict[str, WaitingRef] = {}
+        #: parent id -> keys of the references still waiting for it
+        self.by_parent: dict[str, dict[str, None]] = {}
+        #: the payload objects the references' jobs use (the payload sweep keeps them)
+        self.payloads: set[str] = set()
+        self._frags: dict[str, bytes] = {}
+        self._section: bytes | None = None
+        for ref in refs or ():
+            self.add(ref)
+
+    def copy(self) -> ColdWaiting:
+        new = ColdWaiting()
+        new.refs = dict(self.refs)
+        new.by_parent = {p: dict(keys) for p, keys in self.by_parent.items()}
+        new.payloads = set(self.payloads)
+        new._frags = dict(self._frags)
+        new._section = self._section
+        return new
+
+    def __bool__(self) -> bool:
+        return bool(self.refs)
+
+    def __iter__(self) -> Iterator[WaitingRef]:
+        return iter(self.refs.values())
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ColdWaiting):
+            return NotImplemented
+        return list(self.refs.items()) == list(other.refs.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ColdWaiting({len(self.refs)} objects, {self.jobs()} jobs)"
+
+    def holds(self, key: str) -> bool:
+        return key in self.refs
+
+    def may_hold(self, job_id: str) -> bool:
+        """A live job of an object may have this id (its id bounds hold it)."""
+        return any(
+            r.min_id <= job_id <= r.max_id and job_id not in r.cancelled for r in self.refs.values()
+        )
+
+    def jobs(self, queue: str | None = None) -> int:
+        """Live cold waiting jobs (of ``queue``, or of all queues)."""
+        return sum(r.live for r in self.refs.values() if queue is None or r.queue == queue)
+
+    def section(self) -> bytes:
+        """The references' encodings joined by commas (the inside of the JSON list)."""
+        if self._section is None:
+            self._section = b",".join(self._frags.values())
+        return self._section
+
+    def framed(self) -> bytes:
+        """The document's ``,"waiting":[...]`` section (empty when there is none)."""
+        return b',"waiting":[' + self.section() + b"]" if self.refs else b""
+
+    def framed_bytes(self) -> int:
+        """The length of :meth:`framed`."""
+        return len(b',"waiting":[]') + len(self.section()) if self.refs else 0
+
+    # -- changes ------------------------------------------------------------------
+
+    def add(self, ref: WaitingRef) -> None:
+        self.refs[ref.key] = ref
+        self._frags[ref.key] = _encode(ref)
+        self._section = None
+        self.payloads.update(ref.payload_refs)
+        for parent in ref.after:
+            self.by_parent.setdefault(parent, {})[ref.key] = None
+
+    def replace(self, ref: WaitingRef) -> None:
+        """Swap in ``ref`` for the reference of the same key (its ``after`` may only shrink)."""
+        old = self.refs[ref.key]
+        self.refs[ref.key] = ref
+        self._frags[ref.key] = _encode(ref)
+        self._section = None
+        if len(old.after) != len(ref.after):
+            kept = set(ref.after)
+            for parent in old.after:
+                if parent not in kept:
+                    self._unindex(parent, ref.key)
+
+    def remove(self, key: str) -> WaitingRef:
+        ref = self.refs.pop(key)
+        del self._frags[key]
+        self._section = None
+        self.payloads.difference_update(ref.payload_refs)
+        for parent in ref.after:
+            self._unindex(parent, key)
+        return ref
+
+    def _unindex(self, parent: str, key: str) -> None:
+        keys = self.by_parent.get(parent)
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self.by_parent[parent]
+
+
+def cold_waiting_of(refs: list[WaitingRef]) -> ColdWaiting:
+    """The stored references, checked (a bad one is a ``CorruptDocument`` naming
+    ``$.waiting[i]`` and the field)."""
+    out = ColdWaiting()
+    for i, ref in enumerate(refs):
+        where = f"$.waiting[{i}]"
+        problem = _problem(ref, out)
+        if problem is not None:
+            field, message = problem
+            raise CorruptDocument(f"{where}.{field}: {message}", path=f"{where}.{field}")
+        out.add(ref)
+    return out
+
+
+def _problem(ref: WaitingRef, seen: ColdWaiting) -> tuple[str, str] | None:
+    if not ref.key.startswith(WAITING_PREFIX) or seen.holds(ref.key):
+        return ("key", f"{ref.key!r} is not a new key under {WAITING_PREFIX}")
+    if ref.count < 1 or ref.size_bytes < 1:
+        return ("count", "an object of waiting children holds at least one job")
+    if not ref.min_id <= ref.max_id:
+        return ("min_id", f"{ref.min_id!r} is after max_id {ref.max_id!r}")
+    if not ref.queue:
+        return ("queue", "must not be empty")
+    if len(ref.cancelled) >= ref.count + 1 or len(set(ref.cancelled)) != len(ref.cancelled):
+        return ("cancelled", "more cancels than jobs, or one twice")
+    return None
