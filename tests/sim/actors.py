@@ -104,6 +104,10 @@ class BrokerNode:
             # results would be): the result-kept rule judges every completion
             result_ttl_s=3600.0,
         )
+        if c.dead_keep_jobs is not None:  # the dead-segments family
+            config = dataclasses.replace(
+                config, dead_keep_jobs=c.dead_keep_jobs, dead_spill_jobs=c.dead_spill_jobs
+            )
         config = with_knobs(config, c)  # waiting children in objects, the sealed record
         if c.spill_above_jobs is None:
             return config
@@ -566,6 +570,11 @@ class Operator(Client):
             sim.faults["queue_paused"] += 1
             await self.clock.sleep(sim.rng.uniform(0.5, 5.0))
             await self._until_done(partial(LocalClient.set_queue, queue=queue, paused=False))
+        for i in range(cfg.dead_retries):  # retry every dead job (in dead segments too)
+            await self.clock.sleep(sim.rng.uniform(cfg.fault_phase_s / 4, cfg.fault_phase_s / 3))
+            sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, f"retry-{i}")
+            await self._until_done(partial(LocalClient.retry_dead))
+            sim.faults["dead_retried"] += 1
 
     async def _until_done(self, fn: Callable[[LocalClient], Awaitable[object]]) -> None:
         attempt = 0

@@ -26,7 +26,8 @@ from collections.abc import Collection, Iterable
 from osqueue.errors import CorruptDocument
 from osqueue.state import Document, StoredJob, decode
 from sim.claims import check_attempts, check_claim_order, check_counters, check_keys
-from sim.findings import Chain, Findings, build_chain, live_spilled
+from sim.dead_rules import check_dead, retried_from_dead
+from sim.findings import Chain, Findings, build_chain, dead_spilled, live_spilled
 from sim.history import Event, History, Kind, Outcome, Rule, Violation
 from sim.results import check_results
 from sim.scheduling_rules import check_limits, check_parents, check_ticks, ticked_ids
@@ -85,6 +86,7 @@ def judge(
     check_ticks(chain, outcome, f)
     check_limits(chain, f)
     check_segments(chain, indices, objects, outcome, f)
+    check_dead(history, chain, objects, f)
     check_waiting(chain, waiting, sealed, f)
     return f
 
@@ -131,6 +133,7 @@ def _check_lifecycles(sent: set[str], chain: Chain, f: Findings) -> None:
 
     present: set[str] = set()
     refs: set[str] = set()
+    last: dict[str, str] = {}  # job id -> its status in the last version that held it
     for doc in chain.docs:
         spilled = chain.spilled_in(doc)
         now = set(doc.jobs) | set(spilled)
@@ -143,6 +146,9 @@ def _check_lifecycles(sent: set[str], chain: Chain, f: Findings) -> None:
                 once(Rule.PUSHED_FIRST, job_id, f"{where} was never pushed")
             mine = (job.seq, job.created_at.timestamp())
             known = ident.setdefault(job_id, mine)
+            if known != mine and retried_from_dead(last.get(job_id), job, known):
+                ident[job_id] = known = mine  # fresh seqs of a dead segment's retry
+            last[job_id] = job.status
             if known != mine:
                 f.add(
                     Rule.NOT_RECREATED,
@@ -333,6 +339,8 @@ def _check_no_loss(
     archived = {rec.id for rec in outcome.archive}
     final = outcome.final
     dead = {j.id for j in final.jobs.values() if j.status == "dead"} if final else set()
+    if final is not None and final.dead:  # in dead segments
+        dead |= set(dead_spilled(final, _objects_of(outcome)))
     cancelled = history.ids(Kind.CANCEL_SENT) & set(chain.left_undone)
     for job_id in sorted(history.ids(Kind.PUSH_ACK)):
         if job_id in archived or job_id in dead or job_id in cancelled or job_id in orphaned:

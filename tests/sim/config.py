@@ -119,6 +119,12 @@ class SimConfig:
     load_jobs: int = 2
     #: a commit waits for a spill in flight above this many document bytes (None: never)
     spill_hold_bytes: int | None = None
+    # Dead letters in dead segments (the "dead-segments" family; docs/segments.md)
+    #: dead jobs a queue keeps in the document (None: the broker's default, never reached)
+    dead_keep_jobs: int | None = None
+    dead_spill_jobs: int = 1
+    #: times the operator retries every dead job during the faults
+    dead_retries: int = 0
     #: waiting children in objects, the sealed record (None: the broker's defaults,
     #: which these small runs never reach; sim.waiting_rules.broker_knobs)
     waiting_spill_above_jobs: int | None = None
@@ -401,6 +407,27 @@ def segment_storm(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Jobs die into dead segments (a queue keeps one or two dead jobs in the
+    document) and the operator retries all of them, a segment per commit, under
+    broker crashes (in commits and around segment writes), lost answers and
+    takeovers."""
+    s = _spilling(c, rng)
+    side = _side(c.seed, "dead")
+    return _mix(
+        s,
+        brokers=side.choice((2, 3)),
+        poison_rate=0.4,
+        max_attempts=1,
+        jobs_per_producer=side.randint(20, 40),
+        dead_keep_jobs=side.choice((1, 2)),
+        dead_spill_jobs=side.choice((1, 2)),
+        dead_retries=side.choice((2, 3)),
+        answer_lost=max(0.03, s.answer_lost),
+        nemesis=_nemesis(s, broker_crash=0.03, broker_crash_in_commit=0.03, segment_crash=0.05),
+    )
+
+
 def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
     """Dependencies with tiny thresholds: waiting children move to objects and come
     back as their parents end (or fail), under crashes around those writes, in
@@ -457,6 +484,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "segments": segments,
     "segment-crash": segment_crash,
     "segment-storm": segment_storm,
+    "dead-segments": dead_segments,
     "waiting-cold": waiting_cold,
     "finished-seal": finished_seal,
 }

@@ -70,8 +70,8 @@ def build_chain(
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
-        if (doc.segments or doc.waiting_cold) and objects is not None:
-            chain.spilled.setdefault(doc.version, live_spilled(doc, objects))
+        if (doc.segments or doc.waiting_cold or doc.dead) and objects is not None:
+            chain.spilled.setdefault(doc.version, _out_of_document(doc, objects))
             if doc.segments.aside:
                 aside = [entry.ref for entry in doc.segments.aside.values()]
                 chain.aside[doc.version] = set(live_spilled(doc, objects, aside))
@@ -99,6 +99,20 @@ def all_refs(doc: Document) -> Iterator[SegmentRef]:
     yield from doc.segments
     for entry in doc.segments.set_aside_of():
         yield entry.ref
+
+
+def _out_of_document(doc: Document, objects: Mapping[str, list[StoredJob]]) -> dict[str, StoredJob]:
+    """The jobs ``doc``'s segments and dead segments hold (a job also elsewhere is seen
+    there: DEAD_RETRIED_ONCE, :mod:`sim.dead_rules`, reports the two places)."""
+    held = live_spilled(doc, objects)
+    for job_id, job in dead_spilled(doc, objects).items():
+        held.setdefault(job_id, doc.jobs.get(job_id, job))
+    return held
+
+
+def dead_spilled(doc: Document, objects: Mapping[str, list[StoredJob]]) -> dict[str, StoredJob]:
+    """The dead jobs ``doc``'s dead segments hold, by id."""
+    return {job.id: job for ref in doc.dead for job in objects.get(ref.key, ())}
 
 
 def cold_keys(doc: Document) -> Iterator[str]:

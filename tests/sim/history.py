@@ -40,6 +40,9 @@ class Kind(Enum):
     COMPLETE_OK = "complete-ok"
     FAIL_OK = "fail-ok"
     LEASE_LOST = "lease-lost"
+    #: the operator sends a retry of every dead job (each send counts: a lost answer
+    #: is sent again)
+    DEAD_RETRY_SENT = "dead-retry-sent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,8 @@ class Rule(Enum):
     SEGMENT_WRITTEN = "segment-written"
     SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
     ONE_PLACE = "one-place"
+    # I15: dead letters in dead segments (sim.dead_rules)
+    DEAD_RETRIED_ONCE = "dead-retried-once"
     # I14: waiting children in objects and the sealed record (sim.waiting_rules)
     WAITING_ONE_PLACE = "waiting-one-place"
     SEALED_KEPT = "sealed-kept"
@@ -259,6 +264,11 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "I13",
         "in every version a job is in one place: the document, or the part of one "
         "segment not loaded yet (never both, never two segments)",
+    ),
+    Rule.DEAD_RETRIED_ONCE: (
+        "I15",
+        "every dead job is retried at most once per retry sent, and no job is in two "
+        "places (the document, a segment, a dead segment)",
     ),
     Rule.WAITING_ONE_PLACE: (
         "I14",

@@ -194,6 +194,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
+    # ------------------------------------------------------------ dead segments (I15)
+    Mutation(
+        name="dead-retry-keeps-its-segment",
+        file="state/cold_dead.py",
+        original="    doc.dead.replace(old, keep)\n",
+        replacement="    doc.dead.replace(old, keep if keep is not None else old)\n",
+        family="dead segments",
+        models="a retry of a whole dead segment references the retried jobs and keeps the "
+        "dead reference too (each job then in two places, retried again by the next retry)",
+    ),
     # ------------------------------------------------------------ waiting children (I14)
     Mutation(
         name="cold-children-released-by-any-parent",

@@ -256,6 +256,7 @@ class Sim:
             or cfg.max_claimed
             or cfg.burst
             or cfg.max_claimed_per_group is not None
+            or cfg.dead_retries
         ):
             self._spawn(Operator(self, "operator").run, "operator")
         self._spawn(self._nemesis, "nemesis")

@@ -47,7 +47,7 @@ def decode_objects(outcome: Outcome, f: Findings) -> dict[str, list[StoredJob]]:
     """Every segment object written, decoded (one that does not decode is a finding)."""
     out: dict[str, list[StoredJob]] = {}
     for key, (_, data) in sorted(outcome.segment_puts.items()):
-        if not key.startswith(SEGMENT_PREFIX):
+        if not key.startswith((SEGMENT_PREFIX, "dead/")):  # (dead segments: sim.dead_rules)
             continue  # waiting children, the sealed record: sim.waiting_rules
         try:
             out[key] = decode_segment(data, key)[1]

@@ -57,8 +57,8 @@ T = TypeVar("T")
 DOCUMENT_KEY = "queue.json"
 SEGMENT_PREFIX = "segments/"
 #: the objects whose puts and deletes are recorded (segments, waiting children, the
-#: sealed record)
-RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/")
+#: sealed record, dead segments)
+RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/", "dead/")
 #: the kinds of put a broker can crash around (the nemesis' segment, waiting and
 #: finished crashes)
 CRASH_PUT_KINDS = ("segments", "waiting", "finished")

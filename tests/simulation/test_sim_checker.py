@@ -53,13 +53,16 @@ from osqueue.state import (
     to_datetime,
     transition,
 )
+from osqueue.state.cold_dead import plan_dead_spills, plan_swap, read_dead
 from osqueue.state.document import totals
 from osqueue.state.model import Claim, Counters, StoredJob
-from osqueue.state.ops import LoadWaiting
+from osqueue.state.ops import LoadWaiting, SwapDead
 
 T0 = 1_800_000_000.0
 #: segment thresholds of the stories that spill: j1 stays, the next three spill
 SPILLING = Policy(segment_jobs=3, head_jobs=1, load_jobs=2, spill_above_jobs=3)
+#: a queue keeps its newest dead job in the document; the others spill
+DEAD_KEEPING = Policy(dead_keep_jobs=1, dead_spill_jobs=1)
 _replace = msgspec.structs.replace
 
 
@@ -742,6 +745,63 @@ def test_a_set_aside_segment_keeps_its_jobs_present_and_out_of_claim_order() -> 
     assert s.rules(disabled={Rule.SEGMENT_WRITTEN}) == set()
 
 
+def _dead_retried() -> tuple[Story, SwapDead]:
+    """Push j1..j4 (one attempt each); each is claimed and fails, dead; the three
+    oldest deaths spill to a dead segment (written first), and a retry of all
+    swaps it for a ready segment of them (written first, fresh seqs).  Nothing
+    is wrong yet."""
+    s = Story()
+    s.apply(*[Push(id=f"j{i}", payload=b"x", max_attempts=1) for i in range(1, 5)])
+    s.pushed(*[f"j{i}" for i in range(1, 5)])
+    for token in range(1, 5):
+        s.apply(ClaimOp("w", ("default",), 1))
+        s.said(Kind.CLAIMED, "w", f"j{token}", token)
+        s.apply(Fail(f"j{token}", token, "boom"))
+        s.said(Kind.FAIL_OK, "w", f"j{token}", token)
+    (plan,) = plan_dead_spills(s.doc, DEAD_KEEPING)
+    spill, data = plan.build("d1")
+    s.segments[spill.ref.key] = (len(s.landed), data)
+    s.apply(spill)
+    s.said(Kind.DEAD_RETRY_SENT, "o", "retry-0")
+    swap = plan_swap(
+        spill.ref,
+        read_dead(spill.ref, data),
+        None,
+        retry=True,
+        first_seq=s.doc.next_seq,
+        unique=lambda: f"r{len(s.segments)}",
+    )
+    assert swap is not None
+    for key, obj in swap.objects:
+        s.segments[key] = (len(s.landed), obj)
+    return s, swap.op
+
+
+def test_a_dead_segment_retried_once_passes() -> None:
+    s, op = _dead_retried()
+    s.apply(op)
+    s.deletes.append((len(s.landed), op.old.key))
+    (ready,) = op.ready
+    s.load(ready.key, 3)
+    for token, job_id in enumerate(("j1", "j2", "j3"), start=5):
+        s.apply(ClaimOp("w", ("default",), 1))
+        s.said(Kind.CLAIMED, "w", job_id, token)
+        s.apply(Complete(job_id, token))
+        s.said(Kind.COMPLETE_OK, "w", job_id, token)
+    s.archive_done()
+    assert s.rules() == set()
+
+
+def dead_retried_once() -> Story:
+    s, op = _dead_retried()
+    s.apply(op)
+    doc = s.doc.copy()  # the retried jobs' dead segment is still referenced too
+    doc.dead.append(op.old)
+    doc.version += 1
+    s._land(doc)
+    return s
+
+
 # --------------------------------------------------------------------------- I14
 
 
@@ -840,6 +900,7 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.SEGMENT_WRITTEN: segment_written,
     Rule.SEGMENT_DELETED_UNREFERENCED: segment_deleted_unreferenced,
     Rule.ONE_PLACE: one_place,
+    Rule.DEAD_RETRIED_ONCE: dead_retried_once,
     Rule.WAITING_ONE_PLACE: waiting_one_place,
     Rule.SEALED_KEPT: sealed_kept,
 }

@@ -45,6 +45,7 @@ EXERCISED = (
     "segment objects",
     "segment references",
     "segment deletes",
+    "dead jobs retried",
 )
 #: a chunk this big (the default's chunks are 40 seeds) has a case of each
 EXERCISED_MIN_SEEDS = 40

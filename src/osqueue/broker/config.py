@@ -68,6 +68,11 @@ class BrokerConfig:
     #: until the lease renewal is due), so the document passes this by one batch
     #: at most; None: never wait.
     spill_hold_bytes: int | None = 4 * 1024 * 1024
+    #: Dead letters (docs/segments.md "Dead letters"): the newest dead jobs a queue
+    #: keeps in the document (None: all); once this many more have died, the
+    #: oldest move to dead segments (of segment_jobs jobs at most).
+    dead_keep_jobs: int | None = 100
+    dead_spill_jobs: int = 1_000
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
@@ -163,6 +168,7 @@ class BrokerConfig:
             "waiting_object_jobs",
             "waiting_load_below_queued",
             "finished_object_entries",
+            "dead_spill_jobs",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -172,6 +178,7 @@ class BrokerConfig:
             "spill_hold_bytes",
             "waiting_spill_above_jobs",
             "finished_seal_above_entries",
+            "dead_keep_jobs",
         ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
@@ -205,6 +212,8 @@ class BrokerConfig:
             head_jobs=self.head_jobs,
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
+            dead_keep_jobs=self.dead_keep_jobs,
+            dead_spill_jobs=self.dead_spill_jobs,
             result_ttl_s=self.result_ttl_s,
             result_inline_max_bytes=self.result_inline_max_bytes,
             max_result_bytes=self.max_result_bytes,

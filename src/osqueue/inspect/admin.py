@@ -6,7 +6,9 @@ pausing or resuming a schedule.  Each takes an open client
 from __future__ import annotations
 
 import enum
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from osqueue.api import ScheduleInfo
 from osqueue.errors import NotFound, OsqueueError
@@ -17,13 +19,36 @@ class DeadAction(enum.StrEnum):
     purge = "purge"
 
 
-async def on_dead(client: object, action: DeadAction, ids: list[str] | None) -> int:
-    """Retry or purge the dead jobs ``ids`` (None: all of them) through ``client``;
-    how many there were."""
+class DeadFilters(NamedTuple):
+    """Which dead jobs (every field None: no limit; docs/segments.md "Dead letters")."""
+
+    queue: str | None = None
+    error: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+async def on_dead(
+    client: object,
+    action: DeadAction,
+    ids: list[str] | None,
+    filters: DeadFilters = DeadFilters(),
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Retry or purge the dead jobs ``ids`` (None: all of them, or those ``filters``
+    admit) through ``client``; how many there were.  ``progress`` hears of each
+    dead segment done, where the client goes segment by segment (in-process)."""
     method = getattr(client, f"{action.value}_dead", None)
     if method is None:
         raise OsqueueError(f"this client ({type(client).__name__}) cannot {action.value} dead jobs")
-    count = await method(ids)
+    params = inspect.signature(method).parameters
+    kwargs: dict[str, object] = {k: v for k, v in filters._asdict().items() if v is not None}
+    missing = [k for k in kwargs if k not in params]
+    if missing:
+        raise OsqueueError(f"this client ({type(client).__name__}) cannot filter by --{missing[0]}")
+    if progress is not None and "progress" in params:
+        kwargs["progress"] = progress
+    count = await method(ids, **kwargs)
     if not isinstance(count, int):
         raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
     return count

@@ -15,6 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.codec_checks import check_job_fields, queue_settings_of, schedules_of
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
 from osqueue.state.finished_refs import sealed_of
@@ -77,6 +78,8 @@ def encode(doc: Document) -> bytes:
         parts.append(doc.waiting_cold.framed())
     if finished.sealed.refs:
         parts.append(finished.sealed.framed())
+    if doc.dead.queues:
+        parts.append(b',"dead":{' + doc.dead.section() + b"}")
     parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
     return b"".join(parts)
 
@@ -179,6 +182,7 @@ def decode(data: bytes) -> Document:
         queue_totals=_queue_totals(wire),
         queue_id=wire.queue_id,
     )
+    doc.dead = _dead(wire)
     doc.waiting_cold = cold_waiting_of(wire.waiting)
     doc.finished.sealed = sealed_of(wire.finished_objects)
     return doc
@@ -291,6 +295,20 @@ def _schedules(wire: WireDocument) -> Schedules:
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
         raise _fail(f"$.schedules{path}", message) from exc
+
+
+def _dead(wire: WireDocument) -> DeadLetters:
+    """The dead segments, each filed under its own queue, keys unique."""
+    dead = DeadLetters()
+    for queue, refs in wire.dead.items():
+        for i, ref in enumerate(refs):
+            where = f"$.dead[{queue!r}][{i}]"
+            if ref.queue != queue or dead.holds(ref.key) or not ref.key.startswith("dead/"):
+                raise _fail(where, f"{ref.key!r} is not a new dead segment of {queue!r}")
+            if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
+                raise _fail(f"{where}.count", "its count and bounds do not hold together")
+            dead.append(ref)
+    return dead
 
 
 def _segments(wire: WireDocument) -> Segments:

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
 from osqueue.state.index import Index
@@ -80,6 +81,7 @@ class Document:
         "_recent_blob",
         "archived_through",
         "broker",
+        "dead",
         "dependencies_at",
         "finished",
         "history",
@@ -149,7 +151,8 @@ class Document:
         #: broker time of the last push that named parents: for ``dependency_window_s``
         #: after it, every job that finishes is recorded (:func:`osqueue.state.results.record`)
         self.dependencies_at = dependencies_at
-        self.waiting_cold = ColdWaiting()  # objects of waiting children (.waiting_refs)
+        #: cold objects: of waiting children (.waiting_refs), dead segments (.dead_letters)
+        self.waiting_cold, self.dead = ColdWaiting(), DeadLetters()
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -163,8 +166,7 @@ class Document:
         self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
-        #: the header's length when it was last encoded
-        self._head_len: int | None = None
+        self._head_len: int | None = None  # the header's length when it was last encoded
         #: the broker and the history last encoded into the header, and their bytes
         self._broker_json: tuple[BrokerInfo | None, bytes] = (None, b"null")
         self._history_json: tuple[tuple[HistorySample, ...], bytes] = ((), b"[]")
@@ -203,7 +205,7 @@ class Document:
         )
         new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
         new._broker_json, new._history_json = self._broker_json, self._history_json
-        new.spill_scanned = dict(self.spill_scanned)
+        new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -380,7 +382,7 @@ class Document:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
         if self.finished.entries:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
-        return size + self.waiting_cold.framed_bytes() + self.finished.sealed.framed_bytes()
+        return size + _cold_bytes(self)
 
     # -- reading ------------------------------------------------------------------
 
@@ -441,6 +443,15 @@ def _header(doc: Document) -> bytes:
     return head + b"}"
 
 
+def _cold_bytes(doc: Document) -> int:
+    """The encoded length of the cold objects' sections, punctuation included."""
+    return (
+        doc.waiting_cold.framed_bytes()
+        + doc.finished.sealed.framed_bytes()
+        + doc.dead.framed_bytes()  # dead segments (osqueue.state.cold_dead)
+    )
+
+
 def totals(doc: Document, queue: str) -> QueueTotals:
     """``queue``'s counters in ``doc``; a queue not known yet becomes known (the
     header's measured length is stale then).  A known queue costs one dict lookup."""
@@ -476,6 +487,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
         and a.waiting_cold == b.waiting_cold
+        and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())
     )
 

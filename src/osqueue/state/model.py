@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from osqueue.ids import new_id
+from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
@@ -351,6 +352,8 @@ class WireDocument(msgspec.Struct, frozen=True):
     history: tuple[HistorySample, ...] = ()
     #: the per-queue sections (segment references)
     queues: dict[str, QueueSection] = {}
+    #: queue -> its dead segments, in the order their jobs died (:mod:`osqueue.state.cold_dead`)
+    dead: dict[str, list[DeadRef]] = {}
     #: queue -> its settings
     queue_settings: dict[str, StoredSettings] = {}
     #: the periodic jobs (:mod:`osqueue.state.schedules`)

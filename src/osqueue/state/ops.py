@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 from osqueue.errors import OsqueueError
+from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob, ResultData
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.model import (
@@ -75,6 +76,12 @@ class Policy:
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
     max_finished_bytes: int = 2 * 1024 * 1024
+    # Dead letters (osqueue.state.cold_dead): the newest dead jobs of a queue stay
+    # in the document; older ones move to dead segments (of segment_jobs at most).
+    #: dead jobs a queue keeps in the document (None: every one stays)
+    dead_keep_jobs: int | None = 100
+    #: a queue's dead jobs spill once this many more than dead_keep_jobs have died
+    dead_spill_jobs: int = 1_000
     # Waiting children in objects (osqueue.state.cold_waiting): when the broker
     # spills and loads them.
     #: children waiting for the same parents move to an object once this many sit
@@ -233,6 +240,34 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
     key: str
 
 
+# Dead segments (osqueue.state.cold_dead) --------------------------------------
+
+
+class SpillDead(msgspec.Struct, frozen=True):
+    """The broker wrote a dead segment holding ``jobs`` (a snapshot of dead jobs of
+    one queue, in seq order, that died no earlier than its last dead segment's):
+    drop them from the document and reference the object.  Fails alone
+    (``Conflict``) if a job changed since the snapshot."""
+
+    ref: DeadRef
+    jobs: tuple[StoredJob, ...]
+
+
+class SwapDead(msgspec.Struct, frozen=True):
+    """Retry or purge jobs of the dead segment ``old`` in one commit: its reference
+    is replaced by ``keep`` (a new object holding the jobs that stay dead; None:
+    none), and ``ready`` references new ready segments holding the retried jobs
+    reset to queued, with fresh seqs from ``first_seq`` on (the commit reserves
+    them: ``next_seq`` moves past them).  Jobs in neither are purged.  Fails alone
+    (``Conflict``) if ``old`` is not referenced as given or ``first_seq`` is
+    behind ``next_seq``, so each job is retried at most once."""
+
+    old: DeadRef
+    keep: DeadRef | None = None
+    ready: tuple[SegmentRef, ...] = ()
+    first_seq: int = 0
+
+
 # --- waiting children in objects (osqueue.state.cold_waiting) ---------------------
 
 
@@ -315,6 +350,8 @@ Op = (
     | Load
     | SetAside
     | Readmit
+    | SpillDead
+    | SwapDead
     | SetQueue
     | PutSchedule
     | RemoveSchedule
@@ -400,5 +437,7 @@ __all__ = [
     "SetAside",
     "SetQueue",
     "Spill",
+    "SpillDead",
     "SpillWaiting",
+    "SwapDead",
 ]

@@ -35,7 +35,7 @@ _encoder = msgspec.json.Encoder()
 _job_decoder = msgspec.json.Decoder(StoredJob)
 
 
-class SegmentHeader(msgspec.Struct, frozen=True):
+class SegmentHeader(msgspec.Struct, frozen=True, omit_defaults=True):
     """The first line of a segment object."""
 
     format: int
@@ -44,6 +44,31 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     first_seq: int
     last_seq: int
     count: int
+    #: the status every job of the object has: ``queued`` (ready jobs, one stream),
+    #: or ``dead`` (dead letters of one queue, any priority: :mod:`osqueue.state.cold_dead`)
+    status: str = "queued"
+
+
+class ObjectRef(Protocol):
+    """What the checks below read of a reference (a :class:`SegmentRef`, or a
+    reference of another kind of cold object written with this codec)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def first_seq(self) -> int: ...
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def sha256(self) -> str: ...
 
 
 _header_decoder = msgspec.json.Decoder(SegmentHeader)
@@ -55,28 +80,37 @@ def segment_key(queue: str, priority: int, first_seq: int, unique: str) -> str:
     A queue name may hold ``/`` and start with ``.``; in the key ``/`` becomes
     ``~`` and a leading ``.`` gets a ``~`` before it (``~`` is not allowed in
     queue names), so the key is one valid path segment per part."""
+    return object_key(SEGMENT_PREFIX, queue, f"p{priority}/{first_seq:020d}", unique)
+
+
+def object_key(prefix: str, queue: str, middle: str, unique: str) -> str:
+    """``<prefix><queue>/<middle>=<unique>.jsonl``, the queue name made one path
+    segment (see :func:`segment_key`)."""
     if not _UNIQUE_RE.fullmatch(unique):
         raise InvalidInput(f"{unique!r} is not 1-64 characters of A-Z a-z 0-9 _ -", field="unique")
     name = queue.replace("/", "~")
     if name.startswith("."):
         name = "~" + name
-    key = f"{SEGMENT_PREFIX}{name}/p{priority}/{first_seq:020d}={unique}.jsonl"
-    return check_key(key)
+    return check_key(f"{prefix}{name}/{middle}={unique}.jsonl")
 
 
-def encode_segment(jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = None) -> bytes:
-    """A segment object holding ``jobs`` (one stream, seq order).  ``lines``: the
-    jobs' encodings if the caller has them (the document's cache)."""
+def encode_segment(
+    jobs: Sequence[StoredJob], lines: Sequence[bytes] | None = None, status: str = "queued"
+) -> bytes:
+    """A segment object holding ``jobs`` (one stream, seq order; ``status="dead"``:
+    dead jobs of one queue, seq order).  ``lines``: the jobs' encodings if the
+    caller has them (the document's cache)."""
     if not jobs:
         raise InvalidInput("a segment holds at least one job", field="jobs")
     first, last = jobs[0], jobs[-1]
     header = SegmentHeader(
         format=SEGMENT_FORMAT,
         queue=first.queue,
-        priority=first.priority,
+        priority=first.priority if status == "queued" else 0,
         first_seq=first.seq,
         last_seq=last.seq,
         count=len(jobs),
+        status=status,
     )
     body = lines if lines is not None else [_encoder.encode(job) for job in jobs]
     return b"\n".join((_encoder.encode(header), *body, b""))
@@ -193,12 +227,13 @@ def _job_problem(
     """What is wrong with one job of a segment (field, message), if anything."""
     if not job.id or job.id in seen:
         return ("id", f"{job.id!r} is empty or listed twice")
-    if job.queue != header.queue or job.priority != header.priority:
+    ready = header.status == "queued"
+    if job.queue != header.queue or (ready and job.priority != header.priority):
         return ("queue", f"not of the segment's stream ({header.queue!r}, p{header.priority})")
     if job.seq <= previous:
         return ("seq", f"{job.seq} is not after {previous}")
-    if job.status != "queued" or job.claim is not None or job.run_at is not None:
-        return ("status", "a segment holds only ready queued jobs")
+    if job.status != header.status or job.claim is not None or job.run_at is not None:
+        return ("status", "a segment holds only ready queued jobs" if ready else "not dead")
     if job.payload is not None and job.payload_ref is not None:
         return ("payload_ref", "a job has an inline payload or a reference")
     if job.attempts < 0 or job.max_attempts < 1:
@@ -234,7 +269,7 @@ def check_segment(ref: Referenced, data: bytes) -> None:
         )
 
 
-def decode_checked(ref: SegmentRef, data: bytes) -> list[StoredJob]:
+def decode_checked(ref: ObjectRef, data: bytes) -> list[StoredJob]:
     """``data``, read for ``ref``, checked (:func:`check_segment`), decoded whole and
     its header checked against ``ref``: the object's jobs, in order."""
     check_segment(ref, data)
@@ -243,7 +278,7 @@ def decode_checked(ref: SegmentRef, data: bytes) -> list[StoredJob]:
     return jobs
 
 
-def check_object(ref: SegmentRef, header: SegmentHeader) -> None:
+def check_object(ref: ObjectRef, header: SegmentHeader) -> None:
     """The object read for ``ref`` is the one it describes (else CorruptDocument)."""
     expected = (ref.queue, ref.priority, ref.first_seq, ref.last_seq, ref.count)
     got = (header.queue, header.priority, header.first_seq, header.last_seq, header.count)

@@ -21,7 +21,7 @@ def stats_of(doc: Document, now: float) -> Stats:
     index, segments = doc.index, doc.segments
     # (a queue's done jobs wait only for their archive object: they keep no queue listed)
     names = {q for q, status in index.counts if status != "done"}
-    names |= set(doc.queue_settings) | set(doc.queue_totals)
+    names |= set(doc.queue_settings) | set(doc.queue_totals) | set(doc.dead.counts)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     cold = doc.waiting_cold  # waiting children in objects: counted from the references
@@ -36,7 +36,7 @@ def stats_of(doc: Document, now: float) -> Stats:
         queues[q] = QueueStats(
             depth=queued + spilled,
             claimed=index.count(q, "claimed"),
-            dead=index.count(q, "dead"),
+            dead=index.count(q, "dead") + doc.dead.count(q),  # (in dead segments too)
             delayed=max(0, queued - ready),
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,

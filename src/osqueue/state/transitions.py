@@ -33,6 +33,7 @@ from osqueue.errors import (
 )
 from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
+from osqueue.state.cold_dead import DEAD_OPS, requeued_here
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import record, sampled
 from osqueue.state.limits import Gate
@@ -445,7 +446,7 @@ class _Tx:
         found = self._dead(op.ids)
         for job in found:
             self.doc.finished.remove(job.id)  # live again
-            self._put(_replace(job, status="queued", attempts=0, run_at=None, done_at=None))
+            self._put(requeued_here(self.doc, job))  # (its key, if no live job took it)
         return Counted(len(found))
 
     def purge_dead(self, op: PurgeDead) -> OpResult:
@@ -508,8 +509,7 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
 }
-_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
-
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH | DEAD_OPS)
 _push = _DISPATCH[Push]
 
 

@@ -51,6 +51,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
+from osqueue.broker.cold.dead import DeadLetterManager
 from osqueue.broker.cold.demand import ClaimDemand
 from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
@@ -155,8 +156,9 @@ class SegmentManager:
             delete=self._delete,
             changed=self._check_quiet,
         )
-        #: waiting children in objects, the sealed record of finished jobs
+        #: waiting children in objects, the sealed record of finished jobs, dead segments
         self.waiting, self.finished = _cold_parts(self)
+        self.dead = _dead_part(self)  # (osqueue.broker.cold.dead)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -179,6 +181,7 @@ class SegmentManager:
         self.waiting.committed(t)  # waiting children in objects (broker/cold/waiting.py)
         self.finished.committed(t)
         life = self._life
+        self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
         claimed = t.claimed
@@ -204,6 +207,7 @@ class SegmentManager:
             or self._reading
             or self._asides
             or self.deletes.deleting
+            or self.dead.busy
             or self.waiting.busy
             or self.finished.busy
         )
@@ -462,3 +466,22 @@ def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
         changed=m._check_quiet,
     )
     return waiting, finished
+
+
+def _dead_part(m: SegmentManager) -> DeadLetterManager:
+    """The dead segments of ``m``'s broker (sharing its storage, side tasks, keys
+    being written and deletes)."""
+    tasks, intake, lease = m._tasks, m._intake, m._lease
+    return DeadLetterManager(
+        m._storage,
+        m._policy,
+        retry=m._retry,
+        spawn=lambda work: tasks.spawn(work, "osqueue-dead-spill"),
+        submit=intake.add_internal,
+        pending=intake.holds,
+        add_op=intake.add_op,
+        document=lambda: lease.doc,
+        writing=m.writing,
+        delete=m._delete,
+        changed=m._check_quiet,
+    )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
 from osqueue.state import Load, MarkArchived, Op, Result, SetAside, Spill
-from osqueue.state.ops import LoadWaiting, SealFinished, SpillWaiting
+from osqueue.state.ops import LoadWaiting, SealFinished, SpillDead, SpillWaiting
 
 if TYPE_CHECKING:
     from osqueue.broker.core.lifecycle import Lifecycle
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 #: The broker's own ops that make an idle commit loop write (archive marks wait
 #: for the next commit).
-_URGENT = (Spill, Load, SetAside, SpillWaiting, LoadWaiting, SealFinished)
+_URGENT = (Spill, Load, SetAside, SpillWaiting, LoadWaiting, SealFinished, SpillDead)
 
 
 class Answer(Protocol):

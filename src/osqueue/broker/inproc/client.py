@@ -23,6 +23,7 @@ import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, NewJob, PushOptions, Stats
 from osqueue.broker.inproc.claimed import ClaimedJobs, raise_if_error
+from osqueue.broker.inproc.dead import DeadCalls
 from osqueue.broker.inproc.scheduling import SchedulingCalls
 from osqueue.broker.inproc.segments import SegmentCalls
 from osqueue.errors import (
@@ -39,18 +40,14 @@ from osqueue.state import (
     Cancel,
     ClaimOp,
     Complete,
-    Counted,
     Fail,
     Heartbeat,
     Ok,
     Op,
-    PurgeDead,
     Push,
     Pushed,
     Release,
-    Removed,
     Result,
-    RetryDead,
     StoredJob,
     stats_of,
     validate,
@@ -63,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LocalClient(SchedulingCalls, SegmentCalls):
+class LocalClient(SchedulingCalls, SegmentCalls, DeadCalls):
     """A :class:`~osqueue.api.QueueClient` talking to a broker in this process (and
     :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings)."""
 
@@ -384,20 +381,6 @@ class LocalClient(SchedulingCalls, SegmentCalls):
             if not isinstance(result, JobNotFound):
                 return result
         return result
-
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = raise_if_error(
-            await self.broker.add_op(RetryDead(None if ids is None else tuple(ids)))
-        )
-        assert isinstance(result, Counted)
-        return result.n
-
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        result = raise_if_error(
-            await self.broker.add_op(PurgeDead(None if ids is None else tuple(ids)))
-        )
-        assert isinstance(result, Removed)
-        return len(result.jobs)
 
     async def jobs(self, queue: str | None = None, status: str | None = None) -> list[StoredJob]:
         """The document's jobs, optionally filtered (a snapshot, no commit)."""

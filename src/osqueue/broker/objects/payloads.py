@@ -206,6 +206,8 @@ class Payloads:
             return False
         if key in doc.waiting_cold.payloads:  # a waiting child in an object uses it
             return False
+        if key in doc.dead.payloads:  # a job's in a dead segment (osqueue.state.cold_dead)
+            return False
         return key not in doc.segments.payloads
 
     async def sweep(

@@ -1,0 +1,273 @@
+"""The broker's dead segments: dead letters spilled, listed, retried and purged.
+
+The pure layer (:mod:`osqueue.state.cold_dead`) decides; this does the I/O
+between commits:
+
+* **Spill.**  After a commit, a queue with ``dead_spill_jobs`` more dead jobs
+  than ``dead_keep_jobs`` gets a side task that writes its oldest deaths to
+  dead segments (``dead/<queue>/...``) and then submits their ``SpillDead``
+  ops; an op that failed (a job changed meanwhile) leaves an object no
+  reference names, deleted at once.
+* **Retry and purge** (:meth:`DeadLetterManager.act`).  The dead jobs the
+  document keeps are retried or purged by the ``RetryDead``/``PurgeDead``
+  ops; then each dead segment the filter may touch, one commit at a time: its
+  object is read and checked, the new objects (the jobs that stay dead, and
+  for a retry the retried jobs as ready segments with fresh seqs) are written,
+  and one ``SwapDead`` switches the references.  A crash between two swaps
+  leaves every segment retried or not, never twice (a swap applied twice
+  fails with ``Conflict``: its ``old`` reference is gone); running the retry
+  again finishes it.  The old object is deleted after its swap commits.
+* **Listing** pages through the document's dead jobs, then the segments'.
+
+New objects' keys stay in the segment manager's ``writing`` set until their
+op settles, so the orphan sweep (which lists ``dead/`` and ``segments/``)
+leaves them alone; an object whose op failed is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
+from osqueue.ids import new_id
+from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead
+from osqueue.state.cold_dead import (
+    DeadFilter,
+    DeadSpillPlan,
+    key_holder,
+    plan_dead_spills,
+    plan_swap,
+    read_dead,
+)
+from osqueue.state.dead_letters import DeadRef
+from osqueue.state.model import StoredJob
+from osqueue.state.ops import Op, SpillDead
+from osqueue.storage.port import Storage
+
+log = logging.getLogger(__name__)
+
+#: seqs a retry reserves beyond ``next_seq`` for the pushes that commit before it
+SEQ_MARGIN = 100_000
+#: tries of one segment's swap whose reserved seqs went stale
+_SWAP_TRIES = 5
+
+
+@dataclass(slots=True)
+class DeadCounters:
+    """What the broker did with dead segments."""
+
+    spills: int = 0
+    spilled_jobs: int = 0
+    failed_spills: int = 0
+    swaps: int = 0
+    #: dead segments found missing or broken (left referenced, reported)
+    unreadable: int = 0
+
+
+class DeadLetterManager:
+    """Dead spills in flight, and the retries and purges of dead segments."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        policy: Policy,
+        *,
+        retry: StorageRetry,
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
+        submit: Callable[[Op], None],
+        pending: Callable[[Op], bool],
+        add_op: Callable[[Op], Awaitable[Result]],
+        document: Callable[[], Document | None],
+        writing: set[str],
+        delete: Callable[[str], None],
+        changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._storage = storage
+        self._policy = policy
+        self._retry = retry
+        self._spawn = spawn
+        self._submit = submit
+        self._pending = pending
+        self._add_op = add_op
+        self._document = document
+        self._writing = writing
+        self._delete = delete
+        #: called when a spill gives up (the segment manager's quiet check)
+        self.changed = changed
+        self.counters = DeadCounters()
+        #: queue -> its SpillDead ops once written (None while being written)
+        self.in_flight: dict[str, list[SpillDead] | None] = {}
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.in_flight)
+
+    # ------------------------------------------------------------------ spills
+
+    def committed(self, doc: Document, serving: bool) -> None:
+        """After a commit: settle the dead spills it took, plan the next ones."""
+        for queue, ops in list(self.in_flight.items()):
+            if ops is None or any(self._pending(op) for op in ops):
+                continue
+            del self.in_flight[queue]
+            for op in ops:
+                self._writing.discard(op.ref.key)
+                if doc.dead.find(op.ref.key) is None:
+                    self.counters.failed_spills += 1
+                    self._delete(op.ref.key)
+                else:
+                    self.counters.spills += 1
+                    self.counters.spilled_jobs += op.ref.count
+        if not serving or self._policy.dead_keep_jobs is None:
+            return
+        plans: dict[str, list[DeadSpillPlan]] = {}
+        for plan in plan_dead_spills(doc, self._policy, exclude=set(self.in_flight)):
+            plans.setdefault(plan.jobs[0].queue, []).append(plan)
+        for queue, queue_plans in plans.items():
+            self.in_flight[queue] = None
+            self._spawn(self._spill(queue, queue_plans))
+
+    async def _spill(self, queue: str, plans: list[DeadSpillPlan]) -> None:
+        built = await asyncio.to_thread(lambda: [plan.build(new_id()) for plan in plans])
+        keys = [op.ref.key for op, _ in built]
+        self._writing.update(keys)
+        try:
+            for op, data in built:
+                await self._put(op.ref.key, data)
+        except BaseException as exc:
+            self._writing.difference_update(keys)  # landed after all: the sweep's
+            self.in_flight.pop(queue, None)
+            self.changed()
+            if isinstance(exc, StorageError):
+                log.warning("could not write a dead segment: %s", exc, extra={"action": "spill"})
+                return
+            raise
+        ops = [op for op, _ in built]
+        self.in_flight[queue] = ops
+        for op in ops:
+            self._submit(op)
+
+    async def _put(self, key: str, data: bytes) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._storage.put(key, data)
+                return
+            except StorageError as exc:
+                attempt += 1
+                if attempt >= 3:
+                    raise
+                await self._retry.wait(attempt - 1, exc)
+
+    # ------------------------------------------------------------------ reading
+
+    async def read(self, ref: DeadRef) -> list[StoredJob]:
+        """``ref``'s jobs, read and checked."""
+        return read_dead(ref, await self._storage.get(ref.key))
+
+    async def listing(self, f: DeadFilter) -> AsyncIterator[StoredJob]:
+        """The dead jobs ``f`` admits: the document's (newest deaths), then each
+        dead segment's, oldest first (a snapshot per segment)."""
+        doc = self._document()
+        if doc is None:
+            return
+        for job in [j for j in doc.jobs.values() if f.admits(j)]:
+            yield job
+        for ref in [r for r in doc.dead if f.admits_ref(r)]:
+            try:
+                jobs = await self.read(ref)
+            except (NotFound, CorruptDocument) as exc:  # swapped meanwhile, or broken
+                self._unreadable(ref, exc)
+                continue
+            for job in jobs:
+                if f.admits(job):
+                    yield job
+
+    # ------------------------------------------------------------------ retry and purge
+
+    async def act(
+        self,
+        f: DeadFilter,
+        *,
+        retry: bool,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+    ) -> int:
+        """Retry (or purge) the dead jobs ``f`` admits; how many.  The document's
+        first (one op), then each segment in one commit of its own; ``progress``
+        is told (jobs so far, segments left).  ``max_segments``: stop after that
+        many segments (a page; run again to go on)."""
+        doc = self._document()
+        if doc is None:
+            return 0
+        done = 0
+        ids = tuple(j.id for j in doc.jobs.values() if f.admits(j))
+        if ids:
+            op = RetryDead(ids) if retry else PurgeDead(ids)
+            result = await self._add_op(op)
+            if isinstance(result, Counted):
+                done += result.n
+            elif isinstance(result, Removed):
+                done += len(result.jobs)
+        refs = [r for r in doc.dead if f.admits_ref(r)]
+        if max_segments is not None:
+            refs = refs[:max_segments]
+        for i, ref in enumerate(refs):
+            done += await self._swap(ref, f, retry)
+            if progress is not None:
+                progress(done, len(refs) - i - 1)
+        return done
+
+    async def _swap(self, ref: DeadRef, f: DeadFilter, retry: bool) -> int:
+        """One dead segment's jobs that ``f`` admits, retried or purged in one commit."""
+        try:
+            jobs = await self.read(ref)
+        except (NotFound, CorruptDocument) as exc:
+            self._unreadable(ref, exc)
+            return 0
+        chosen = None if f.everything else f.admits
+        for _ in range(_SWAP_TRIES):
+            doc = self._document()
+            if doc is None or doc.dead.find(ref.key) != ref:
+                return 0
+            swap = plan_swap(
+                ref,
+                jobs,
+                chosen,
+                retry=retry,
+                first_seq=doc.next_seq + SEQ_MARGIN,
+                unique=new_id,
+                holder=partial(key_holder, doc),
+            )
+            if swap is None:
+                return 0
+            keys = [key for key, _ in swap.objects]
+            self._writing.update(keys)
+            try:
+                for key, data in swap.objects:
+                    await self._put(key, data)
+                result = await self._add_op(swap.op)
+            finally:
+                self._writing.difference_update(keys)
+            if isinstance(result, Counted):
+                self.counters.swaps += 1
+                return result.n
+            for key in keys:  # it failed alone: nothing names them
+                self._delete(key)
+            if isinstance(result, OsqueueError) and not isinstance(result, Conflict):
+                raise result
+        return 0
+
+    def _unreadable(self, ref: DeadRef, exc: OsqueueError) -> None:
+        """A dead segment's object could not be read: swapped since (its reference is
+        gone), or missing or broken (reported; its jobs stay referenced)."""
+        doc = self._document()
+        if doc is not None and doc.dead.find(ref.key) == ref:
+            self.counters.unreadable += 1
+            log.error("a dead segment cannot be read: %s", exc, extra={"key": ref.key})

@@ -1,0 +1,117 @@
+"""The dead-letter calls of the in-process client, over the document's dead jobs
+and the dead segments (:mod:`osqueue.broker.cold.dead`).
+
+:class:`DeadCalls` is the part of :class:`~osqueue.broker.inproc.client.LocalClient`
+that lists, retries and purges dead jobs.  With no filter but ``ids`` the
+document's jobs are taken by one ``RetryDead``/``PurgeDead`` op (as before
+dead segments); ids found in no document job, every other filter, and "all"
+go on through the dead segments, one commit per segment (paged, resumable:
+run it again to finish).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from osqueue.broker.inproc.claimed import raise_if_error
+from osqueue.errors import JobNotFound
+from osqueue.state import Counted, PurgeDead, Removed, RetryDead
+from osqueue.state.cold_dead import DeadFilter
+from osqueue.state.model import StoredJob
+
+if TYPE_CHECKING:
+    from osqueue.broker.inproc.host import BrokerHost
+
+
+class DeadCalls:
+    """``retry_dead``, ``purge_dead`` and ``dead_jobs`` on a broker here."""
+
+    broker: BrokerHost
+
+    async def retry_dead(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+    ) -> int:
+        """Queue dead jobs again (attempts 0, ``last_error`` kept): ``ids``, or those
+        the filters admit (none: all).  Each job is retried at most once per call
+        across a crash; ``progress(jobs, segments_left)`` after each segment;
+        ``max_segments`` stops after that many (call again to go on)."""
+        return await self._act(True, ids, queue, error, since, until, progress, max_segments)
+
+    async def purge_dead(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        queue: str | None = None,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+    ) -> int:
+        """Delete dead jobs: ``ids``, or those the filters admit (none: all)."""
+        return await self._act(False, ids, queue, error, since, until, progress, max_segments)
+
+    async def dead_jobs(
+        self,
+        queue: str | None = None,
+        *,
+        error: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredJob]:
+        """A page of the dead jobs the filters admit: the document's, then the dead
+        segments', oldest first (a segment is read only when the page reaches it)."""
+        out: list[StoredJob] = []
+        skipped = 0
+        f = DeadFilter(queue=queue, error=error, since=since, until=until)
+        async for job in self.broker.segments.dead.listing(f):
+            if skipped < offset:
+                skipped += 1
+                continue
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(job)
+        return out
+
+    async def _act(
+        self,
+        retry: bool,
+        ids: Sequence[str] | None,
+        queue: str | None,
+        error: str | None,
+        since: float | None,
+        until: float | None,
+        progress: Callable[[int, int], None] | None,
+        max_segments: int | None,
+    ) -> int:
+        doc = self.broker.document
+        plain = queue is None and error is None and since is None and until is None
+        if ids is not None and plain and (not doc.dead or all(i in doc.jobs for i in ids)):
+            op = RetryDead(tuple(ids)) if retry else PurgeDead(tuple(ids))
+            result = raise_if_error(await self.broker.add_op(op))
+            assert isinstance(result, Counted | Removed)
+            return result.n if isinstance(result, Counted) else len(result.jobs)
+        f = DeadFilter(
+            queue=queue,
+            error=error,
+            since=since,
+            until=until,
+            ids=None if ids is None else frozenset(ids),
+        )
+        n = await self.broker.segments.dead.act(
+            f, retry=retry, progress=progress, max_segments=max_segments
+        )
+        if ids is not None and n == 0 and ids:
+            raise JobNotFound(f"no dead job {ids[0]}")
+        return n
