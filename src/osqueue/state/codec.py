@@ -61,28 +61,31 @@ def encode(doc: Document) -> bytes:
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
+    parts: list[bytes | bytearray] = [
+        head[:-1],
+        b',"tombstones":{',
+        tombstones,
+        b"]}" if tombstones else b"}",  # close the last second's list, then the map
+    ]
+    # the sections a queue may not use cost one check each
     segments = doc.segments
+    if segments.streams or segments.aside:
+        parts.append(b',"queues":{' + segments.section() + b"}")
+    if doc.schedules.by_name:
+        parts.append(b',"schedules":[' + doc.schedules.section() + b"]")
     finished = doc.finished
-    return b"".join(
-        (
-            head[:-1],
-            b',"tombstones":{',
-            tombstones,
-            b"]}" if tombstones else b"}",  # close the last second's list, then the map
-            b',"queues":{' + segments.section() + b"}" if segments else b"",
-            b',"schedules":[' + doc.schedules.section() + b"]" if doc.schedules else b"",
-            b',"finished":[' if finished else b"",
-            finished.section() if finished else b"",
-            b"]" if finished else b"",
-            doc.waiting_cold.framed(),
-            doc.finished.sealed.framed(),
-            b',"dead":{' + doc.dead.section() + b"}" if doc.dead else b"",
-            doc.delayed.section() if doc.delayed else b"",
-            b',"jobs":[',
-            b",".join(doc.fragments(_encoder.encode)),
-            b"]}",
-        )
-    )
+    if finished.entries:
+        parts += (b',"finished":[', finished.section(), b"]")
+    if doc.waiting_cold.refs:
+        parts.append(doc.waiting_cold.framed())
+    if finished.sealed.refs:
+        parts.append(finished.sealed.framed())
+    if doc.dead.queues:
+        parts.append(b',"dead":{' + doc.dead.section() + b"}")
+    if doc.delayed:
+        parts.append(doc.delayed.section())
+    parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
+    return b"".join(parts)
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:

@@ -42,7 +42,6 @@ from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
     Counters,
-    Header,
     QueueTotals,
     StoredJob,
     StoredSettings,
@@ -66,13 +65,20 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+#: the header's fields that are always written, in :class:`Header`'s order
+_HEAD = (
+    b'{"format":%d,"version":%d,"broker":%b,"next_token":%d,"next_seq":%d,'
+    b'"archived_through":%d,"stats":%b'
+)
 
 
 class Document:
     __slots__ = (
+        "_broker_json",
         "_dirty",
         "_frags",
         "_head_len",
+        "_history_json",
         "_jobs_bytes",
         "_recent_blob",
         "archived_through",
@@ -165,6 +171,9 @@ class Document:
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
         self._head_len: int | None = None  # the header's length when it was last encoded
+        #: the broker and the history last encoded into the header, and their bytes
+        self._broker_json: tuple[BrokerInfo | None, bytes] = (None, b"null")
+        self._history_json: tuple[tuple[HistorySample, ...], bytes] = ((), b"[]")
         #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
         #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -199,6 +208,7 @@ class Document:
             queue_id=self.queue_id,
         )
         new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
+        new._broker_json, new._history_json = self._broker_json, self._history_json
         new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
         new.delayed = self.delayed.copy()
         return new
@@ -277,23 +287,8 @@ class Document:
 
     def header_bytes(self) -> bytes:
         """Everything but the jobs, tombstones and references, as one JSON object
-        (what :func:`~osqueue.state.codec.encode` starts from)."""
-        head = _encoder.encode(
-            Header(
-                format=FORMAT,
-                version=self.version,
-                broker=self.broker,
-                next_token=self.next_token,
-                next_seq=self.next_seq,
-                archived_through=self.archived_through,
-                stats=self.stats,
-                queue_id=self.queue_id,
-                history=self.history,
-                queue_settings=self.queue_settings,
-                dependencies_at=self.dependencies_at,
-                queue_totals=self.queue_totals,
-            )
-        )
+        (what :func:`~osqueue.state.codec.encode` starts from; see :func:`_header`)."""
+        head = _header(self)
         self._head_len = len(head)
         return head
 
@@ -385,11 +380,12 @@ class Document:
             + max(0, n - 1)
             + 2
         )
-        if self.segments:
-            size += _QUEUES_OPEN + len(self.segments.section()) + 1
-        if self.schedules:
+        segments = self.segments  # (each section a queue may not use: one check)
+        if segments.streams or segments.aside:
+            size += _QUEUES_OPEN + len(segments.section()) + 1
+        if self.schedules.by_name:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
-        if self.finished:
+        if self.finished.entries:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size + _cold_bytes(self)
 
@@ -420,6 +416,45 @@ def _describe(doc: Document) -> str:
 def _delayed_bytes(cold: DelayedCold) -> int:
     """What the references to delayed objects add to the encoding (``,"delayed":[...]``)."""
     return len(cold.section()) if cold else 0
+
+
+def _header(doc: Document) -> bytes:
+    """The bytes of the document's :class:`~osqueue.state.model.Header`, field for field.
+
+    It is written every commit, so the parts that seldom change are kept
+    encoded: the broker (with its recent commits and workers; the broker
+    hands the same :class:`BrokerInfo` until one of them changes) and the
+    hour of history, each re-encoded only when another object stands there."""
+    broker, broker_json = doc._broker_json
+    if broker is not doc.broker:
+        broker = doc.broker
+        broker_json = _encoder.encode(broker)
+        doc._broker_json = (broker, broker_json)
+    head = _HEAD % (
+        FORMAT,
+        doc.version,
+        broker_json,
+        doc.next_token,
+        doc.next_seq,
+        doc.archived_through,
+        _encoder.encode(doc.stats),
+    )
+    if doc.queue_id is not None:
+        head += b',"queue_id":' + _encoder.encode(doc.queue_id)
+    history = doc.history
+    if history:
+        seen, history_json = doc._history_json
+        if seen is not history:
+            history_json = _encoder.encode(history)
+            doc._history_json = (history, history_json)
+        head += b',"history":' + history_json
+    if doc.queue_settings:
+        head += b',"queue_settings":' + _encoder.encode(doc.queue_settings)
+    if doc.dependencies_at is not None:
+        head += b',"dependencies_at":' + _encoder.encode(doc.dependencies_at)
+    if doc.queue_totals:
+        head += b',"queue_totals":' + _encoder.encode(doc.queue_totals)
+    return head + b"}"
 
 
 def _cold_bytes(doc: Document) -> int:

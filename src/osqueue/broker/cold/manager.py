@@ -64,10 +64,8 @@ from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound
 from osqueue.state import (
     Cancel,
-    Claimed,
     Document,
     Load,
-    Result,
     SegmentRef,
     SetAside,
     Stream,
@@ -88,10 +86,6 @@ log = logging.getLogger(__name__)
 
 #: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-
-
-def _claimed(results: list[Result]) -> int:
-    return sum(len(r.jobs) for r in results if type(r) is Claimed)
 
 
 class SegmentManager:
@@ -190,15 +184,16 @@ class SegmentManager:
         self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
-        claimed = _claimed(t.results)
+        claimed = t.claimed
         if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
             self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
             doc.spill_scanned.clear()
-        if doc.segments:
+        if doc.segments.streams:
             self._plan_loads(doc, t.starved, claimed)
-        elif self._ahead:
+        elif self._ahead or self._due:
             self._ahead.clear()
-        if self._policy.spill_above_jobs is not None:
+            self._due.clear()
+        if (above := self._policy.spill_above_jobs) is not None and doc.index.queued >= above:
             self.spills.plan(doc, self._policy)
         self.delayed.committed(t)
         self._check_quiet()
