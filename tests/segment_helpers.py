@@ -21,3 +21,23 @@ SMALL = {
 def config(**kw: object) -> BrokerConfig:
     """A broker config of the ``SMALL`` settings, with ``kw`` over them."""
     return BrokerConfig(**{**SMALL, **kw})  # type: ignore[arg-type]
+
+
+#: the delayed-job tests' clock start: a multiple of 100, so windows start on it
+DELAYED_T0 = 1_800_000_000.0
+
+
+def delayed_config(**kw: object) -> BrokerConfig:
+    """Tiny cold-delayed settings: a few delayed jobs spill, due later than a minute,
+    in windows of 100 s, loaded 10 s ahead, two at a time (``kw`` over them)."""
+    return config(
+        **{
+            "delay_spill_above_jobs": 3,
+            "delay_horizon_s": 60.0,
+            "delay_lead_s": 10.0,
+            "delay_window_s": 100.0,
+            "delay_load_jobs": 2,
+            "heartbeat_timeout_s": 10_000.0,
+            **kw,
+        }
+    )

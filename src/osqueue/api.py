@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypedDict, Unpack, runtime_checkable
+from typing import Literal, Protocol, Required, TypedDict, Unpack, runtime_checkable
 
 import msgspec
 
@@ -82,6 +82,41 @@ class PushOptions(JobOptions, total=False):
     :class:`NewJob` field of the same name."""
 
     queue: str
+
+
+class ClaimOptions(TypedDict, total=False):
+    """A claim's options: how many jobs at most (1), and how long to wait for one
+    (0: answer at once).  Every ``claim`` takes them."""
+
+    max_jobs: int
+    wait_s: float
+
+
+class ScheduleSpec(TypedDict, total=False):
+    """The keyword arguments of ``schedule(name, **spec)``; each defaults to the
+    :class:`osqueue.state.PutSchedule` field of the same name."""
+
+    queue: Required[str]
+    payload: bytes
+    cron: str | None
+    every_s: float | None
+    tz: str | None
+    priority: int
+    max_attempts: int
+    catch_up: CatchUp
+    paused: bool
+
+
+class SettingsChange(TypedDict, total=False):
+    """The settings ``set_queue(queue, **change)`` changes: None (or left out)
+    leaves one as it is, 0 removes a limit."""
+
+    rate_per_s: float | None
+    burst: int | None
+    max_claimed: int | None
+    max_claimed_per_group: int | None
+    paused: bool | None
+    result_ttl_s: float | None
 
 
 class Job(msgspec.Struct, frozen=True, gc=False):
@@ -271,13 +306,11 @@ class QueueClient(Protocol):
     async def push_many(self, jobs: Sequence[NewJob]) -> list[str]: ...
 
     async def claim(
-        self,
-        worker: str,
-        queues: Sequence[str] = ("default",),
-        *,
-        max_jobs: int = 1,
-        wait_s: float = 0.0,
-    ) -> list[Job]: ...
+        self, worker: str, queues: Sequence[str] = ("default",), **options: Unpack[ClaimOptions]
+    ) -> list[Job]:
+        """Claim up to ``max_jobs`` ready jobs of ``queues`` (in order), waiting up
+        to ``wait_s`` for one (:class:`ClaimOptions`)."""
+        ...
 
     async def heartbeat(self, job: Job) -> None: ...
 
@@ -343,28 +376,15 @@ class CompletesAndClaims(Protocol):
 class Scheduling(Protocol):
     """Periodic jobs and queue settings; both clients of this package offer them."""
 
-    async def schedule(
-        self,
-        name: str,
-        *,
-        queue: str,
-        payload: bytes = b"",
-        cron: str | None = None,
-        every_s: float | None = None,
-        tz: str | None = None,
-        priority: int = 0,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        catch_up: CatchUp = "once",
-        paused: bool = False,
-    ) -> ScheduleInfo:
-        """Push a job to ``queue`` on every tick: ``cron`` (five fields, UTC or the
-        ``tz`` named) or ``every_s`` (on the multiples of ``every_s`` since the
-        epoch), exactly one of them.  Re-scheduling a name replaces it.  Each
-        tick yields exactly one job, across crashes and failovers; ticks missed
-        while no broker served yield one job (``catch_up="once"``) or none
-        (``"skip"``).  A ``paused`` schedule pushes no job: its ticks are
-        skipped, and put back with ``paused=False`` it fires from its next tick
-        on (never the ticks missed while paused)."""
+    async def schedule(self, name: str, **spec: Unpack[ScheduleSpec]) -> ScheduleInfo:
+        """Push a job to ``queue`` on every tick (``spec``: :class:`ScheduleSpec`):
+        ``cron`` (five fields, UTC or the ``tz`` named) or ``every_s`` (on the
+        multiples of ``every_s`` since the epoch), exactly one of them.
+        Re-scheduling a name replaces it.  Each tick yields exactly one job,
+        across crashes and failovers; ticks missed while no broker served yield
+        one job (``catch_up="once"``) or none (``"skip"``).  A ``paused`` schedule
+        pushes no job: its ticks are skipped, and put back with ``paused=False`` it
+        fires from its next tick on (never the ticks missed while paused)."""
         ...
 
     async def unschedule(self, name: str) -> bool:
@@ -376,16 +396,7 @@ class Scheduling(Protocol):
         ...
 
     async def set_queue(
-        self,
-        queue: str,
-        *,
-        rate_per_s: float | None = None,
-        burst: int | None = None,
-        max_claimed: int | None = None,
-        max_claimed_per_group: int | None = None,
-        paused: bool | None = None,
-        result_ttl_s: float | None = None,
-        remove: bool = False,
+        self, queue: str, *, remove: bool = False, **change: Unpack[SettingsChange]
     ) -> QueueSettings:
         """Change a queue's settings: ``None`` leaves one as it is, ``0`` removes a
         limit.  Enforced at claim time on the broker's clock; returns them all.

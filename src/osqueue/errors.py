@@ -198,3 +198,15 @@ class MissingExtra(OsqueueError, ImportError):
             f"{module!r} is not installed; install it with: pip install 'osqueue[{extra}]'"
         )
         self.extra = extra
+
+
+#: Answers that mean an op was not applied: refused before or by its commit (a
+#: push or a completion that got one leaves its payload or result object unused).
+NOT_APPLIED: tuple[type[OsqueueError], ...] = (
+    InvalidInput,
+    LeaseLost,
+    QueueFull,
+    DuplicateKey,
+    Overloaded,
+    ShuttingDown,
+)

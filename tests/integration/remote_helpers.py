@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,12 +148,12 @@ def self_signed(common_name: str) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-class FakeClient:
-    """A :class:`~osqueue.api.QueueClient` for servicer tests.
+class FakeCalls:
+    """A broker's :class:`~osqueue.broker.inproc.calls.BrokerCalls` for servicer tests.
 
-    Every call raises ``self.error`` when set; calls wait on ``gate`` (open by
-    default) after counting themselves in ``entered``, so a test can hold calls
-    in flight and know when they got there.
+    Every op raises (or answers) ``self.error`` when set; each op waits on
+    ``gate`` (open by default) after counting itself in ``entered``, so a test
+    can hold calls in flight and know when they got there.
     """
 
     def __init__(self) -> None:
@@ -178,63 +179,56 @@ class FakeClient:
         if self.error is not None:
             raise self.error
 
+    async def _each(self, items: Sequence[Any], answer: Any) -> list[Any]:
+        """One answer per item: ``answer(item)``, or the error its entry raised."""
+        import asyncio
+
+        async def one(item: Any) -> Any:
+            await self._enter()
+            return answer(item)
+
+        return await asyncio.gather(*(one(i) for i in items), return_exceptions=True)
+
     async def wait_entered(self, n: int) -> None:
         async with self.arrived:
             await self.arrived.wait_for(lambda: self.entered >= n)
 
-    async def push(
-        self,
-        payload: bytes,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay_s: float = 0.0,
-        key: str | None = None,
-        max_attempts: int = 5,
-        id: str | None = None,
-    ) -> str:
+    async def push_many(self, ops: Sequence[Any]) -> list[Any]:
+        def pushed(op: Any) -> str:
+            self.pushed.append(op.id)
+            return str(op.id)
+
+        return await self._each(ops, pushed)
+
+    async def claim(self, op: Any, wait_s: float = 0.0) -> list[Any]:
         await self._enter()
-        assert id is not None
-        self.pushed.append(id)
-        return id
+        return list(self.claimable[: op.max_jobs])
 
-    async def push_many(self, jobs: object) -> list[str]:
-        raise NotImplementedError
+    async def complete(self, jobs: Sequence[Any], results: Any = None) -> list[Any]:
+        from osqueue.state import Ok
 
-    async def claim(
-        self,
-        worker: str,
-        queues: object = ("default",),
-        *,
-        max_jobs: int = 1,
-        wait_s: float = 0.0,
-    ) -> list[object]:
+        return await self._each(jobs, lambda _: Ok())
+
+    async def submit(self, ops: Sequence[Any]) -> list[Any]:
+        from osqueue.state import Ok, Release
+
+        def done(op: Any) -> Any:
+            if isinstance(op, Release):
+                self.released.append(op.job_id)
+            return Ok()
+
+        return await self._each(ops, done)
+
+    async def cancel(self, op: Any) -> Any:
+        from osqueue.state import Ok
+
         await self._enter()
-        return list(self.claimable[:max_jobs])
+        return Ok()
 
-    async def heartbeat(self, job: object) -> None:
-        await self._enter()
-
-    async def complete(self, job: object) -> None:
-        await self._enter()
-
-    async def fail(
-        self, job: object, *, error: str = "", retry_after_s: float | None = None
-    ) -> None:
-        await self._enter()
-
-    async def release(self, job: Any) -> None:
-        await self._enter()
-        self.released.append(job.id)
-
-    async def cancel(self, job_id: str) -> None:
-        await self._enter()
-
-    async def stats(self) -> object:
+    def stats(self) -> Any:
         from osqueue.api import Stats
 
-        await self._enter()
+        if self.error is not None:
+            raise self.error
+        self.entered += 1
         return Stats(version=1)
-
-    async def close(self) -> None:
-        return None

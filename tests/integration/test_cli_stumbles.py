@@ -53,7 +53,7 @@ def test_push_lines_with_a_bad_middle_line_pushes_nothing_and_names_the_line(
     assert pushed.returncode == exits.EXIT_CODES[InvalidInput] == 3
     assert pushed.stdout == b""
     assert pushed.stderr.decode().splitlines() == [
-        "error: InvalidInput: line 2: payload: is 5242880 bytes; at most 4194304"
+        "error: InvalidInput: line 2: payload: 5242880 bytes is above the limit of 4194304"
         " (nothing was pushed)"
     ]
     assert set(read_doc(qdir).jobs) == before
@@ -368,7 +368,7 @@ def test_push_lines_stream_stops_at_a_bad_line_and_names_it(
     pusher.close_stdin()
     assert pusher.wait() == 3
     assert pusher.rest(pusher.err)[-1] == (
-        "error: InvalidInput: line 2: payload: is 5242880 bytes; at most 4194304"
+        "error: InvalidInput: line 2: payload: 5242880 bytes is above the limit of 4194304"
         " (only line 1 was pushed)"
     )
     assert set(read_doc(qdir).jobs) == {first}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from remote_helpers import CertFiles, FakeClient, fast_config
+from remote_helpers import CertFiles, FakeCalls, fast_config
 
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import BrokerUnavailable, InvalidInput, Unauthenticated
@@ -21,7 +21,7 @@ TOKEN = "s3cret-token_42"
 
 
 async def test_calls_without_the_right_token_are_refused_before_decoding() -> None:
-    fake = FakeClient()
+    fake = FakeCalls()
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0", token=TOKEN))
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from remote_helpers import FakeClient, fast_config
+from remote_helpers import FakeCalls, fast_config
 
 from osqueue import errors
 from osqueue.client.remote import RemoteClient
@@ -24,12 +24,12 @@ OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 @pytest.fixture
-async def fake() -> FakeClient:
-    return FakeClient()
+async def fake() -> FakeCalls:
+    return FakeCalls()
 
 
 @pytest.fixture
-async def fake_server(fake: FakeClient) -> AsyncIterator[RunningServer]:
+async def fake_server(fake: FakeCalls) -> AsyncIterator[RunningServer]:
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0"))
     try:
         yield server
@@ -57,7 +57,7 @@ ITEM_ERRORS = [
 
 @pytest.mark.parametrize(("error", "code", "reason"), ITEM_ERRORS)
 async def test_item_errors_keep_their_meaning(
-    fake: FakeClient,
+    fake: FakeCalls,
     stub: pb_grpc.QueueAsyncStub,
     fake_server: RunningServer,
     error: errors.OsqueueError,
@@ -94,7 +94,7 @@ CALL_ERRORS = [
 
 @pytest.mark.parametrize(("error", "code"), CALL_ERRORS)
 async def test_broker_level_errors_fail_the_whole_call(
-    fake: FakeClient, stub: pb_grpc.QueueAsyncStub, error: errors.OsqueueError, code: object
+    fake: FakeCalls, stub: pb_grpc.QueueAsyncStub, error: errors.OsqueueError, code: object
 ) -> None:
     fake.error = error
     for call in (
@@ -123,7 +123,7 @@ def errors_from(status: pb.Status) -> errors.OsqueueError:
 
 
 async def test_undecodable_request_is_invalid_argument_naming_request(
-    fake_server: RunningServer, fake: FakeClient
+    fake_server: RunningServer, fake: FakeCalls
 ) -> None:
     async with grpc.aio.insecure_channel(fake_server.address) as channel:
         raw = channel.unary_unary("/osqueue.v1.Queue/Push")
@@ -149,7 +149,7 @@ async def test_a_server_without_a_client_answers_unavailable() -> None:
 
 
 async def test_remote_client_follows_the_address_a_stepped_down_broker_gives() -> None:
-    old, new = FakeClient(), FakeClient()
+    old, new = FakeCalls(), FakeCalls()
     new_server = await serve(new, ServerConfig(listen="127.0.0.1:0"))
     old.error = errors.NotBroker(address=new_server.address)
     old_server = await serve(old, ServerConfig(listen="127.0.0.1:0"))
@@ -210,7 +210,7 @@ async def test_real_broker_statuses_name_fields_and_lease_lost(
 
 
 async def test_a_flooding_connection_is_pushed_back_while_others_are_served(
-    fake: FakeClient,
+    fake: FakeCalls,
 ) -> None:
     limits = Limits(max_in_flight_per_connection=2)
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0", limits=limits))
@@ -221,19 +221,20 @@ async def test_a_flooding_connection_is_pushed_back_while_others_are_served(
             grpc.aio.insecure_channel(server.address, options=OWN_CONNECTION) as polite,
         ):
             flooder = pb_grpc.QueueStub(flood)  # type: ignore[misc]
-            held = [asyncio.ensure_future(flooder.Stats(pb.StatsRequest())) for _ in range(2)]
+            claim = pb.ClaimRequest(worker="w", queues=["q"], max_jobs=1)  # held at the gate
+            held = [asyncio.ensure_future(flooder.Claim(claim)) for _ in range(2)]
             await fake.wait_entered(2)
             with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await flooder.Stats(pb.StatsRequest())
+                await flooder.Claim(claim)
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             status = from_trailers(caught.value.trailing_metadata())
             assert status is not None
             assert status.reason == pb.REASON_RESOURCE_EXHAUSTED
-            served = asyncio.ensure_future(pb_grpc.QueueStub(polite).Stats(pb.StatsRequest()))  # type: ignore[misc]
+            served = asyncio.ensure_future(pb_grpc.QueueStub(polite).Claim(claim))  # type: ignore[misc]
             await fake.wait_entered(3)  # the other connection got in
             fake.gate.set()
-            assert (await served).version == 1
-            assert [r.version for r in await asyncio.gather(*held)] == [1, 1]
+            assert [j.id for j in (await served).jobs] == ["job-1"]
+            assert [len(r.jobs) for r in await asyncio.gather(*held)] == [1, 1]
         assert server.service.admission.calls == 0
     finally:
         fake.gate.set()
@@ -241,7 +242,7 @@ async def test_a_flooding_connection_is_pushed_back_while_others_are_served(
 
 
 async def test_remote_client_backs_off_and_retries_when_pushed_back(
-    fake: FakeClient, monkeypatch: pytest.MonkeyPatch
+    fake: FakeCalls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     limits = Limits(max_in_flight_per_connection=1)
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0", limits=limits))
@@ -260,13 +261,13 @@ async def test_remote_client_backs_off_and_retries_when_pushed_back(
     client = RemoteClient(MemoryStorage(), fast_config(address=server.address))
     fake.gate.clear()
     try:
-        first = asyncio.ensure_future(client.stats())
+        first = asyncio.ensure_future(client.claim("w"))  # held at the gate
         await fake.wait_entered(1)
-        second = asyncio.ensure_future(client.stats())
+        second = asyncio.ensure_future(client.claim("w"))
         await asyncio.wait_for(refused.wait(), 10)  # pushed back with RESOURCE_EXHAUSTED...
         fake.gate.set()
         # ...and retried after a backoff, not surfaced to the caller.
-        assert [s.version for s in await asyncio.gather(first, second)] == [1, 1]
+        assert [len(jobs) for jobs in await asyncio.gather(first, second)] == [1, 1]
         assert fake.entered == 2
     finally:
         fake.gate.set()

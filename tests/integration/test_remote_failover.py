@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from remote_helpers import Parkings, fast_config, quiet_broker_config, read_document
 
-from osqueue.api import Job, NewJob
+from osqueue.api import Job
 from osqueue.broker import BrokerConfig
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import NotBroker, OsqueueError, StorageError
 from osqueue.server.runner import BrokerServer, run_broker
 from osqueue.server.server import ServerConfig
+from osqueue.state import Push
 from osqueue.storage import from_url
 
 
@@ -121,7 +123,7 @@ async def test_standby_takes_over_when_the_active_broker_stops(queue_url: str) -
 
 
 class LosesFirstAnswer:
-    """Wraps the broker's client: the first push/complete commits, then never answers."""
+    """Wraps the broker's calls: the first push/complete commits, then never answers."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -131,19 +133,19 @@ class LosesFirstAnswer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:
-        results = await self.inner.push_results(jobs)
+    async def push_many(self, ops: Sequence[Push]) -> list[str | OsqueueError]:
+        results = await self.inner.push_many(ops)
         if "push" not in self.lost:
             self.lost.append("push")
             await self.never.wait()  # the client's deadline passes; the answer is lost
         return list(results)
 
-    async def complete_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]:
-        results = await self.inner.complete_many(jobs)
+    async def complete(self, jobs: Sequence[Job], results: object = None) -> list[object]:
+        answers = await self.inner.complete(jobs, results)
         if "complete" not in self.lost:
             self.lost.append("complete")
             await self.never.wait()
-        return list(results)
+        return list(answers)
 
 
 async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) -> None:
@@ -152,7 +154,7 @@ async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) ->
     ) as server:
         assert server.server is not None
         assert server.broker is not None
-        losing = LosesFirstAnswer(server.broker.client())
+        losing = LosesFirstAnswer(BrokerCalls(server.broker))
         server.server.service.attach(losing)  # type: ignore[arg-type]
         async with connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client:
             job_id = await client.push(b"once")

@@ -17,7 +17,6 @@ from osqueue.client.remote import RemoteClient, connect
 from osqueue.errors import DuplicateKey, InvalidInput, JobNotFound, LeaseLost
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import ServerConfig
-from osqueue.server.service import QueueService
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire._pb import queue_pb2_grpc as pb_grpc
 
@@ -92,27 +91,6 @@ async def test_complete_and_claim_sends_completions_beyond_one_batch_beside_it(
         assert errors == [None, None, None]
         assert len(claimed) == 1
         assert (await client.stats()).completed == 3
-
-
-async def test_complete_and_claim_falls_back_on_a_broker_that_predates_it(
-    remote: RemoteClient, queue_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    serve_claim = QueueService.claim
-
-    async def old_claim(
-        self: QueueService, request: pb.ClaimRequest, context: object
-    ) -> pb.ClaimResponse:
-        del request.complete[:]  # an older broker does not know the field
-        return await serve_claim(self, request, context)
-
-    monkeypatch.setattr(QueueService, "claim", old_claim)
-    ids = await remote.push_many([NewJob(b"a"), NewJob(b"b")])
-    [first] = await remote.claim("w1")
-    errors, claimed = await remote.complete_and_claim([first], "w1")
-    assert errors == [None]
-    assert [j.id for j in claimed] == [ids[1]]
-    doc = await read_document(queue_url)
-    assert doc.stats.completed == 1  # completed by a Complete call after the claim
 
 
 async def test_complete_and_claim_refuses_a_wait(broker_server: BrokerServer) -> None:

@@ -18,7 +18,7 @@ import grpc
 import pytest
 from remote_helpers import (
     CertFiles,
-    FakeClient,
+    FakeCalls,
     cert_fingerprint,
     fast_config,
     non_loopback_ip,
@@ -175,7 +175,7 @@ async def impostor(tls_files: CertFiles) -> AsyncIterator[tuple[str, Recorder]]:
     """A TLS server with another certificate (valid for 127.0.0.1) that takes any token."""
     recorder = Recorder()
     server = grpc.aio.server(interceptors=[recorder])
-    server.add_generic_rpc_handlers((QueueService(FakeClient()).rpc_handler(),))
+    server.add_generic_rpc_handlers((QueueService(FakeCalls()).rpc_handler(),))
     key, cert = read_bytes(tls_files.other_key), read_bytes(tls_files.other_cert)
     port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
     await server.start()
@@ -264,7 +264,7 @@ async def test_the_pinned_channel_trusts_that_certificate_alone(
     """What gRPC gets after a pin check: a reconnect that meets another certificate
     (someone else now at the address) fails its TLS handshake, so no call goes out."""
     impostor_address, recorder = impostor
-    server = await serve(FakeClient(), tls_server(tls_files))
+    server = await serve(FakeCalls(), tls_server(tls_files))
     try:
         trust = Trust(fast_config(token=ADMIN, tls_fingerprint=cert_fingerprint(tls_files.cert)))
         credentials = await trust.credentials_for(server.address)
@@ -289,7 +289,7 @@ async def test_a_pinned_address_without_tls_is_unavailable_and_gets_no_token(
 ) -> None:
     """A plaintext server (or none) where the pin expects TLS: the client cannot
     fetch a certificate, so it keeps looking (as for a broker that is down)."""
-    fake = FakeClient()
+    fake = FakeCalls()
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0"))
     if not listening:
         await server.stop(0)
@@ -327,7 +327,7 @@ def leveled(**overrides: Any) -> ServerConfig:
 
 
 async def test_a_read_token_may_call_stats_only_and_is_refused_before_decoding() -> None:
-    fake = FakeClient()
+    fake = FakeCalls()
     server: RunningServer = await serve(fake, leveled())
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from remote_helpers import FakeClient
+from remote_helpers import FakeCalls
 
 from osqueue.api import Job
 from osqueue.server.limits import Limits
@@ -23,7 +23,7 @@ def big_jobs(n: int) -> list[Job]:
 
 
 async def test_claim_gives_back_jobs_that_do_not_fit_in_the_answer() -> None:
-    fake = FakeClient()
+    fake = FakeCalls()
     fake.claimable = big_jobs(3)
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0", limits=LIMITS))
     try:
@@ -37,7 +37,7 @@ async def test_claim_gives_back_jobs_that_do_not_fit_in_the_answer() -> None:
 
 
 async def test_claim_stream_splits_jobs_across_messages() -> None:
-    fake = FakeClient()
+    fake = FakeCalls()
     fake.claimable = big_jobs(3)
     server = await serve(fake, ServerConfig(listen="127.0.0.1:0", limits=LIMITS))
     try:

@@ -109,6 +109,16 @@ class BrokerNode:
                 config, dead_keep_jobs=c.dead_keep_jobs, dead_spill_jobs=c.dead_spill_jobs
             )
         config = with_knobs(config, c)  # waiting children in objects, the sealed record
+        if c.delay_spill_above_jobs is not None:  # cold delayed jobs (the delayed-spill family)
+            config = dataclasses.replace(
+                config,
+                delay_spill_above_jobs=c.delay_spill_above_jobs,
+                delay_horizon_s=c.delay_horizon_s,
+                delay_lead_s=c.delay_lead_s,
+                delay_window_s=c.delay_window_s,
+                delay_load_jobs=c.delay_load_jobs,
+                segment_jobs=c.segment_jobs,
+            )
         if c.spill_above_jobs is None:
             return config
         return dataclasses.replace(

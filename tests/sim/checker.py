@@ -27,6 +27,7 @@ from osqueue.errors import CorruptDocument
 from osqueue.state import Document, StoredJob, decode
 from sim.claims import check_attempts, check_claim_order, check_counters, check_keys
 from sim.dead_rules import check_dead, retried_from_dead
+from sim.delayed_rules import check_delays_kept
 from sim.findings import Chain, Findings, build_chain, dead_spilled, live_spilled
 from sim.history import Event, History, Kind, Outcome, Rule, Violation
 from sim.results import check_results
@@ -82,6 +83,7 @@ def judge(
     check_keys(chain, f)
     check_attempts(chain, f)
     check_claim_order(history, chain, f)
+    check_delays_kept(chain, f)
     check_results(history, chain, outcome, f, sealed)
     check_ticks(chain, outcome, f)
     check_limits(chain, f)
@@ -363,7 +365,8 @@ def _check_payloads(outcome: Outcome, f: Findings) -> None:
     final = outcome.final
     if final is None:
         return
-    spilled = live_spilled(final, _objects_of(outcome)) if final.segments else {}
+    cold = final.segments or final.delayed
+    spilled = live_spilled(final, _objects_of(outcome)) if cold else {}
     for job_id, job in sorted([*final.jobs.items(), *spilled.items()]):
         ref = job.payload_ref
         if ref is not None and ref not in outcome.payload_objects:

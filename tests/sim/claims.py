@@ -227,7 +227,7 @@ def _early(
     for job in fresh:
         assert job.claim is not None
         at = job.claim.claimed_at
-        old = before.jobs.get(job.id)
+        old = before.jobs.get(job.id) or chain.spilled_in(before).get(job.id)
         if old is None:
             if job.id in delayed and chain.first_seen.get(job.id) == after.version:
                 out.append(
@@ -255,7 +255,10 @@ def _out_of_order(
         aside = chain.aside.get(before.version, set())  # present, not claimable
         waiting = [
             k
-            for k in [*before.jobs.values(), *chain.spilled_in(before).values()]
+            # (a due job still in an object of delayed jobs is late, not passed over:
+            # it is not claimable until loaded, which under faults may come after its
+            # time; only ready segments' jobs wait in claim order)
+            for k in [*before.jobs.values(), *_ready_spilled(chain, before)]
             if k.queue == queue
             and k.id not in aside
             and k.status == "queued"
@@ -275,6 +278,10 @@ def _out_of_order(
                     f"seq {best.seq}) was due and stayed queued"
                 )
     return out
+
+
+def _ready_spilled(chain: Chain, doc: Document) -> list[StoredJob]:
+    return [k for k in chain.spilled_in(doc).values() if k.run_at is None]
 
 
 def _capped_groups(before: Document, after: Document, queue: str) -> set[str | None]:

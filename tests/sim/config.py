@@ -127,6 +127,16 @@ class SimConfig:
     dead_spill_jobs: int = 1
     #: times the operator retries every dead job during the faults
     dead_retries: int = 0
+    # Cold delayed jobs (the "delayed-spill" family; docs/segments.md, "Delayed jobs")
+    #: a pushed job's delay is drawn up to this (when it is drawn at all: delay_rate)
+    delay_max_s: float = 5.0
+    #: delayed jobs spill once more than this many sit in the document (None: the
+    #: broker's default, which these small runs never reach)
+    delay_spill_above_jobs: int | None = None
+    delay_horizon_s: float = 1.0
+    delay_lead_s: float = 0.5
+    delay_window_s: float = 2.0
+    delay_load_jobs: int = 2
     #: waiting children in objects, the sealed record (None: the broker's defaults,
     #: which these small runs never reach; sim.waiting_rules.broker_knobs)
     waiting_spill_above_jobs: int | None = None
@@ -435,6 +445,33 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
     )
 
 
+def delayed_spill(c: SimConfig, rng: random.Random) -> SimConfig:
+    """Delayed jobs and retries with backoff spill to objects under delayed/ and load
+    back ahead of their time, under crashes around the writes, lost answers,
+    cancels and takeovers.  Drawn from a side RNG: the seeds' main draws stay."""
+    side = _side(c.seed, "delayed-spill")
+    return _mix(
+        c,
+        brokers=side.choice((2, 3)),
+        delay_rate=side.choice((0.5, 0.8)),
+        delay_max_s=side.choice((4.0, 8.0, 15.0)),
+        delay_spill_above_jobs=side.randint(1, 3),
+        delay_horizon_s=side.choice((1.0, 2.0)),
+        delay_lead_s=0.5,
+        delay_window_s=side.choice((0.5, 2.0, 5.0)),
+        delay_load_jobs=side.randint(1, 3),
+        segment_jobs=side.randint(1, 5),
+        jobs_per_producer=side.randint(12, 30),
+        cancel_rate=max(c.cancel_rate, side.choice((0.1, 0.2))),
+        fail_rate=max(c.fail_rate, 0.1),
+        answer_lost=max(c.answer_lost, 0.03),
+        rates=_rates(c, lost_after=max(0.05, c.rates.lost_after)),
+        nemesis=_nemesis(
+            c, segment_crash=0.08, broker_crash=0.03, broker_crash_in_commit=0.03, broker_stop=0.02
+        ),
+    )
+
+
 def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
     """Dependencies with tiny thresholds: waiting children move to objects and come
     back as their parents end (or fail), under crashes around those writes, in
@@ -489,6 +526,7 @@ FAMILIES: dict[str, Callable[[SimConfig, random.Random], SimConfig]] = {
     "long-haul": long_haul,
     "scheduling": scheduling,
     "segments": segments,
+    "delayed-spill": delayed_spill,
     "segment-crash": segment_crash,
     "segment-storm": segment_storm,
     "dead-segments": dead_segments,

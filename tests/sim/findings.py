@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from osqueue.state import Document, SegmentRef, StoredJob
+from osqueue.state.model import DelayedRef
 from sim.history import Rule, Violation
 
 
@@ -70,7 +71,7 @@ def build_chain(
         chain.steps.append((Document.empty(), docs[0]))
     previous: Document | None = None
     for doc in docs:
-        if (doc.segments or doc.waiting_cold or doc.dead) and objects is not None:
+        if (doc.segments or doc.waiting_cold or doc.dead or doc.delayed) and objects is not None:
             chain.spilled.setdefault(doc.version, _out_of_document(doc, objects))
             if doc.segments.aside:
                 aside = [entry.ref for entry in doc.segments.aside.values()]
@@ -121,6 +122,8 @@ def cold_keys(doc: Document) -> Iterator[str]:
     yield from (ref.key for ref in all_refs(doc))
     yield from doc.waiting_cold.refs
     yield from doc.finished.sealed.refs
+    yield from doc.delayed.refs  # delayed jobs' objects (listed or set aside)
+    yield from doc.delayed.aside
 
 
 def live_spilled(
@@ -131,11 +134,14 @@ def live_spilled(
     """The jobs ``doc``'s segments (or ``refs``) still hold (not loaded, not
     cancelled), by id; those set aside included (present, if not claimable)."""
     out: dict[str, StoredJob] = {}
+    listed: list[SegmentRef | DelayedRef] = list(all_refs(doc) if refs is None else refs)
     if refs is None:  # and the waiting children in objects (sim.waiting_rules)
         for cold in doc.waiting_cold:
             struck = set(cold.cancelled)
             out.update((j.id, j) for j in objects.get(cold.key, ()) if j.id not in struck)
-    for ref in all_refs(doc) if refs is None else refs:
+        listed.extend(doc.delayed)  # and the delayed jobs in objects
+        listed.extend(entry.ref for entry in doc.delayed.aside.values())
+    for ref in listed:
         jobs = objects.get(ref.key)
         if jobs is None:
             continue

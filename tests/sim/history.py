@@ -95,6 +95,7 @@ class Rule(Enum):
     KEY_UNIQUE = "key-unique"
     DEAD_AT_MAX_ATTEMPTS = "dead-at-max-attempts"
     NOT_EARLY = "not-early"
+    DELAY_KEPT = "delay-kept"
     PRIORITY_ORDER = "priority-order"
     # I10 to I12: schedules, queue limits, dependencies (docs/scheduling.md)
     TICK_ONCE = "tick-once"
@@ -211,6 +212,12 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "I8",
         "a delayed job is never claimed before its run_at, by the claiming broker's "
         "clock (claimed_at in the version that claimed it)",
+    ),
+    Rule.DELAY_KEPT: (
+        "I8",
+        "a queued job keeps its run_at from version to version until it is claimed "
+        "(through a spill to a delayed object and a load back too), so a delayed job "
+        "is never claimable before it",
     ),
     Rule.PRIORITY_ORDER: (
         "I9",

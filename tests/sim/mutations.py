@@ -212,6 +212,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         models="a retry of a whole dead segment references the retried jobs and keeps the "
         "dead reference too (each job then in two places, retried again by the next retry)",
     ),
+    # ------------------------------------------------------------ delayed jobs in objects (I8)
+    Mutation(
+        name="delayed-load-forgets-run-at",
+        file="state/delayed_ops.py",
+        original="                doc.put_encoded(job, lines[i], now)\n",
+        replacement="                doc.put_job(_replace(job, run_at=None), now)\n",
+        family="delayed jobs in objects",
+        models="a load of a delayed object puts its jobs back without their run_at "
+        "(claimable at once, before they are due)",
+    ),
     # ------------------------------------------------------------ waiting children (I14)
     Mutation(
         name="cold-children-released-by-any-parent",

@@ -225,7 +225,9 @@ class Sim:
                     body,
                     queue=rng.choice(cfg.queues),
                     priority=rng.choice((0, 0, 0, 1, -1)),
-                    delay_s=rng.uniform(0.0, 5.0) if rng.random() < cfg.delay_rate else 0.0,
+                    delay_s=rng.uniform(0.0, cfg.delay_max_s)
+                    if rng.random() < cfg.delay_rate
+                    else 0.0,
                     key=key,
                     max_attempts=4 if poison else cfg.max_attempts,
                     id=job_id,
@@ -422,6 +424,7 @@ class Sim:
             return self._settled_at[1]
         doc = decode(landed[-1].data)
         settled = not any(ref.remaining for ref in doc.segments)  # spilled jobs wait
+        settled = settled and not any(ref.remaining for ref in doc.delayed)
         settled = settled and not doc.waiting_cold  # and waiting children in objects
         for job_id in self.history.ids(Kind.PUSH_ACK) if settled else ():
             job = doc.jobs.get(job_id)

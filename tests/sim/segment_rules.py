@@ -25,7 +25,8 @@ from collections.abc import Mapping
 
 from osqueue.errors import CorruptDocument
 from osqueue.state import SEGMENT_PREFIX, SegmentRef, StoredJob, decode_segment
-from osqueue.state.segment_codec import make_ref
+from osqueue.state.cold_delayed import DELAYED_PREFIX
+from osqueue.state.segment_codec import SegmentLines, make_ref
 from sim.findings import Chain, Findings, all_refs, cold_keys
 from sim.history import Outcome, Rule
 
@@ -47,9 +48,13 @@ def decode_objects(outcome: Outcome, f: Findings) -> dict[str, list[StoredJob]]:
     """Every segment object written, decoded (one that does not decode is a finding)."""
     out: dict[str, list[StoredJob]] = {}
     for key, (_, data) in sorted(outcome.segment_puts.items()):
-        if not key.startswith((SEGMENT_PREFIX, "dead/")):  # (dead segments: sim.dead_rules)
+        if not key.startswith((SEGMENT_PREFIX, DELAYED_PREFIX, "dead/")):  # (dead: sim.dead_rules)
             continue  # waiting children, the sealed record: sim.waiting_rules
         try:
+            if key.startswith(DELAYED_PREFIX):  # an object of delayed jobs
+                lines = SegmentLines.parse(data, key, delayed=True)
+                out[key] = lines.jobs(0, len(lines))
+                continue
             out[key] = decode_segment(data, key)[1]
         except CorruptDocument as exc:
             f.add(Rule.SEGMENT_WRITTEN, f"segment {key} does not decode: {exc}")
@@ -152,7 +157,7 @@ def _check_one_place(chain: Chain, objects: Mapping[str, list[StoredJob]], f: Fi
     told: set[str] = set()
     for doc in chain.docs:
         where: dict[str, str] = {}
-        for ref in all_refs(doc):
+        for ref in [*all_refs(doc), *doc.delayed]:
             jobs = objects.get(ref.key)
             if jobs is None:
                 continue

@@ -57,8 +57,8 @@ T = TypeVar("T")
 DOCUMENT_KEY = "queue.json"
 SEGMENT_PREFIX = "segments/"
 #: the objects whose puts and deletes are recorded (segments, waiting children, the
-#: sealed record, dead segments)
-RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/", "dead/")
+#: sealed record, dead segments, delayed jobs)
+RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/", "dead/", "delayed/")
 #: the kinds of put a broker can crash around (the nemesis' segment, waiting and
 #: finished crashes)
 CRASH_PUT_KINDS = ("segments", "waiting", "finished")
@@ -405,6 +405,8 @@ class NodeStorage:
     async def put(self, key: str, data: bytes) -> None:
         await self._enter()
         kind = key_kind(key)
+        if kind == "delayed":  # an object of delayed jobs: the segments' crashes
+            kind = "segments"
         if kind in CRASH_PUT_KINDS:  # a broker can crash around a cold object's write
             self._writes[kind] += 1
             trigger = self._trigger(kind)

@@ -542,6 +542,21 @@ def result_kept() -> Story:
     return s
 
 
+def delay_kept() -> Story:
+    """A load that forgot its job's run_at: the job is claimed early, and the version
+    before the claim agrees (so NOT_EARLY alone cannot see it)."""
+    s = Story()
+    s.apply(Push(id="j1", payload=b"x", delay_s=10.0))  # due at T0 + 11
+    s.pushed("j1")
+    s.forge(_replace(s.job("j1"), run_at=None))
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    s.archive_done()
+    return s
+
+
 def priority_order() -> Story:
     s = Story()
     s.apply(Push(id="j1", payload=b"x", priority=0), Push(id="j2", payload=b"y", priority=1))
@@ -889,6 +904,7 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.KEY_UNIQUE: key_unique,
     Rule.DEAD_AT_MAX_ATTEMPTS: dead_at_max_attempts,
     Rule.NOT_EARLY: not_early,
+    Rule.DELAY_KEPT: delay_kept,
     Rule.PRIORITY_ORDER: priority_order,
     Rule.TICK_ONCE: tick_once,
     Rule.TICK_KEPT: tick_kept,

@@ -30,6 +30,7 @@ from sim import (
 from sim.bench import Bench
 from sim.history import parse_archive
 from sim.store import DOCUMENT_KEY, FaultRates
+from test_sim_seeds import FAMILY_EXERCISED
 
 from osqueue.api import Job, NewJob
 from osqueue.broker import BrokerConfig, State
@@ -665,6 +666,7 @@ SIGNATURES: dict[str, Callable[[Counter[str]], bool]] = {
     "segment-crash": lambda f: sum(n for k, n in f.items() if k.startswith("crash_segments")) > 0,
     "segment-storm": lambda f: f["spurious_conflict"] > 0 and f["lost_after"] > 0,
     "dead-segments": lambda f: f["dead_retried"] > 0 and f["broker_crash"] > 0,
+    "delayed-spill": lambda f: f["lost_after"] > 0,
     "waiting-cold": lambda f: sum(n for k, n in f.items() if k.startswith("crash_waiting")) > 0,
     "finished-seal": lambda f: sum(n for k, n in f.items() if k.startswith("crash_finished")) > 0,
 }
@@ -705,9 +707,12 @@ def test_family_seeds(family: str) -> None:
     if family.startswith("segment"):  # they spilled, loaded and deleted segments
         assert sum(r.checked["segment references"] for r in reports) > 0
         assert sum(r.checked["segment deletes"] for r in reports) > 0
-    cold_cases = {"waiting-cold": "waiting references", "finished-seal": "sealed entries"}
-    if family in cold_cases:  # children went to objects; entries were sealed
-        assert sum(r.checked[cold_cases[family]] for r in reports) > 0
+    if family == "delayed-spill":  # delayed objects written, loaded back and deleted
+        assert sum(r.checked["segment objects"] for r in reports) > 0
+        assert sum(r.checked["segment deletes"] for r in reports) > 0
+    for case, owner in FAMILY_EXERCISED.items():  # children went to objects; entries sealed
+        if family == owner:
+            assert sum(r.checked[case] for r in reports) > 0, f"no {case}"
 
 
 def test_payload_sweeps_under_faults_delete_orphans_and_never_a_live_jobs_object() -> None:

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from spark_helpers import served_broker
 
 from osqueue.errors import CorruptDocument
-from osqueue.spark.datasource import JobsReader, SegmentPartition
+from osqueue.spark.datasource import DelayedPartition, JobsReader, SegmentPartition
 from osqueue.spark.options import ReadOptions
 
 pytestmark = pytest.mark.spark
@@ -95,3 +95,27 @@ def test_a_segment_task_refuses_an_object_that_fails_its_check(file_queue: str) 
         path.write_bytes(data.replace(b'"payload":"cD', b'"payload":"SE', 1))  # same size
         with pytest.raises(CorruptDocument, match="does not match its reference"):
             list(reader.read(first))
+
+
+DELAYED = {
+    **DEEP,
+    "segment_jobs": 10,
+    "delay_spill_above_jobs": 5,
+    "delay_window_s": 3600.0,
+}
+
+
+def test_a_read_returns_the_delayed_jobs_in_objects_too(file_queue: str) -> None:
+    with served_broker(file_queue, **DELAYED) as served:
+        ids = [
+            served.run(served.client.push(b"p%d" % i, delay_s=86_400.0 + i, id=f"d{i:02d}"))
+            for i in range(30)
+        ]
+        served.run(served.broker.segments.settled())
+        assert sum(ref.remaining for ref in served.broker.document.delayed) >= 25
+        reader = JobsReader(ReadOptions.parse({"url": file_queue}))
+        plan = reader.partitions()
+        assert sum(isinstance(p, DelayedPartition) for p in plan) >= 3
+        rows = [row for part in plan for batch in reader.read(part) for row in batch.to_pylist()]
+        assert sorted(r["id"] for r in rows) == ids
+        assert {bytes(r["payload"]) for r in rows} == {b"p%d" % i for i in range(30)}

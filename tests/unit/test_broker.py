@@ -30,7 +30,7 @@ from osqueue.errors import (
     ShuttingDown,
     StorageError,
 )
-from osqueue.state import DOCUMENT_KEY, decode, encode
+from osqueue.state import DOCUMENT_KEY, decode, encode, make
 from osqueue.storage import FileStorage, MemoryStorage, from_url
 from osqueue.storage.port import Blob, Capabilities, Storage
 
@@ -1272,10 +1272,9 @@ async def test_the_serving_broker_keeps_a_summary_of_its_last_minute_in_the_docu
 
 
 async def test_every_option_of_a_new_job_reaches_its_push_under_its_own_name() -> None:
-    # the in-process client builds a Push positionally (its per-job path): each
+    # the state layer builds a Push positionally (osqueue.state.make.push): each
     # option must land in the field of the same name
     async with osqueue.Broker(MemoryStorage()) as broker:
-        client = broker.client()
         job = osqueue.NewJob(
             bytearray(b"payload"),  # type: ignore[arg-type]  # bytes-like is accepted
             queue="q1",
@@ -1289,7 +1288,7 @@ async def test_every_option_of_a_new_job_reaches_its_push_under_its_own_name() -
             on_parent_failure="run",
             result_ttl_s=60.0,
         )
-        op = client._push_inline(job)
+        op = make.push(job, broker.config.max_payload_bytes)
         assert op.payload == b"payload"
         assert type(op.payload) is bytes
         for name in ("queue", "priority", "delay_s", "key", "max_attempts", "id", "group"):
@@ -1299,7 +1298,6 @@ async def test_every_option_of_a_new_job_reaches_its_push_under_its_own_name() -
         assert op.result_ttl_s == 60.0
         assert op.dedupe is True  # a chosen id may come again
         assert (op.payload_ref, op.payload_size, op.payload_sha256) == (None, 0, None)
-        generated = client._push_inline(osqueue.NewJob(b"x"))
+        generated = make.push(osqueue.NewJob(b"x"), broker.config.max_payload_bytes)
         assert generated.dedupe is False
         assert len(generated.id) == 26
-        assert client._push_inline(osqueue.NewJob(b"x" * 70_000)).payload is None  # an object

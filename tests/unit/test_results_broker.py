@@ -146,7 +146,7 @@ async def test_every_kind_of_value_comes_back_as_it_went_in(value: object) -> No
         assert (await q.result(job_id)).value == value
         encoded = EncodedResult.of(value)
         assert encoded is not None
-        assert await q.encoded_result(job_id) == (
+        assert await q.calls.result(job_id) == (
             JobResult("done", None, None, 1, (await q.result(job_id)).finished_at),
             encoded,
         )

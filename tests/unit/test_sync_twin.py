@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
+import osqueue.client.remote
 import osqueue.sync
 from osqueue.api import NewJob
-from osqueue.client.remote import SyncRemoteClient, connect_sync
+from osqueue.client.remote import connect_sync
 from osqueue.client.sync import SyncClient, SyncClientProtocol
 from osqueue.errors import InvalidInput, JobNotFound
 from osqueue.storage import MemoryStorage
@@ -49,9 +50,10 @@ def test_help_shows_the_async_signature_and_docstring() -> None:
     assert "**options: 'Unpack[PushOptions]'" in text
 
 
-def test_the_old_names_still_import() -> None:
-    assert SyncRemoteClient is SyncClient is osqueue.sync.SyncClient
+def test_the_twin_has_one_name() -> None:
+    assert SyncClient is osqueue.sync.SyncClient
     assert connect_sync is osqueue.sync.connect
+    assert not hasattr(osqueue.client.remote, "SyncRemoteClient")
 
 
 @pytest.fixture

@@ -4,21 +4,63 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
+from google.protobuf.message import Message
 
-from osqueue.api import EncodedResult, JobResult, NewJob, QueueStats, Stats
+from osqueue.api import (
+    EncodedResult,
+    Job,
+    JobResult,
+    NewJob,
+    QueueSettings,
+    QueueStats,
+    ScheduleInfo,
+    Stats,
+)
 from osqueue.errors import InvalidInput
+from osqueue.state import Push, PutSchedule, SetQueue
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
+    from_pb,
     job_result_from_pb,
     job_result_to_pb,
-    new_job_from_pb,
-    new_job_to_pb,
     result_from_pb,
     result_to_pb,
     stats_from_pb,
     stats_to_pb,
+    table,
+    to_pb,
 )
+
+#: Each value the wire carries, its message, and the fields only one side has.
+PAIRS: list[tuple[type[object], type[Message], set[str]]] = [
+    (NewJob, pb.NewJob, set()),
+    (Push, pb.NewJob, {"payload_ref", "payload_size", "payload_sha256", "dedupe", "absent_from"}),
+    (Job, pb.Job, set()),
+    (PutSchedule, pb.Schedule, set()),
+    (ScheduleInfo, pb.Schedule, set()),
+    (SetQueue, pb.QueueSettings, {"remove"}),  # on SetQueueRequest
+    (QueueSettings, pb.QueueSettings, set()),
+    (QueueStats, pb.QueueStats, set()),
+    (Stats, pb.StatsResponse, {"queues"}),  # a map, by hand
+]
+
+
+def _names(cls: type[object]) -> set[str]:
+    if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        return {f.name for f in msgspec.structs.fields(cls)}
+    return {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cls", "message", "apart"), PAIRS)
+def test_the_table_carries_every_field_a_value_has(
+    cls: type[object], message: type[Message], apart: set[str]
+) -> None:
+    # a field added to the value without its message field (or the other way) shows here
+    carried = {name for name, _, _ in table(cls, message)}
+    assert carried == _names(cls) - apart
+    assert carried <= set(message.DESCRIPTOR.fields_by_name)
 
 
 def test_stats_survive_the_wire_field_for_field() -> None:
@@ -98,4 +140,42 @@ def test_an_unknown_result_kind_names_the_field() -> None:
 def test_result_ttl_s_survives_the_wire_and_unset_stays_unset() -> None:
     for ttl in (None, 0.0, 86_400.0):
         job = NewJob(b"p", result_ttl_s=ttl, id="j1")
-        assert new_job_from_pb(new_job_to_pb(job, "j1", b"p", 0.0)) == job
+        assert from_pb(to_pb(job, pb.NewJob), NewJob) == job
+
+
+def test_every_field_of_a_push_survives_the_wire() -> None:
+    job = NewJob(
+        b"p",
+        queue="q",
+        priority=-3,
+        delay_s=2.5,
+        key="k",
+        max_attempts=9,
+        id="j1",
+        group="g",
+        after=("a", "b"),
+        on_parent_failure="run",
+        result_ttl_s=60.0,
+    )
+    defaults = NewJob(b"")
+    assert all(
+        getattr(job, f.name) != getattr(defaults, f.name) for f in msgspec.structs.fields(NewJob)
+    )
+    message = to_pb(job, pb.NewJob)
+    assert from_pb(message, NewJob) == job
+    # the defaults travel as unset fields, and come back as the defaults
+    assert not to_pb(NewJob(b"", id="j"), pb.NewJob).HasField("key")
+    assert to_pb(NewJob(b"", id="j"), pb.NewJob).on_parent_failure == ""
+    # an empty queue stays empty (refused by the push check, not read as the default)
+    assert from_pb(pb.NewJob(id="j"), NewJob) == NewJob(b"", queue="", id="j")
+
+
+def test_a_schedule_and_settings_survive_the_wire() -> None:
+    op = PutSchedule("s", "q", cron="* * * * *", tz="UTC", payload=b"x", catch_up="skip")
+    assert from_pb(to_pb(op, pb.Schedule), PutSchedule) == op
+    info = ScheduleInfo("s", "q", None, None, 30.0, b"", 1, 3, "once", 100.0, note="n")
+    assert from_pb(to_pb(info, pb.Schedule), ScheduleInfo) == info
+    change = SetQueue("q", rate_per_s=2.0, max_claimed=0, paused=False)
+    assert from_pb(to_pb(change, pb.QueueSettings), SetQueue) == change
+    settings = QueueSettings("q", paused=True, burst=4, result_ttl_s=9.0)
+    assert from_pb(to_pb(settings, pb.QueueSettings), QueueSettings) == settings

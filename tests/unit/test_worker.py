@@ -339,9 +339,9 @@ async def test_a_slot_frees_when_its_handler_returns_not_when_the_completion_lan
     let_complete = asyncio.Event()
 
     class HeldCompletions(Recorder):
-        async def complete(self, job: Job) -> None:
+        async def complete(self, job: Job, *, result: object = None) -> None:
             await let_complete.wait()
-            await super().complete(job)
+            await super().complete(job, result=result)
 
     client = HeldCompletions(env.broker.client())
     ran: list[str] = []

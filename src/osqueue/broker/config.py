@@ -79,6 +79,16 @@ class BrokerConfig:
     #: Segment objects the broker keeps read (the next ones to load, and those a
     #: cancel looked into), in bytes as stored; the least recently used go first.
     segment_cache_bytes: int = 128 * 1024 * 1024
+    #: Cold delayed jobs (docs/segments.md, "Delayed jobs"): once more than
+    #: ``delay_spill_above_jobs`` delayed jobs sit in the document (None: never),
+    #: those due later than ``delay_horizon_s`` move to objects under delayed/, one
+    #: per queue and window of ``delay_window_s``; an object's next
+    #: ``delay_load_jobs`` are loaded back ``delay_lead_s`` before they are due.
+    delay_spill_above_jobs: int | None = 1_000
+    delay_horizon_s: float = 60.0
+    delay_window_s: float = 300.0
+    delay_lead_s: float = 10.0
+    delay_load_jobs: int = 5_000
     #: Results (docs/results.md): how long a finished job's result (and how it
     #: finished) is kept, unless its push or its queue says (``result_ttl_s``);
     #: 0: none is kept.  None (the default): a result given is kept an hour, a
@@ -146,11 +156,24 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InvalidInput(f"must be > 0 (or None: off), got {value!r}", field=name)
+        self._check_delays()
         if self.metrics_listen is not None:
             split_host_port(self.metrics_listen, "metrics_listen")
         if self.inline_payload_max_bytes > self.max_payload_bytes:
             raise InvalidInput(
                 "must not exceed max_payload_bytes", field="inline_payload_max_bytes"
+            )
+
+    def _check_delays(self) -> None:
+        """The cold delayed jobs' settings."""
+        for name in ("delay_window_s", "delay_lead_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidInput(f"must be > 0, got {getattr(self, name)!r}", field=name)
+        if not self.delay_horizon_s >= 2 * self.delay_lead_s:
+            raise InvalidInput(
+                f"must be at least twice delay_lead_s ({self.delay_lead_s}), got "
+                f"{self.delay_horizon_s!r}: a job spilled is loaded a lead before it is due",
+                field="delay_horizon_s",
             )
 
     def _check_counts(self) -> None:
@@ -162,6 +185,7 @@ class BrokerConfig:
             "segment_jobs",
             "head_jobs",
             "load_jobs",
+            "delay_load_jobs",
             "max_result_bytes",
             "max_finished_jobs",
             "max_finished_bytes",
@@ -183,6 +207,7 @@ class BrokerConfig:
             "finished_seal_above_entries",
             "compact_jobs",
             "dead_keep_jobs",
+            "delay_spill_above_jobs",
         ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
@@ -227,6 +252,11 @@ class BrokerConfig:
             schedule_grace_s=self.schedule_grace_s,
             max_schedules=self.max_schedules,
             dependency_window_s=self.dependency_window_s,
+            delay_spill_above_jobs=self.delay_spill_above_jobs,
+            delay_horizon_s=self.delay_horizon_s,
+            delay_window_s=self.delay_window_s,
+            delay_lead_s=self.delay_lead_s,
+            delay_load_jobs=self.delay_load_jobs,
             waiting_spill_above_jobs=self.waiting_spill_above_jobs,
             waiting_object_jobs=self.waiting_object_jobs,
             waiting_load_below_queued=self.waiting_load_below_queued,

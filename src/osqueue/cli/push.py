@@ -56,12 +56,11 @@ from osqueue.errors import (
 from osqueue.ids import new_id
 from osqueue.inspect.document import read_blob
 from osqueue.inspect.options import ClientOptions, open_client
-from osqueue.server.limits import MIB, Limits, RequestChecker
-from osqueue.state import DOCUMENT_KEY
+from osqueue.server.limits import MIB, Limits
+from osqueue.state import DOCUMENT_KEY, make
 from osqueue.state.codec import decode_owner
 from osqueue.state.model import BrokerInfo
 from osqueue.storage import from_url
-from osqueue.wire.convert import new_job_to_pb
 
 #: Errors after which the same batch (same ids) is sent again.
 _BACKOFF_MIN_S = 0.05
@@ -319,8 +318,8 @@ class Pusher:
         self.batch_max = batch_max
         self.retry_for_s = retry_for_s
         self.pushed = 0
-        #: checks each job as the broker will (``limits``: what it accepts)
-        self.checker = RequestChecker(limits or Limits())
+        #: what the broker accepts: each job is checked as it will check it
+        self.limits = limits or Limits()
 
     def check(self, payloads: Sequence[bytes], *, first_line: int) -> list[NewJob]:
         """The jobs of these lines, each checked as the broker will check it;
@@ -329,7 +328,7 @@ class Pusher:
         for n, payload in enumerate(payloads, start=first_line):
             job = self.template.job(payload)
             try:
-                self.checker.new_job(new_job_to_pb(job, job.id or "", payload, job.delay_s), "j")
+                make.push(job, self.limits.max_payload_bytes, "j")
             except InvalidInput as exc:
                 what = (exc.field or "").removeprefix("j.")
                 message = str(exc).removeprefix(f"{exc.field}: ")

@@ -120,10 +120,6 @@ class SyncClient:
         self.close()
 
 
-#: The name this class had when it lived in ``osqueue.client.remote``.
-SyncRemoteClient = SyncClient
-
-
 def connect_sync(
     url: str,
     *,

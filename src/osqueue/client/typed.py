@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar, Unpack, cast
 
 import msgspec
 
-from osqueue.api import Job, JobOptions, NewJob, QueueClient
+from osqueue.api import ClaimOptions, Job, JobOptions, NewJob, QueueClient
 from osqueue.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -185,35 +185,21 @@ class TypedQueue(Generic[M]):
         return self.codec.decode(job.payload, job_id=job.id)
 
     async def push(self, value: M, **options: Unpack[JobOptions]) -> str:
-        """Encode and push ``value`` to this queue (``options``: priority, delay_s,
-        key, max_attempts, id)."""
+        """Encode and push ``value`` to this queue; ``options`` are every push's
+        (:class:`~osqueue.api.JobOptions`: priority, delay_s, key, max_attempts,
+        id, group, after, on_parent_failure, result_ttl_s)."""
         return await self.client.push(self.encode(value), queue=self.queue, **options)
 
-    async def push_many(
-        self,
-        values: Iterable[M],
-        *,
-        priority: int = 0,
-        delay_s: float = 0.0,
-        max_attempts: int = 5,
-    ) -> list[str]:
-        jobs = [
-            NewJob(
-                self.encode(value),
-                queue=self.queue,
-                priority=priority,
-                delay_s=delay_s,
-                max_attempts=max_attempts,
-            )
-            for value in values
-        ]
+    async def push_many(self, values: Iterable[M], **options: Unpack[JobOptions]) -> list[str]:
+        """Encode and push every value with the same ``options`` (as :meth:`push`
+        takes them; an ``id`` or a ``key`` names one job, so give one only with
+        one value)."""
+        jobs = [NewJob(self.encode(value), queue=self.queue, **options) for value in values]
         return await self.client.push_many(jobs) if jobs else []
 
-    async def claim(
-        self, worker: str, *, max_jobs: int = 1, wait_s: float = 0.0
-    ) -> list[TypedJob[M]]:
+    async def claim(self, worker: str, **options: Unpack[ClaimOptions]) -> list[TypedJob[M]]:
         """Claim and decode; jobs whose payload does not decode are failed, not returned."""
-        jobs = await self.client.claim(worker, [self.queue], max_jobs=max_jobs, wait_s=wait_s)
+        jobs = await self.client.claim(worker, (self.queue,), **options)
         decoded: list[TypedJob[M]] = []
         for job in jobs:
             try:
@@ -229,8 +215,9 @@ class TypedQueue(Generic[M]):
     async def heartbeat(self, job: TypedJob[M]) -> None:
         await self.client.heartbeat(job.job)
 
-    async def complete(self, job: TypedJob[M]) -> None:
-        await self.client.complete(job.job)
+    async def complete(self, job: TypedJob[M], *, result: object = None) -> None:
+        """Mark ``job`` done, keeping ``result`` (see :meth:`osqueue.api.QueueClient.complete`)."""
+        await self.client.complete(job.job, result=result)
 
     async def fail(
         self, job: TypedJob[M], *, error: str = "", retry_after_s: float | None = None

@@ -194,13 +194,13 @@ class SegmentedJobs:
 
     async def get(self, job_id: str) -> StoredJob | None:
         found = await self._docs.get(job_id)
-        if found is None and self.doc.segments:
+        if found is None and (self.doc.segments or self.doc.delayed):
             found = await find_spilled(self.storage, self.doc, job_id)
         return found
 
     async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage:
         doc = self.doc
-        if not doc.segments or where.status not in (None, "queued"):
+        if not (doc.segments or doc.delayed) or where.status not in (None, "queued"):
             return await self._docs.page(where, after, limit)
         if where.text:
             found = await self._docs.page(where, after, limit)
@@ -294,7 +294,8 @@ def matching(doc: Document, queue: str | None, status: str | None) -> int:
     segments hold, from the index and the segment references (no object read);
     waiting children in objects count from their references too."""
     index = doc.index
-    names = [queue] if queue is not None else sorted(set(index.queues()) | doc.segments.queues())
+    cold = doc.segments.queues() | doc.delayed.queues()
+    names = [queue] if queue is not None else sorted(set(index.queues()) | cold)
     statuses = [status] if status is not None else list(LISTED_STATES)
     total = sum(index.count(q, s) for q in names for s in statuses)
     if status in (None, "queued"):

@@ -6,9 +6,9 @@ Two halves, both enforced before anything reaches the broker:
   batch sizes, payload bytes, string lengths, times.  A violation is
   :class:`~osqueue.errors.InvalidInput` naming the field (``jobs[3].payload``).
   The rules of the document itself (which characters an id may hold, which
-  priorities exist) live in :mod:`osqueue.state.validate`: the defaults here
-  are its constants, and a pushed job's fields are checked by the same
-  function the broker applies, so a bad item never reaches the broker.
+  priorities exist) are checked where a message becomes its op
+  (:mod:`osqueue.state.make`, the same functions the clients call), so a bad
+  item never reaches the broker.
 * :class:`Admission` bounds the calls and request bytes in flight per
   connection and in total.  Past a bound the call is refused at once with
   ``RESOURCE_EXHAUSTED``, so a client that floods the broker is pushed back
@@ -26,13 +26,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from osqueue.api import NewJob
 from osqueue.errors import InvalidInput, ResourceExhausted
-from osqueue.state import validate
-from osqueue.state.deps import MAX_PARENTS
-from osqueue.state.scheduling import MAX_GROUP_CHARS
+from osqueue.state import ClaimOp, make, validate
 from osqueue.wire._pb import queue_pb2 as pb
-from osqueue.wire.convert import new_job_from_pb
 
 MIB = 1024 * 1024
 
@@ -170,54 +166,6 @@ class RequestChecker:
 
     # ---------------------------------------------------------------- items
 
-    def new_job(self, job: pb.NewJob, field: str) -> NewJob:
-        """Check one pushed job; ``field`` is its position (``jobs[3]``).
-
-        The wire's bounds are checked here, then the document's own rules
-        (:func:`osqueue.state.validate.new_job`, the one place they are written),
-        so a bad item is refused before it reaches the broker and never causes a
-        write."""
-        lim = self.limits
-        self.job_id(job.id, f"{field}.id")  # required: a retried push is known by its id
-        self.text(job.queue, f"{field}.queue", lim.max_queue_chars)
-        if len(job.payload) > lim.max_payload_bytes:
-            raise InvalidInput(
-                f"is {len(job.payload)} bytes; at most {lim.max_payload_bytes}",
-                field=f"{field}.payload",
-            )
-        self.seconds(job.delay_s, f"{field}.delay_s", lim.max_delay_s)
-        if job.HasField("key"):
-            self.text(job.key, f"{field}.key", lim.max_key_chars)
-        if job.HasField("max_attempts") and not 1 <= job.max_attempts <= lim.max_attempts:
-            raise InvalidInput(
-                f"{job.max_attempts} is outside [1, {lim.max_attempts}]",
-                field=f"{field}.max_attempts",
-            )
-        self._scheduling_fields(job, field)
-        new = new_job_from_pb(job)
-        try:
-            validate.new_job(new.queue, new.priority, new.delay_s, new.key, new.max_attempts)
-        except InvalidInput as exc:  # the same error, its field placed in the request
-            message = exc.message.removeprefix(f"{exc.field}: ")
-            raise InvalidInput(message, field=f"{field}.{exc.field}") from None
-        return new
-
-    def _scheduling_fields(self, job: pb.NewJob, field: str) -> None:
-        """A push's group and parents: bounded here, checked again by the broker."""
-        if job.HasField("group"):
-            self.text(job.group, f"{field}.group", MAX_GROUP_CHARS)
-        if len(job.after) > MAX_PARENTS:
-            raise InvalidInput(
-                f"has {len(job.after)} parents; at most {MAX_PARENTS}", field=f"{field}.after"
-            )
-        for i, parent in enumerate(job.after):
-            self.job_id(parent, f"{field}.after[{i}]")
-        if job.on_parent_failure not in ("", "cancel", "run"):
-            raise InvalidInput(
-                f"{job.on_parent_failure!r} is not one of cancel, run",
-                field=f"{field}.on_parent_failure",
-            )
-
     def schedule(self, request: pb.ScheduleRequest) -> pb.Schedule:
         """A Schedule request's bounds (the broker checks the rest, naming the field)."""
         if not request.HasField("schedule"):
@@ -236,15 +184,10 @@ class RequestChecker:
                 self.text(getattr(spec, name), f"schedule.{name}", 256)
         return spec
 
-    def job_ref(self, ref: pb.JobRef, field: str) -> None:
-        self.job_id(ref.id, f"{field}.id")
-        self.token(ref.token, f"{field}.token")
-
     def fail_item(self, item: pb.FailItem, field: str) -> float | None:
         """Check one failed job; return its ``retry_after_s`` (None: the broker's backoff)."""
         if not item.HasField("job"):
             raise InvalidInput("is missing", field=f"{field}.job")
-        self.job_ref(item.job, f"{field}.job")
         self.text(item.error, f"{field}.error", self.limits.max_error_chars, allow_empty=True)
         if not item.HasField("retry_after_s"):
             return None
@@ -252,24 +195,21 @@ class RequestChecker:
 
     # ---------------------------------------------------------------- whole requests
 
-    def claim(self, request: pb.ClaimRequest) -> None:
+    def claim(self, request: pb.ClaimRequest) -> ClaimOp:
+        """A claim's bounds (the worker and queue names are the state layer's to check)."""
         lim = self.limits
         self.text(request.worker, "worker", lim.max_worker_chars)
-        validate.worker_name(request.worker, "worker")
-        if not request.queues:
-            raise InvalidInput("is empty; name at least one queue", field="queues")
         if len(request.queues) > lim.max_queues_per_claim:
             raise InvalidInput(
                 f"has {len(request.queues)} queues; at most {lim.max_queues_per_claim}",
                 field="queues",
             )
-        for i, queue in enumerate(request.queues):
-            self.queue(queue, f"queues[{i}]")
         if not 1 <= request.max_jobs <= lim.max_batch:
             raise InvalidInput(
                 f"{request.max_jobs} is outside [1, {lim.max_batch}]", field="max_jobs"
             )
         self.seconds(request.wait_s, "wait_s", lim.max_wait_s)
+        return make.claim(request.worker, tuple(request.queues), request.max_jobs)
 
 
 class Admission:

@@ -28,6 +28,7 @@ from typing import Any
 
 from osqueue.address import split_host_port
 from osqueue.broker import Broker, BrokerConfig, State
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.clock import Clock
 from osqueue.errors import NotBroker, OsqueueError
 from osqueue.server.server import RunningServer, ServerConfig, serve
@@ -117,7 +118,7 @@ class BrokerServer:
         except BaseException:
             await self.server.stop(0)
             raise
-        self.server.attach(self.broker.client())
+        self.server.attach(BrokerCalls(self.broker))
         self._serving.set()
         log.info(
             "broker serving over gRPC",

@@ -1,10 +1,10 @@
 """Run the gRPC service: listen, TLS, auth, limits.
 
-``await serve(client, ServerConfig(listen="127.0.0.1:0"))`` starts a
-``grpc.aio`` server for ``client`` and returns a :class:`RunningServer` that
-knows the port it bound.  A server on a non-loopback address refuses to start
-without a token unless ``insecure=True``, and warns loudly when it takes a
-token over plaintext there (tokens then cross the network in the clear).
+``await serve(calls, ServerConfig(listen="127.0.0.1:0"))`` starts a ``grpc.aio`` server for a
+broker's :class:`~osqueue.broker.inproc.calls.BrokerCalls` and returns a :class:`RunningServer` that
+knows the port it bound. A server on a non-loopback address refuses to start without a token
+unless ``insecure=True``, and warns loudly when it takes a token over plaintext there (tokens
+then cross the network in the clear).
 Tokens come in three access levels (:mod:`osqueue.server.auth`).
 
 Beside ``osqueue.v1.Queue`` the server answers the standard gRPC health
@@ -32,7 +32,7 @@ import grpc
 from osqueue import runtime
 from osqueue.address import is_loopback as is_loopback  # their home; kept here too
 from osqueue.address import split_host_port as split_host_port
-from osqueue.api import QueueClient
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.server.auth import BearerTokenInterceptor, Tokens
 from osqueue.server.health import HealthService, add_health
@@ -198,9 +198,9 @@ class RunningServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    def attach(self, client: QueueClient) -> None:
-        """Serve ``client`` from now on (health: ``osqueue.v1.Queue`` is ``SERVING``)."""
-        self.service.attach(client)
+    def attach(self, calls: BrokerCalls) -> None:
+        """Serve ``calls`` from now on (health: ``osqueue.v1.Queue`` is ``SERVING``)."""
+        self.service.attach(calls)
         self.health.set_queue_serving(True)
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -250,11 +250,11 @@ def _check_free(listen: str) -> None:
                 ) from None
 
 
-async def serve(client: QueueClient | None, config: ServerConfig | None = None) -> RunningServer:
-    """Serve ``client`` over gRPC; return once the server listens.
+async def serve(calls: BrokerCalls | None, config: ServerConfig | None = None) -> RunningServer:
+    """Serve a broker's ``calls`` over gRPC; return once the server listens.
 
-    With ``client=None`` every call is answered ``UNAVAILABLE`` until a client
-    is attached with ``running.attach(client)``.
+    With ``calls=None`` every call is answered ``UNAVAILABLE`` until a broker
+    is attached with ``running.attach(calls)``.
     """
     config = config or ServerConfig()
     host, _ = split_host_port(config.listen)
@@ -262,7 +262,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
     tls = _credentials(config)
     credentials, fingerprint = tls if tls is not None else (None, None)
     _check_exposure(config, host, tokens, tls is not None)
-    service = QueueService(client, config.limits)
+    service = QueueService(calls, config.limits)
     interceptors = [BearerTokenInterceptor(tokens)] if tokens is not None else []
     max_connections = runtime.connection_cap(
         config.limits.max_connections, config.fd_reserve, listener="gRPC"
@@ -271,7 +271,7 @@ async def serve(client: QueueClient | None, config: ServerConfig | None = None) 
         interceptors=interceptors, options=server_options(config.limits, max_connections)
     )
     server.add_generic_rpc_handlers((service.rpc_handler(),))
-    health = add_health(server, queue_serving=client is not None)
+    health = add_health(server, queue_serving=calls is not None)
     _check_free(config.listen)
     try:
         if credentials is None:

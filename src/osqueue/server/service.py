@@ -1,12 +1,15 @@
-"""The ``osqueue.v1.Queue`` gRPC service over any :class:`QueueClient`.
+"""The ``osqueue.v1.Queue`` gRPC service: messages decoded into ops, submitted to the broker.
 
-The service holds no queue state: it checks each request against
+The service holds no queue state: it checks each request's bounds against
 :class:`~osqueue.server.limits.Limits`, admits it past the in-flight bounds,
-and calls the client it wraps (the broker's in-process client in production,
-a fake in unit tests).  Items of a batch run concurrently, so the broker
-group-commits them together, and each item gets its own result: one bad item
-fails alone.  A call fails as a whole only when the request itself is refused
-or when every item was refused for a reason that is about the broker, not the
+makes each item into its op with the state layer's own constructors
+(:mod:`osqueue.state.make`, which check it and name the field, placed under
+the item: ``jobs[3].priority``) and submits the ops to the broker through
+:class:`~osqueue.broker.inproc.calls.BrokerCalls`, the entry the in-process client
+uses too.  The items of a batch are submitted together, so the broker
+group-commits them, and each item gets its own result: one bad item fails
+alone.  A call fails as a whole only when the request itself is refused or
+when every item was refused for a reason that is about the broker, not the
 item (not the broker any more, shutting down, overloaded); the client then
 retries the call elsewhere or later.
 
@@ -19,21 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
-import msgspec
 from google.protobuf.message import DecodeError, Message
 
-from osqueue.api import (
-    CompletesAndClaims,
-    EncodedResult,
-    Job,
-    JobResult,
-    NewJob,
-    PushOptions,
-    QueueClient,
-)
+from osqueue.api import EncodedResult, Job, NewJob
+from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.errors import (
     BrokerMoved,
     BrokerUnavailable,
@@ -42,18 +37,31 @@ from osqueue.errors import (
     Overloaded,
     Unauthenticated,
 )
-from osqueue.server.dead_letters import DeadLetterRpcs
 from osqueue.server.limits import Admission, Limits, RequestChecker
-from osqueue.server.scheduling import SchedulingRpcs
-from osqueue.server.segment_admin import SegmentRpcs
-from osqueue.state import validate
+from osqueue.state import (
+    Counted,
+    Fail,
+    Heartbeat,
+    Push,
+    PutSchedule,
+    QueueSet,
+    Release,
+    Scheduled,
+    SetQueue,
+    make,
+    validate,
+)
+from osqueue.state.limits import settings_info
+from osqueue.state.schedules import schedule_info
+from osqueue.storage.keys import check_key
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import (
+    from_pb,
     job_from_ref,
     job_result_to_pb,
-    job_to_pb,
     result_from_pb,
     stats_to_pb,
+    to_pb,
 )
 from osqueue.wire.status import OK, grpc_code, to_status, trailers
 
@@ -71,119 +79,59 @@ Prepared = TypeVar("Prepared")
 #: Errors about the broker rather than the item: when every item of a batch got
 #: one of these, the whole call fails with it (the client retries the batch).
 _CALL_LEVEL = (BrokerMoved, Overloaded, Unauthenticated)
-#: Push options added after the first release, with their defaults.
-_LATER_OPTIONS: tuple[tuple[str, object], ...] = (
-    ("group", None),
-    ("after", ()),
-    ("on_parent_failure", "cancel"),
-    ("result_ttl_s", None),
-)
 #: Bytes a job adds to a ClaimResponse beyond its payload (generous upper bound).
 _JOB_OVERHEAD_BYTES = 1024
 
 Outcomes = Sequence[object]  # per item: a value, None, or the exception it got
+#: A job to complete and its result (None: none).
+Completion = tuple[Job, EncodedResult | None]
 
 
-# Optional abilities a client may have beyond QueueClient (the in-process client
-# has them): a whole batch in one call, and the dead-letter administration.
-@runtime_checkable
-class BatchPush(Protocol):
-    async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]: ...
+class QueueService:
+    """Serves ``osqueue.v1.Queue`` by submitting ops through ``calls``."""
 
-
-@runtime_checkable
-class BatchHolder(Protocol):
-    async def heartbeat_many(self, jobs: Sequence[Job]) -> list[OsqueueError | None]: ...
-
-    async def complete_many(
-        self, jobs: Sequence[Job], results: Sequence[object] | None = None
-    ) -> list[OsqueueError | None]: ...
-
-
-@runtime_checkable
-class EncodedResults(Protocol):
-    async def encoded_result(
-        self, job_id: str, *, wait_s: float = 0.0
-    ) -> tuple[JobResult, EncodedResult | None]: ...
-
-
-def _gathering(
-    call: Callable[[Prepared], Awaitable[object]],
-) -> Callable[[list[Prepared]], Awaitable[Outcomes]]:
-    """Run ``call`` on every item concurrently (the broker commits them together)."""
-
-    async def run(items: list[Prepared]) -> Outcomes:
-        return await asyncio.gather(*(call(item) for item in items), return_exceptions=True)
-
-    return run
-
-
-class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
-    """Serves ``osqueue.v1.Queue`` by calling ``client`` (the scheduling RPCs are in
-    :mod:`osqueue.server.scheduling`)."""
-
-    def __init__(self, client: QueueClient | None, limits: Limits | None = None) -> None:
+    def __init__(self, calls: BrokerCalls | None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.check = RequestChecker(self.limits)
         self.admission = Admission(self.limits)
-        self._client: QueueClient | None = None
-        self._push_all: Callable[[list[NewJob]], Awaitable[Outcomes]]
-        self._heartbeat_all: Callable[[list[Job]], Awaitable[Outcomes]]
-        self._complete_all: Callable[[list[Completion]], Awaitable[Outcomes]]
-        if client is not None:
-            self.attach(client)
+        self._calls = calls
 
-    def attach(self, client: QueueClient) -> None:
-        """Serve ``client`` from now on (a server may start before its broker does)."""
-        if isinstance(client, BatchPush):
-            self._push_all = client.push_results
-        else:
-            self._push_all = _gathering(self._push_one)
-        if isinstance(client, BatchHolder):
-            self._heartbeat_all = client.heartbeat_many
-            self._complete_all = _completing_many(client)
-        else:
-            self._heartbeat_all = _gathering(client.heartbeat)
-            self._complete_all = _gathering(_completing_one(client))
-        self._client = client
-
-    def _ensure_serving(self) -> None:
-        if self._client is None:
-            raise BrokerUnavailable("this broker is not serving yet (starting or standing by)")
+    def attach(self, calls: BrokerCalls) -> None:
+        """Serve ``calls`` from now on (a server may start before its broker does)."""
+        self._calls = calls
 
     @property
-    def client(self) -> QueueClient:
-        """The client served; ``BrokerUnavailable`` (UNAVAILABLE) until one is attached."""
-        if self._client is None:
+    def calls(self) -> BrokerCalls:
+        """The broker served; ``BrokerUnavailable`` (UNAVAILABLE) until one is attached."""
+        if self._calls is None:
             raise BrokerUnavailable("this broker is not serving yet (starting or standing by)")
-        return self._client
+        return self._calls
 
     # ------------------------------------------------------------------ wiring
 
     def rpc_handler(self) -> Any:
         """The generic handler to add to a ``grpc.aio`` server."""
+        unary, stream = self._unary, self._stream
         table = {
-            "Push": self._unary(pb.PushRequest, self.push, pb.PushResponse),
-            "Claim": self._unary(pb.ClaimRequest, self.claim, pb.ClaimResponse),
-            "ClaimStream": self._stream(pb.ClaimRequest, self.claim_stream, pb.ClaimResponse),
-            "Heartbeat": self._unary(pb.JobRefsRequest, self.heartbeat, pb.ResultsResponse),
-            "Complete": self._unary(pb.JobRefsRequest, self.complete, pb.ResultsResponse),
-            "Fail": self._unary(pb.FailRequest, self.fail, pb.ResultsResponse),
-            "Release": self._unary(pb.JobRefsRequest, self.release, pb.ResultsResponse),
-            "Cancel": self._unary(pb.CancelRequest, self.cancel, pb.ResultsResponse),
-            "Stats": self._unary(pb.StatsRequest, self.stats, pb.StatsResponse),
-            "RetryDead": self._unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
-            "PurgeDead": self._unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
-            "Result": self._unary(pb.ResultRequest, self.result, pb.ResultResponse),
-            "Schedule": self._unary(pb.ScheduleRequest, self.schedule, pb.ScheduleResponse),
-            "Unschedule": self._unary(pb.UnscheduleRequest, self.unschedule, pb.UnscheduleResponse),
-            "ListSchedules": self._unary(
+            "Push": unary(pb.PushRequest, self.push, pb.PushResponse),
+            "Claim": unary(pb.ClaimRequest, self.claim, pb.ClaimResponse),
+            "ClaimStream": stream(pb.ClaimRequest, self.claim_stream, pb.ClaimResponse),
+            "Heartbeat": unary(pb.JobRefsRequest, self.heartbeat, pb.ResultsResponse),
+            "Complete": unary(pb.JobRefsRequest, self.complete, pb.ResultsResponse),
+            "Fail": unary(pb.FailRequest, self.fail, pb.ResultsResponse),
+            "Release": unary(pb.JobRefsRequest, self.release, pb.ResultsResponse),
+            "Cancel": unary(pb.CancelRequest, self.cancel, pb.ResultsResponse),
+            "Stats": unary(pb.StatsRequest, self.stats, pb.StatsResponse),
+            "RetryDead": unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
+            "PurgeDead": unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
+            "Result": unary(pb.ResultRequest, self.result, pb.ResultResponse),
+            "Schedule": unary(pb.ScheduleRequest, self.schedule, pb.ScheduleResponse),
+            "Unschedule": unary(pb.UnscheduleRequest, self.unschedule, pb.UnscheduleResponse),
+            "ListSchedules": unary(
                 pb.ListSchedulesRequest, self.list_schedules, pb.ListSchedulesResponse
             ),
-            "SetQueue": self._unary(pb.SetQueueRequest, self.set_queue, pb.SetQueueResponse),
-            "ReadmitSegment": self._unary(
-                pb.ReadmitSegmentRequest, self.readmit_segment, pb.CountResponse
-            ),
+            "SetQueue": unary(pb.SetQueueRequest, self.set_queue, pb.SetQueueResponse),
+            "ReadmitSegment": unary(pb.ReadmitSegmentRequest, self.readmit, pb.CountResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, table)
 
@@ -196,7 +144,7 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         async def handle(raw: bytes, context: Context) -> Resp:
             try:
                 with self.admission.admit(context.peer(), len(raw)):
-                    self._ensure_serving()
+                    self.calls  # noqa: B018 (UNAVAILABLE until a broker is attached)
                     return await method(_parse(request_type, raw), context)
             except grpc.aio.AbortError:
                 raise
@@ -218,7 +166,7 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         async def handle(raw: bytes, context: Context) -> AsyncIterator[Resp]:
             try:
                 with self.admission.admit(context.peer(), len(raw)):
-                    self._ensure_serving()
+                    self.calls  # noqa: B018 (UNAVAILABLE until a broker is attached)
                     async for response in method(_parse(request_type, raw), context):
                         yield response
             except grpc.aio.AbortError:
@@ -241,7 +189,8 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         prepare: Callable[[Item, str], Prepared],
         run: Callable[[list[Prepared]], Awaitable[Outcomes]],
     ) -> list[pb.Status]:
-        """Check every item, run the good ones as one batch; one Status per item."""
+        """Make every item into its op, submit the good ones as one batch; one
+        Status per item."""
         self.check.batch(len(items), field)
         statuses: list[pb.Status] = [OK] * len(items)
         positions: list[int] = []
@@ -261,7 +210,7 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
                 statuses[i] = to_status(outcome, field_prefix=f"{field}[{i}]")
             elif isinstance(outcome, BaseException):
                 log.error(
-                    "the queue client raised an unexpected error",
+                    "the broker raised an unexpected error",
                     exc_info=outcome,
                     extra={"action": "item_failed", "field": f"{field}[{i}]"},
                 )
@@ -269,10 +218,10 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         _raise_if_call_level(outcomes, len(positions) == len(items))
         return statuses
 
-    # ------------------------------------------------------------------ RPCs
+    # ------------------------------------------------------------------ push and claim
 
     async def push(self, request: pb.PushRequest, context: Context) -> pb.PushResponse:
-        statuses = await self._each("jobs", request.jobs, self._new_job, self._push_all)
+        statuses = await self._each("jobs", request.jobs, self._push_op, self._push_all)
         return pb.PushResponse(
             results=[
                 pb.PushResult(id=job.id, status=status)
@@ -280,23 +229,13 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
             ]
         )
 
-    def _new_job(self, job: pb.NewJob, field: str) -> NewJob:
-        new = self.check.new_job(job, field)
-        if new.result_ttl_s is not None:
-            validate.seconds(
-                new.result_ttl_s, f"{field}.result_ttl_s", maximum=validate.MAX_RESULT_TTL_S
-            )
-        return new
+    def _push_op(self, job: pb.NewJob, field: str) -> Push:
+        if not job.id:  # required: a retried push is known by its id
+            raise InvalidInput("must not be empty", field=f"{field}.id")
+        return make.push(from_pb(job, NewJob), self.limits.max_payload_bytes, field)
 
-    async def _push_one(self, job: NewJob) -> str:
-        options = msgspec.structs.asdict(job)
-        payload = options.pop("payload")
-        # Options added later are passed only when set, so a client written
-        # before them still serves the pushes that do not use them.
-        for name, default in _LATER_OPTIONS:
-            if options[name] == default:
-                del options[name]
-        return await self.client.push(payload, **cast(PushOptions, options))
+    async def _push_all(self, ops: list[Push]) -> Outcomes:
+        return await self.calls.push_many(ops)
 
     def _wait_budget_s(self, wait_s: float, context: Context) -> float:
         """``wait_s``, cut so the answer reaches the client before its deadline."""
@@ -306,71 +245,40 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         return max(0.0, min(wait_s, remaining - 0.5))
 
     async def claim(self, request: pb.ClaimRequest, context: Context) -> pb.ClaimResponse:
-        self.check.claim(request)
+        op = self.check.claim(request)
         completed: list[pb.Status] = []
         if request.complete:
-            jobs, completed = await self._complete_and_claim(request)
+            if request.wait_s != 0:
+                raise InvalidInput("must be 0 when the call also completes jobs", field="wait_s")
+            claimed: list[Job] | None = None
+
+            async def run(completions: list[Completion]) -> Outcomes:
+                nonlocal claimed
+                jobs, results = _split(completions)
+                errors, claimed = await self.calls.complete_and_claim(jobs, results, op)
+                return errors
+
+            completed = await self._each("complete", request.complete, self._completion, run)
+            jobs = claimed if claimed is not None else await self.calls.claim(op)
         else:
-            jobs = await self.client.claim(
-                request.worker,
-                list(request.queues),
-                max_jobs=request.max_jobs,
-                wait_s=self._wait_budget_s(request.wait_s, context),
-            )
+            jobs = await self.calls.claim(op, self._wait_budget_s(request.wait_s, context))
         chunks = self._chunks(jobs)
         if len(chunks) > 1:  # more than one message holds: give the rest back
             await self._release_quietly([job for chunk in chunks[1:] for job in chunk])
         return pb.ClaimResponse(jobs=chunks[0] if chunks else [], completed=completed)
 
-    async def _complete_and_claim(
-        self, request: pb.ClaimRequest
-    ) -> tuple[list[Job], list[pb.Status]]:
-        """Complete ``request.complete`` and claim, in one commit when the client can."""
-        if request.wait_s != 0:
-            raise InvalidInput("must be 0 when the call also completes jobs", field="wait_s")
-        client = self.client
-        worker, queues, max_jobs = request.worker, list(request.queues), request.max_jobs
-        claimed: list[Job] | None = None
-
-        async def run(completions: list[Completion]) -> Outcomes:
-            nonlocal claimed
-            if isinstance(client, CompletesAndClaims):
-                jobs, results = _split(completions)
-                if results is None:  # a client that predates results takes this too
-                    errors, claimed = await client.complete_and_claim(
-                        jobs, worker, queues, max_jobs=max_jobs
-                    )
-                else:
-                    errors, claimed = await client.complete_and_claim(
-                        jobs, worker, queues, max_jobs=max_jobs, results=results
-                    )
-                return errors
-            outcomes, claimed = await asyncio.gather(
-                self._complete_all(completions), client.claim(worker, queues, max_jobs=max_jobs)
-            )
-            return outcomes
-
-        statuses = await self._each("complete", request.complete, self._completion, run)
-        if claimed is None:  # no completion was well-formed: the claim alone
-            claimed = await client.claim(worker, queues, max_jobs=max_jobs)
-        return claimed, statuses
-
     async def claim_stream(
         self, request: pb.ClaimRequest, context: Context
     ) -> AsyncIterator[pb.ClaimResponse]:
-        self.check.claim(request)
+        op = self.check.claim(request)
         if request.complete:
             raise InvalidInput("is for Claim; a stream does not complete jobs", field="complete")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_budget_s(request.wait_s, context)
-        remaining = request.max_jobs
+        remaining = op.max_jobs
         while remaining > 0:
-            jobs = await self.client.claim(
-                request.worker,
-                list(request.queues),
-                max_jobs=remaining,
-                wait_s=max(0.0, deadline - loop.time()),
-            )
+            wait = max(0.0, deadline - loop.time())
+            jobs = await self.calls.claim(make.claim(op.worker, op.queues, remaining), wait)
             if not jobs:
                 return
             remaining -= len(jobs)
@@ -389,88 +297,134 @@ class QueueService(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
             if size + cost > budget:
                 chunks.append([])
                 size = 0
-            chunks[-1].append(job_to_pb(job))
+            chunks[-1].append(to_pb(job, pb.Job))
             size += cost
         return chunks
 
     async def _release_quietly(self, jobs: Sequence[pb.Job]) -> None:
-        refs = [pb.JobRef(id=j.id, token=j.token) for j in jobs]
-        outcomes = await asyncio.gather(
-            *(self.client.release(job_from_ref(r)) for r in refs), return_exceptions=True
-        )
-        failed = [r.id for r, o in zip(refs, outcomes, strict=True) if o is not None]
+        answers = await self.calls.submit([Release(j.id, j.token) for j in jobs])
+        failed = [j.id for j, a in zip(jobs, answers, strict=True) if isinstance(a, OsqueueError)]
         if failed:
             log.warning(
                 "could not give back claimed jobs that did not fit in the answer",
                 extra={"action": "release_failed", "jobs": failed},
             )
 
-    def _ref(self, ref: pb.JobRef, field: str) -> Job:
-        self.check.job_ref(ref, field)
-        return job_from_ref(ref)
+    # ------------------------------------------------------------------ the holder's calls
+
+    def _ref(self, ref: pb.JobRef, field: str) -> tuple[str, int]:
+        return make.ref(ref.id, ref.token, field)
 
     def _completion(self, ref: pb.JobRef, field: str) -> Completion:
         """A job to complete, with the result its reference carries (if any)."""
-        job = self._ref(ref, field)
+        job = job_from_ref(ref)
+        self._ref(ref, field)
         if not ref.HasField("result"):
             return job, None
         return job, result_from_pb(ref.result, f"{field}.result")
 
+    async def _submitted(self, ops: Sequence[Any]) -> Outcomes:
+        return await self.calls.submit(ops)
+
     async def heartbeat(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._ref, self._heartbeat_all)
-        return pb.ResultsResponse(results=statuses)
+        def prepare(ref: pb.JobRef, field: str) -> Heartbeat:
+            return Heartbeat(*self._ref(ref, field))
+
+        return pb.ResultsResponse(
+            results=await self._each("jobs", request.jobs, prepare, self._submitted)
+        )
 
     async def complete(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each("jobs", request.jobs, self._completion, self._complete_all)
+        async def run(completions: list[Completion]) -> Outcomes:
+            return await self.calls.complete(*_split(completions))
+
+        statuses = await self._each("jobs", request.jobs, self._completion, run)
         return pb.ResultsResponse(results=statuses)
 
     async def release(self, request: pb.JobRefsRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each(
-            "jobs", request.jobs, self._ref, _gathering(self.client.release)
+        def prepare(ref: pb.JobRef, field: str) -> Release:
+            return Release(*self._ref(ref, field))
+
+        return pb.ResultsResponse(
+            results=await self._each("jobs", request.jobs, prepare, self._submitted)
         )
-        return pb.ResultsResponse(results=statuses)
-
-    def _fail_item(self, item: pb.FailItem, field: str) -> tuple[Job, str, float | None]:
-        retry_after_s = self.check.fail_item(item, field)
-        return job_from_ref(item.job), item.error, retry_after_s
-
-    async def _fail_one(self, prepared: tuple[Job, str, float | None]) -> None:
-        job, error, retry_after_s = prepared
-        await self.client.fail(job, error=error, retry_after_s=retry_after_s)
 
     async def fail(self, request: pb.FailRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each(
-            "items", request.items, self._fail_item, _gathering(self._fail_one)
+        def prepare(item: pb.FailItem, field: str) -> Fail:
+            retry_after_s = self.check.fail_item(item, field)
+            return Fail(*self._ref(item.job, f"{field}.job"), item.error, retry_after_s)
+
+        return pb.ResultsResponse(
+            results=await self._each("items", request.items, prepare, self._submitted)
         )
-        return pb.ResultsResponse(results=statuses)
 
     async def cancel(self, request: pb.CancelRequest, context: Context) -> pb.ResultsResponse:
-        statuses = await self._each(
-            "ids", request.ids, self.check.job_id, _gathering(self.client.cancel)
+        async def run(ids: list[str]) -> Outcomes:
+            calls = self.calls
+            return await asyncio.gather(
+                *(calls.cancel(make.cancel(i)) for i in ids), return_exceptions=True
+            )
+
+        return pb.ResultsResponse(
+            results=await self._each("ids", request.ids, self.check.job_id, run)
         )
-        return pb.ResultsResponse(results=statuses)
+
+    # ------------------------------------------------------------------ reads
 
     async def stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
-        return stats_to_pb(await self.client.stats())
+        return stats_to_pb(self.calls.stats())
 
     async def result(self, request: pb.ResultRequest, context: Context) -> pb.ResultResponse:
         job_id = self.check.job_id(request.id, "id")
         wait_s = self.check.seconds(request.wait_s, "wait_s", validate.MAX_DELAY_S)
-        wait_s = self._wait_budget_s(wait_s, context)
-        client = self.client
-        if isinstance(client, EncodedResults):  # the value as stored: not decoded here
-            result, value = await client.encoded_result(job_id, wait_s=wait_s)
-        else:
-            result = await client.result(job_id, wait_s=wait_s)
-            value = EncodedResult.of(result.value)
+        result, value = await self.calls.result(job_id, self._wait_budget_s(wait_s, context))
         return job_result_to_pb(result, value)
+
+    # ------------------------------------------------------------------ administration
+
+    async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
+        return pb.CountResponse(count=await self.calls.dead.retry_dead(self.check.dead(request)))
+
+    async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
+        return pb.CountResponse(count=await self.calls.dead.purge_dead(self.check.dead(request)))
+
+    async def readmit(
+        self, request: pb.ReadmitSegmentRequest, context: Context
+    ) -> pb.CountResponse:
+        if not request.key:
+            raise InvalidInput("name the segment object's key", field="key")
+        return pb.CountResponse(count=await self.calls.readmit(check_key(request.key, "key")))
+
+    async def schedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleResponse:
+        op = from_pb(self.check.schedule(request), PutSchedule)
+        result = await self.calls.one(op)
+        assert isinstance(result, Scheduled)
+        return pb.ScheduleResponse(schedule=to_pb(schedule_info(result.schedule), pb.Schedule))
+
+    async def unschedule(
+        self, request: pb.UnscheduleRequest, context: Context
+    ) -> pb.UnscheduleResponse:
+        self.check.text(request.name, "name", self.limits.max_id_chars)
+        result = await self.calls.one(make.unschedule(request.name))
+        assert isinstance(result, Counted)
+        return pb.UnscheduleResponse(removed=result.n > 0)
+
+    async def list_schedules(
+        self, request: pb.ListSchedulesRequest, context: Context
+    ) -> pb.ListSchedulesResponse:
+        infos = self.calls.schedules()
+        return pb.ListSchedulesResponse(schedules=[to_pb(i, pb.Schedule) for i in infos])
+
+    async def set_queue(self, request: pb.SetQueueRequest, context: Context) -> pb.SetQueueResponse:
+        self.check.queue(request.settings.queue, "queue")
+        op = from_pb(request.settings, SetQueue, remove=request.remove)
+        result = await self.calls.one(op)
+        assert isinstance(result, QueueSet)
+        info = settings_info(result.queue, result.settings)
+        return pb.SetQueueResponse(settings=to_pb(info, pb.QueueSettings))
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-#: A job to complete and its result (None: none).
-Completion = tuple[Job, EncodedResult | None]
 
 
 def _split(completions: Sequence[Completion]) -> tuple[list[Job], list[object] | None]:
@@ -479,27 +433,6 @@ def _split(completions: Sequence[Completion]) -> tuple[list[Job], list[object] |
     if all(result is None for _, result in completions):
         return jobs, None
     return jobs, [result for _, result in completions]
-
-
-def _completing_many(client: BatchHolder) -> Callable[[list[Completion]], Awaitable[Outcomes]]:
-    async def run(completions: list[Completion]) -> Outcomes:
-        jobs, results = _split(completions)
-        if results is None:
-            return await client.complete_many(jobs)
-        return await client.complete_many(jobs, results)
-
-    return run
-
-
-def _completing_one(client: QueueClient) -> Callable[[Completion], Awaitable[None]]:
-    async def run(completion: Completion) -> None:
-        job, result = completion
-        if result is None:
-            await client.complete(job)
-        else:
-            await client.complete(job, result=result)
-
-    return run
 
 
 def _parse(request_type: type[Req], raw: bytes) -> Req:

@@ -52,7 +52,7 @@ from osqueue.api import NewJob
 from osqueue.broker.archive.objects import BadLine, corrupt_lines
 from osqueue.broker.objects.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput, NotFound
-from osqueue.state.model import SegmentRef, StoredJob
+from osqueue.state.model import DelayedRef, SegmentRef, StoredJob
 
 from . import blocking
 from .archive import ArchiveOffset, archive_keys, latest_offset, plan_archive
@@ -130,6 +130,13 @@ class SegmentPartition(InputPartition):
     ref: SegmentRef
 
 
+@dataclass
+class DelayedPartition(InputPartition):
+    """The live jobs of one object of delayed jobs (``delayed/``), read by the task."""
+
+    ref: DelayedRef
+
+
 class JobsReader(DataSourceReader):
     """One snapshot: the document is read once, when the query is planned; each
     segment it references is read by a task of its own.  A segment whose jobs
@@ -168,10 +175,15 @@ class JobsReader(DataSourceReader):
                 if ref.remaining > 0
                 and (self.options.queue is None or ref.queue == self.options.queue)
             )
+            parts.extend(
+                DelayedPartition(d)
+                for d in doc.delayed
+                if d.remaining > 0 and (self.options.queue is None or d.queue == self.options.queue)
+            )
         return parts or [JobsPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, SegmentPartition):
+        if isinstance(partition, SegmentPartition | DelayedPartition):
             yield from self._read_segment(partition.ref)
             return
         assert isinstance(partition, JobsPartition)
@@ -189,12 +201,15 @@ class JobsReader(DataSourceReader):
         if rows:
             yield to_arrow(rows)
 
-    def _read_segment(self, ref: SegmentRef) -> Iterator[Any]:
+    def _read_segment(self, ref: SegmentRef | DelayedRef) -> Iterator[Any]:
         async def fetch(store: Any) -> list[tuple[StoredJob, bytes | None]]:
-            from osqueue.broker.cold.read import SnapshotMoved, read_spilled
+            from osqueue.broker.cold.read import SnapshotMoved, read_delayed, read_spilled
 
             try:
-                jobs = await read_spilled(store, ref)
+                if isinstance(ref, DelayedRef):
+                    jobs = await read_delayed(store, ref)
+                else:
+                    jobs = await read_spilled(store, ref)
             except SnapshotMoved:
                 jobs = await _moved_on(store, ref)
             return [(job, await _payload(store, job)) for job in jobs]
@@ -204,12 +219,23 @@ class JobsReader(DataSourceReader):
             yield to_arrow((*job_row(job)[:-1], payload) for job, payload in found)
 
 
-async def _moved_on(store: Any, ref: SegmentRef) -> list[StoredJob]:
+async def _moved_on(store: Any, ref: SegmentRef | DelayedRef) -> list[StoredJob]:
     """The jobs of ``ref``'s range as the document holds them now (its object is
     gone: they were loaded back since the query was planned)."""
     from osqueue.state import DOCUMENT_KEY, decode
 
     doc = decode((await store.read(DOCUMENT_KEY)).data)
+    if isinstance(ref, DelayedRef):  # its queue's jobs within its seq and id bounds
+        return sorted(
+            (
+                job
+                for job in doc.jobs.values()
+                if job.queue == ref.queue
+                and ref.min_seq <= job.seq <= ref.max_seq
+                and ref.min_id <= job.id <= ref.max_id
+            ),
+            key=lambda job: job.seq,
+        )
     return sorted(
         (
             job

@@ -15,6 +15,7 @@ import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state.codec_checks import check_job_fields, queue_settings_of, schedules_of
+from osqueue.state.cold_delayed import DELAYED_PREFIX, DelayedCold
 from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.document import Document, parse_second
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord
@@ -23,6 +24,7 @@ from osqueue.state.model import (
     FORMAT,
     QUEUE_ID_RE,
     BrokerInfo,
+    DelayedRef,
     QueueTotals,
     SegmentRef,
     StoredJob,
@@ -59,27 +61,31 @@ def encode(doc: Document) -> bytes:
     """
     head = doc.header_bytes()
     tombstones = doc.recent_section()
+    parts: list[bytes | bytearray] = [
+        head[:-1],
+        b',"tombstones":{',
+        tombstones,
+        b"]}" if tombstones else b"}",  # close the last second's list, then the map
+    ]
+    # the sections a queue may not use cost one check each
     segments = doc.segments
+    if segments.streams or segments.aside:
+        parts.append(b',"queues":{' + segments.section() + b"}")
+    if doc.schedules.by_name:
+        parts.append(b',"schedules":[' + doc.schedules.section() + b"]")
     finished = doc.finished
-    return b"".join(
-        (
-            head[:-1],
-            b',"tombstones":{',
-            tombstones,
-            b"]}" if tombstones else b"}",  # close the last second's list, then the map
-            b',"queues":{' + segments.section() + b"}" if segments else b"",
-            b',"schedules":[' + doc.schedules.section() + b"]" if doc.schedules else b"",
-            b',"finished":[' if finished else b"",
-            finished.section() if finished else b"",
-            b"]" if finished else b"",
-            doc.waiting_cold.framed(),
-            doc.finished.sealed.framed(),
-            b',"dead":{' + doc.dead.section() + b"}" if doc.dead else b"",
-            b',"jobs":[',
-            b",".join(doc.fragments(_encoder.encode)),
-            b"]}",
-        )
-    )
+    if finished.entries:
+        parts += (b',"finished":[', finished.section(), b"]")
+    if doc.waiting_cold.refs:
+        parts.append(doc.waiting_cold.framed())
+    if finished.sealed.refs:
+        parts.append(finished.sealed.framed())
+    if doc.dead.queues:
+        parts.append(b',"dead":{' + doc.dead.section() + b"}")
+    if doc.delayed:
+        parts.append(doc.delayed.section())
+    parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
+    return b"".join(parts)
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:
@@ -183,6 +189,7 @@ def decode(data: bytes) -> Document:
     doc.dead = _dead(wire)
     doc.waiting_cold = cold_waiting_of(wire.waiting)
     doc.finished.sealed = sealed_of(wire.finished_objects)
+    doc.delayed = _delayed(wire)
     return doc
 
 
@@ -390,7 +397,7 @@ def _check_ref(where: str, ref: SegmentRef, next_seq: int) -> None:
     _check_ref_ids(where, ref)
 
 
-def _check_ref_ids(where: str, ref: SegmentRef) -> None:
+def _check_ref_ids(where: str, ref: SegmentRef | DelayedRef) -> None:
     if len(ref.cancelled) > ref.count - ref.loaded:
         raise _fail(f"{where}.cancelled", "more cancelled jobs than jobs left to load")
     if len(set(ref.cancelled)) != len(ref.cancelled):
@@ -406,6 +413,48 @@ def _check_ref_ids(where: str, ref: SegmentRef) -> None:
     for j, payload in enumerate(ref.payload_refs):
         if not payload:
             raise _fail(f"{where}.payload_refs[{j}]", "must not be empty")
+
+
+def _delayed(wire: WireDocument) -> DelayedCold:
+    """The references to objects of delayed jobs (and those set aside), each checked,
+    keys held once."""
+    cold = DelayedCold()
+    live = ("queued", "claimed", "waiting")
+    held = {job.key for job in wire.jobs if job.key is not None and job.status in live}
+    for i, ref in enumerate(wire.delayed):
+        _check_delayed(f"$.delayed[{i}]", ref, wire.next_seq, cold, held)
+        cold.add(ref)
+    for i, entry in enumerate(wire.delayed_aside):
+        _check_delayed(f"$.delayed_aside[{i}].ref", entry.ref, wire.next_seq, cold, held)
+        if not entry.reason:
+            raise _fail(f"$.delayed_aside[{i}].reason", "must say why it was set aside")
+        cold.set_aside(entry, listed=False)
+    return cold
+
+
+def _check_delayed(
+    where: str, ref: DelayedRef, next_seq: int, cold: DelayedCold, held: set[str]
+) -> None:
+    try:
+        check_key(ref.key)
+    except InvalidInput as exc:
+        raise _fail(f"{where}.key", str(exc)) from exc
+    if not ref.key.startswith(DELAYED_PREFIX) or cold.holds(ref.key):
+        raise _fail(f"{where}.key", f"{ref.key!r} is not under {DELAYED_PREFIX}, or twice")
+    if not NAME_RE.match(ref.queue):
+        raise _fail(f"{where}.queue", f"{ref.queue!r} is not a queue name")
+    if not 0 <= ref.loaded < ref.count or ref.size_bytes < 0:
+        raise _fail(f"{where}.loaded", f"{ref.loaded} is not below count {ref.count}")
+    if not 0 <= ref.min_seq <= ref.max_seq < next_seq:
+        raise _fail(f"{where}.max_seq", "min_seq <= max_seq < next_seq fails")
+    if not ref.first_run_at <= ref.next_run_at <= ref.last_run_at:
+        raise _fail(f"{where}.next_run_at", "not within first_run_at..last_run_at")
+    if not ref.min_id or ref.max_id < ref.min_id:
+        raise _fail(f"{where}.min_id", "ids are bounded by a non-empty min_id <= max_id")
+    _check_ref_ids(where, ref)
+    for job_id, key in ref.keyed.items():
+        if key in held or key in cold.keys:
+            raise _fail(f"{where}.keyed[{job_id!r}]", f"key {key!r} is held twice")
 
 
 def _finished(wire: WireDocument) -> FinishedRecord:

@@ -1,5 +1,6 @@
 """The in-memory queue document: header fields, jobs by id, their index, and
-the segment references.
+the segment references and those to objects of delayed jobs
+(``delayed``, a :class:`~osqueue.state.cold_delayed.DelayedCold`).
 
 ``queue_id`` names the document's incarnation: drawn when the broker creates
 the document, kept by every commit and takeover, and part of every archive key
@@ -32,6 +33,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from osqueue.state.cold_delayed import DelayedCold
 from osqueue.state.dead_letters import DeadLetters
 from osqueue.state.finished_jobs import FinishedRecord
 from osqueue.state.history import HistorySample
@@ -40,7 +42,6 @@ from osqueue.state.model import (
     FORMAT,
     BrokerInfo,
     Counters,
-    Header,
     QueueTotals,
     StoredJob,
     StoredSettings,
@@ -64,18 +65,26 @@ _JOBS_OPEN = len(b',"jobs":[')
 _QUEUES_OPEN = len(b',"queues":{')
 _SCHEDULES_OPEN = len(b',"schedules":[')
 _FINISHED_OPEN = len(b',"finished":[')
+#: the header's fields that are always written, in :class:`Header`'s order
+_HEAD = (
+    b'{"format":%d,"version":%d,"broker":%b,"next_token":%d,"next_seq":%d,'
+    b'"archived_through":%d,"stats":%b'
+)
 
 
 class Document:
     __slots__ = (
+        "_broker_json",
         "_dirty",
         "_frags",
         "_head_len",
+        "_history_json",
         "_jobs_bytes",
         "_recent_blob",
         "archived_through",
         "broker",
         "dead",
+        "delayed",
         "dependencies_at",
         "finished",
         "history",
@@ -147,6 +156,7 @@ class Document:
         self.dependencies_at = dependencies_at
         #: cold objects: of waiting children (.waiting_refs), dead segments (.dead_letters)
         self.waiting_cold, self.dead = ColdWaiting(), DeadLetters()
+        self.delayed = DelayedCold()  # delayed jobs in objects (.cold_delayed)
         if frags is None:
             frags = dict.fromkeys(self.jobs, b"")
             dirty = set(self.jobs)
@@ -161,6 +171,9 @@ class Document:
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
         self._head_len: int | None = None  # the header's length when it was last encoded
+        #: the broker and the history last encoded into the header, and their bytes
+        self._broker_json: tuple[BrokerInfo | None, bytes] = (None, b"null")
+        self._history_json: tuple[tuple[HistorySample, ...], bytes] = ((), b"[]")
         #: the spill planner's memo (queue -> ``next_seq`` and queued count at its last scan,
         #: the jobs its largest tail needs, its streams' last references' last seq)
         self.spill_scanned: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -195,7 +208,9 @@ class Document:
             queue_id=self.queue_id,
         )
         new._head_len, new.waiting_cold = self._head_len, self.waiting_cold.copy()
+        new._broker_json, new._history_json = self._broker_json, self._history_json
         new.spill_scanned, new.dead = dict(self.spill_scanned), self.dead.copy()
+        new.delayed = self.delayed.copy()
         return new
 
     # -- job updates keep the index and the encoding cache in step ------------
@@ -272,23 +287,8 @@ class Document:
 
     def header_bytes(self) -> bytes:
         """Everything but the jobs, tombstones and references, as one JSON object
-        (what :func:`~osqueue.state.codec.encode` starts from)."""
-        head = _encoder.encode(
-            Header(
-                format=FORMAT,
-                version=self.version,
-                broker=self.broker,
-                next_token=self.next_token,
-                next_seq=self.next_seq,
-                archived_through=self.archived_through,
-                stats=self.stats,
-                queue_id=self.queue_id,
-                history=self.history,
-                queue_settings=self.queue_settings,
-                dependencies_at=self.dependencies_at,
-                queue_totals=self.queue_totals,
-            )
-        )
+        (what :func:`~osqueue.state.codec.encode` starts from; see :func:`_header`)."""
+        head = _header(self)
         self._head_len = len(head)
         return head
 
@@ -380,11 +380,12 @@ class Document:
             + max(0, n - 1)
             + 2
         )
-        if self.segments:
-            size += _QUEUES_OPEN + len(self.segments.section()) + 1
-        if self.schedules:
+        segments = self.segments  # (each section a queue may not use: one check)
+        if segments.streams or segments.aside:
+            size += _QUEUES_OPEN + len(segments.section()) + 1
+        if self.schedules.by_name:
             size += _SCHEDULES_OPEN + self.schedules.size_bytes() + 1
-        if self.finished:
+        if self.finished.entries:
             size += _FINISHED_OPEN + self.finished.size_bytes() + 1
         return size + _cold_bytes(self)
 
@@ -402,10 +403,58 @@ class Document:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            f"Document(version={self.version}, jobs={len(self.jobs)}, "
-            f"segments={sum(1 for _ in self.segments)}, broker={self.broker!r})"
-        )
+        return _describe(self)
+
+
+def _describe(doc: Document) -> str:
+    return (
+        f"Document(version={doc.version}, jobs={len(doc.jobs)}, "
+        f"segments={sum(1 for _ in doc.segments)}, broker={doc.broker!r})"
+    )
+
+
+def _delayed_bytes(cold: DelayedCold) -> int:
+    """What the references to delayed objects add to the encoding (``,"delayed":[...]``)."""
+    return len(cold.section()) if cold else 0
+
+
+def _header(doc: Document) -> bytes:
+    """The bytes of the document's :class:`~osqueue.state.model.Header`, field for field.
+
+    It is written every commit, so the parts that seldom change are kept
+    encoded: the broker (with its recent commits and workers; the broker
+    hands the same :class:`BrokerInfo` until one of them changes) and the
+    hour of history, each re-encoded only when another object stands there."""
+    broker, broker_json = doc._broker_json
+    if broker is not doc.broker:
+        broker = doc.broker
+        broker_json = _encoder.encode(broker)
+        doc._broker_json = (broker, broker_json)
+    head = _HEAD % (
+        FORMAT,
+        doc.version,
+        broker_json,
+        doc.next_token,
+        doc.next_seq,
+        doc.archived_through,
+        _encoder.encode(doc.stats),
+    )
+    if doc.queue_id is not None:
+        head += b',"queue_id":' + _encoder.encode(doc.queue_id)
+    history = doc.history
+    if history:
+        seen, history_json = doc._history_json
+        if seen is not history:
+            history_json = _encoder.encode(history)
+            doc._history_json = (history, history_json)
+        head += b',"history":' + history_json
+    if doc.queue_settings:
+        head += b',"queue_settings":' + _encoder.encode(doc.queue_settings)
+    if doc.dependencies_at is not None:
+        head += b',"dependencies_at":' + _encoder.encode(doc.dependencies_at)
+    if doc.queue_totals:
+        head += b',"queue_totals":' + _encoder.encode(doc.queue_totals)
+    return head + b"}"
 
 
 def _cold_bytes(doc: Document) -> int:
@@ -414,6 +463,7 @@ def _cold_bytes(doc: Document) -> int:
         doc.waiting_cold.framed_bytes()
         + doc.finished.sealed.framed_bytes()
         + doc.dead.framed_bytes()  # dead segments (osqueue.state.cold_dead)
+        + _delayed_bytes(doc.delayed)
     )
 
 
@@ -451,6 +501,7 @@ def same_value(a: Document, b: Document) -> bool:
         and a.schedules == b.schedules
         and a.dependencies_at == b.dependencies_at
         and a.finished == b.finished
+        and a.delayed == b.delayed
         and a.waiting_cold == b.waiting_cold
         and a.dead == b.dead
         and list(a.jobs.items()) == list(b.jobs.items())

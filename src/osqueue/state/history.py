@@ -15,6 +15,7 @@ Pure: the minute comes from the ``now`` a transition is given.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import msgspec
@@ -39,6 +40,27 @@ class HistorySample(msgspec.Struct, frozen=True, gc=False):
 def minute_of(now: float) -> int:
     """The Unix minute ``now`` falls in (seconds since the epoch, floored to 60)."""
     return int(now // 60) * 60
+
+
+#: the history last found sampled for its minute, and when that minute ends
+_sampled: tuple[tuple[HistorySample, ...], float] = ((), -math.inf)
+
+
+def sampled(history: tuple[HistorySample, ...], now: float) -> bool:
+    """``history`` has a sample for ``now``'s minute (or a later one: the clock
+    stepped back).  Every commit asks: for the history the last call found
+    sampled, before its minute ends, the answer is one comparison."""
+    global _sampled
+    seen, until = _sampled
+    if history is seen and now < until:
+        return True
+    if not history:
+        return False
+    last = history[-1].at.timestamp()
+    if last < minute_of(now):
+        return False
+    _sampled = (history, minute_of(last) + 60.0)
+    return True
 
 
 def record(

@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
+from osqueue.api import CatchUp, JobStatus, ParentFailure
 from osqueue.ids import new_id
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob
@@ -38,10 +39,7 @@ def new_queue_id() -> str:
     return new_id().lower()
 
 
-JobStatus = Literal["waiting", "queued", "claimed", "done", "dead"]
 STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead")
-#: What a job whose parent ends dead or cancelled does (see :mod:`osqueue.state.deps`).
-ParentFailure = Literal["cancel", "run"]
 
 
 def to_datetime(ts: float) -> datetime:
@@ -253,6 +251,62 @@ class SetAsideRef(msgspec.Struct, frozen=True, gc=False):
     at: datetime
 
 
+class DelayedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """The document's reference to one object of delayed jobs (``delayed/...``):
+    queued jobs of one queue due in one window of ``delay_window_s``, sorted by
+    ``(run_at, seq)``, loaded back ahead of their time (see
+    :mod:`osqueue.state.cold_delayed`).  Like :class:`SegmentRef`, the object never
+    changes; loads advance ``loaded``/``next_run_at``, cancels strike ids."""
+
+    #: the object's key (``delayed/<queue>/<window start>=<unique>.jsonl``)
+    key: str
+    queue: str
+    #: the start of the due-time window the object's jobs fall in
+    window_at: datetime
+    #: the run_at of its first and last job
+    first_run_at: datetime
+    last_run_at: datetime
+    #: jobs in the object
+    count: int
+    #: the object's size and hex SHA-256, recorded at spill and checked by every reader
+    size_bytes: int = msgspec.field(name="bytes")
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    #: the run_at of the first job not loaded yet: the load is due a lead before it
+    next_run_at: datetime
+    #: lexicographic bounds of the object's ids (to find a spilled id's object)
+    min_id: str
+    max_id: str
+    #: bounds of the object's seqs and priorities: a listing in claim order
+    #: ((priority, seq) per queue) reads only the objects its page reaches
+    min_seq: int
+    max_seq: int
+    min_priority: int = 0
+    max_priority: int = 0
+    #: how many of the object's jobs, in order, are back in the document
+    loaded: int = 0
+    #: ids of jobs not loaded yet cancelled while spilled (skipped on load)
+    cancelled: tuple[str, ...] = ()
+    #: id -> idempotency key of the jobs not loaded yet that carry one
+    keyed: dict[str, str] = {}
+    #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
+    payload_refs: tuple[str, ...] = ()
+
+    @property
+    def remaining(self) -> int:
+        """Jobs still in the object that are live (not loaded, not cancelled)."""
+        return self.count - self.loaded - len(self.cancelled)
+
+
+class DelayedAside(msgspec.Struct, frozen=True, gc=False):
+    """A delayed object's reference set aside (its object missing or failing its
+    check): its jobs are neither lost nor claimable until a readmit, their keys
+    and payload objects stay held (as :class:`SetAsideRef` for segments)."""
+
+    ref: DelayedRef
+    reason: str
+    at: datetime
+
+
 class QueueSection(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the document keeps per queue: its segment references, and
     the ones set aside."""
@@ -281,9 +335,6 @@ class StoredSettings(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     #: the bucket's level at ``tokens_at`` (None: full)
     tokens: float | None = None
     tokens_at: datetime | None = None
-
-
-CatchUp = Literal["once", "skip"]
 
 
 class Schedule(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -372,3 +423,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     finished_objects: list[FinishedRef] = []
     #: the known queues and their counters
     queue_totals: dict[str, QueueTotals] = {}
+    #: references to objects of delayed jobs (:mod:`osqueue.state.cold_delayed`)
+    delayed: list[DelayedRef] = []
+    #: and those set aside
+    delayed_aside: list[DelayedAside] = []

@@ -8,17 +8,18 @@ success value below or the :class:`~osqueue.errors.OsqueueError` that op got.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import msgspec
 
+from osqueue.api import CatchUp, ParentFailure
 from osqueue.errors import OsqueueError
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob, ResultData
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.model import (
     BrokerInfo,
-    CatchUp,
-    ParentFailure,
+    DelayedRef,
     Schedule,
     SegmentRef,
     StoredJob,
@@ -86,6 +87,17 @@ class Policy:
     dead_keep_jobs: int | None = 100
     #: a queue's dead jobs spill once this many more than dead_keep_jobs have died
     dead_spill_jobs: int = 1_000
+    # Cold delayed jobs (osqueue.state.cold_delayed, osqueue.state.delayed_plan).
+    #: delayed jobs due later than this spill to objects under delayed/ ...
+    delay_horizon_s: float = 60.0
+    #: ... once more than this many delayed jobs sit in the document (None: never)
+    delay_spill_above_jobs: int | None = 1_000
+    #: an object holds the jobs of one queue due in one window this long
+    delay_window_s: float = 300.0
+    #: an object's next jobs are loaded back this long before they are due
+    delay_lead_s: float = 10.0
+    #: jobs one LoadDelayed puts back
+    delay_load_jobs: int = 5_000
     # Waiting children in objects (osqueue.state.cold_waiting): when the broker
     # spills and loads them.
     #: children waiting for the same parents move to an object once this many sit
@@ -172,7 +184,8 @@ class Release(msgspec.Struct, frozen=True, gc=False):
 
 class Cancel(msgspec.Struct, frozen=True, gc=False):
     """Cancel a live job.  A job that sits in a segment is named by the segment's
-    key and its seq there (the broker finds both by reading the object)."""
+    key and its seq there (the broker finds both by reading the object); one in
+    an object of delayed jobs (``delayed/...``) by its key and its position there."""
 
     job_id: str
     segment: str | None = None
@@ -291,6 +304,29 @@ class SwapDead(msgspec.Struct, frozen=True):
     first_seq: int = 0
 
 
+class SpillDelayed(msgspec.Struct, frozen=True):
+    """The broker wrote an object of delayed jobs (``jobs``: queued jobs of one queue
+    with a ``run_at``, sorted by ``(run_at, seq)``): drop them from the document and
+    reference the object.  Fails alone (``Conflict``) if a job changed since the
+    snapshot (see :mod:`osqueue.state.cold_delayed`)."""
+
+    ref: DelayedRef
+    jobs: tuple[StoredJob, ...]
+
+
+class LoadDelayed(msgspec.Struct, frozen=True):
+    """Put the next jobs of the delayed object ``key`` back (each keeps its
+    ``run_at``: never claimable early): ``jobs`` are the object's jobs at positions
+    ``from_loaded..``, ``next_run_at`` the run_at of the one after them (None: they
+    end the object, whose reference is dropped); ``lines`` their lines there."""
+
+    key: str
+    from_loaded: int
+    jobs: tuple[StoredJob, ...]
+    next_run_at: datetime | None = None
+    lines: tuple[bytes, ...] = ()
+
+
 # --- waiting children in objects (osqueue.state.cold_waiting) ---------------------
 
 
@@ -379,6 +415,8 @@ Op = (
     | SetQueue
     | PutSchedule
     | RemoveSchedule
+    | SpillDelayed
+    | LoadDelayed
     | SpillWaiting
     | LoadWaiting
     | SealFinished
@@ -439,6 +477,7 @@ __all__ = [
     "Fail",
     "Heartbeat",
     "Load",
+    "LoadDelayed",
     "LoadWaiting",
     "MarkArchived",
     "Ok",
@@ -463,6 +502,7 @@ __all__ = [
     "SetQueue",
     "Spill",
     "SpillDead",
+    "SpillDelayed",
     "SpillWaiting",
     "SwapDead",
 ]

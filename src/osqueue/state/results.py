@@ -252,7 +252,16 @@ def record(
     neither gets no entry, so a queue that neither gives results nor uses
     dependencies pays nothing for the record."""
     tx.ended.append((job.id, status))
-    policy = tx.policy
+    policy, doc = tx.policy, tx.doc
+    if (  # no TTL anywhere, no result, no dependencies: one look at each
+        result is None
+        and job.result_ttl_s is None
+        and policy.result_ttl_s is None
+        and not doc.queue_settings
+        and doc.dependencies_at is None
+        and not doc.index.children
+    ):
+        return
     ttl_s = kept_for(tx.doc, job, policy, has_result=result is not None)
     hold_s = dependency_hold(tx.doc, job.id, tx.now, policy)
     if ttl_s <= 0:

@@ -50,10 +50,10 @@ from datetime import UTC, datetime
 import msgspec
 from croniter import CroniterError, croniter
 
-from osqueue.api import ScheduleInfo
+from osqueue.api import CatchUp, ScheduleInfo
 from osqueue.errors import InvalidInput, OsqueueError
 from osqueue.state import validate
-from osqueue.state.model import CatchUp, Schedule, to_datetime
+from osqueue.state.model import Schedule, to_datetime
 
 MAX_NAME_CHARS = 40
 NAME_RE = re.compile(rf"^[0-9A-Za-z_.:\-]{{1,{MAX_NAME_CHARS}}}$")

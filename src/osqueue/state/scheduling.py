@@ -81,6 +81,7 @@ def _remove_queue(doc: Document, op: SetQueue) -> OpResult:
     jobs = sum(index.count(queue, status) for status in _LIVE) + (
         doc.segments.spilled(queue) + doc.segments.set_aside_jobs(queue) if doc.segments else 0
     )  # (jobs in segments set aside are live too: readmit brings them back)
+    jobs += doc.delayed.spilled(queue) + doc.delayed.set_aside_jobs(queue) if doc.delayed else 0
     named = sorted(s.name for s in doc.schedules if s.queue == queue)
     if jobs or named:
         held = [f"{jobs} live job{'s' if jobs != 1 else ''}"] if jobs else []
@@ -189,12 +190,12 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
     """``job`` (a push's new job) with its group and parents: ``waiting`` while a
     parent is pending; None when a failed parent cancelled it at once (it is
     then counted as pushed and cancelled, and recorded)."""
-    job = msgspec.structs.replace(job, group=check_group(op.group))
+    # the group and parents were checked where the push was made (osqueue.state.make)
+    job = msgspec.structs.replace(job, group=op.group)
     if not op.after:
         return job
-    after = deps.check(op.after, op.on_parent_failure, op.id)
     doc = tx.doc
-    job = msgspec.structs.replace(job, after=after, on_parent_failure=op.on_parent_failure)
+    job = msgspec.structs.replace(job, after=op.after, on_parent_failure=op.on_parent_failure)
     placed = deps.place(doc, job, tx.policy.dependency_window_s)
     # children may name the jobs that finish from now on: record them for a while
     doc.note_dependencies(tx.now_dt)

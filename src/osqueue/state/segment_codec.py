@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
 from osqueue.state import dedupe_filter
-from osqueue.state.model import SegmentRef, StoredJob
+from osqueue.state.model import DelayedRef, SegmentRef, StoredJob
 from osqueue.storage.keys import check_key
 
 SEGMENT_PREFIX = "segments/"
@@ -75,6 +76,21 @@ class ObjectRef(Protocol):
 _header_decoder = msgspec.json.Decoder(SegmentHeader)
 
 
+class DelayedHeader(msgspec.Struct, frozen=True):
+    """The first line of an object of delayed jobs (:mod:`osqueue.state.cold_delayed`):
+    the same layout as a segment's, its jobs sorted by ``(run_at, seq)``."""
+
+    format: int
+    kind: Literal["delayed"]
+    queue: str
+    #: the start of the due-time window its jobs fall in
+    window_at: datetime
+    count: int
+
+
+_delayed_header_decoder = msgspec.json.Decoder(DelayedHeader)
+
+
 def segment_key(queue: str, priority: int, first_seq: int, unique: str) -> str:
     """The key of a new segment object (``unique``: a fresh id per object, e.g. a ULID).
 
@@ -113,11 +129,21 @@ def encode_segment(
         count=len(jobs),
         status=status,
     )
+    return join_lines(header, jobs, lines)
+
+
+def join_lines(
+    header: SegmentHeader | DelayedHeader,
+    jobs: Sequence[StoredJob],
+    lines: Sequence[bytes] | None = None,
+) -> bytes:
+    """An object's bytes: ``header``'s line, then one line per job (``lines``: their
+    encodings if the caller has them)."""
     body = lines if lines is not None else [_encoder.encode(job) for job in jobs]
     return _join(header, body)
 
 
-def _join(header: SegmentHeader, lines: Sequence[bytes]) -> bytes:
+def _join(header: SegmentHeader | DelayedHeader, lines: Sequence[bytes]) -> bytes:
     return b"\n".join((_encoder.encode(header), *lines, b""))
 
 
@@ -125,6 +151,8 @@ def join_segments(objects: Sequence[SegmentLines]) -> bytes:
     """One object holding the jobs of ``objects`` (adjacent segments of one stream,
     in seq order), their lines as they are: what a compaction writes."""
     first, last = objects[0].header, objects[-1].header
+    assert isinstance(first, SegmentHeader)  # ready segments
+    assert isinstance(last, SegmentHeader)
     header = SegmentHeader(
         format=SEGMENT_FORMAT,
         queue=first.queue,
@@ -335,7 +363,13 @@ class SegmentLines:
 
     __slots__ = ("header", "key", "lines", "size_bytes")
 
-    def __init__(self, key: str, header: SegmentHeader, lines: list[bytes], size_bytes: int):
+    def __init__(
+        self,
+        key: str,
+        header: SegmentHeader | DelayedHeader,
+        lines: list[bytes],
+        size_bytes: int,
+    ):
         self.key = key
         self.header = header
         #: one encoded job per line, in seq order (the object's line ``i + 2``)
@@ -343,14 +377,16 @@ class SegmentLines:
         self.size_bytes = size_bytes
 
     @classmethod
-    def parse(cls, data: bytes, key: str) -> SegmentLines:
-        """Split ``data`` (a whole segment object) and check its header."""
+    def parse(cls, data: bytes, key: str, *, delayed: bool = False) -> SegmentLines:
+        """Split ``data`` (a whole segment object, or with ``delayed`` an object of
+        delayed jobs) and check its header."""
         if not data.endswith(b"\n"):
             raise _bad(key, data.count(b"\n") + 1, "$", "truncated (no final newline)", len(data))
         lines = data.split(b"\n")
         lines.pop()  # after the final newline
+        decoder = _delayed_header_decoder if delayed else _header_decoder
         try:
-            header = _header_decoder.decode(lines[0])
+            header: SegmentHeader | DelayedHeader = decoder.decode(lines[0])
         except msgspec.MsgspecError as exc:
             raise _bad(key, 1, "$", str(exc), 0) from exc
         if header.format != SEGMENT_FORMAT:
@@ -366,7 +402,22 @@ class SegmentLines:
         (:func:`check_segment`), split, and its header checked against ``ref``."""
         check_segment(ref, data)
         obj = cls.parse(data, ref.key)
+        assert isinstance(obj.header, SegmentHeader)
         check_object(ref, obj.header)
+        return obj
+
+    @classmethod
+    def checked_delayed(cls, ref: DelayedRef, data: bytes) -> SegmentLines:
+        """``data``, read for the delayed object ``ref``: checked (size, SHA-256),
+        split, and its header checked against ``ref``."""
+        check_segment(ref, data)
+        obj = cls.parse(data, ref.key, delayed=True)
+        header = obj.header
+        assert isinstance(header, DelayedHeader)
+        for name in ("queue", "window_at", "count"):
+            want, have = getattr(ref, name), getattr(header, name)
+            if want != have:
+                raise _bad(ref.key, 1, f"$.{name}", f"{have!r}, but its reference says {want!r}", 0)
         return obj
 
     def __len__(self) -> int:

@@ -41,6 +41,12 @@ from collections.abc import Sequence
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
+from osqueue.state.cold_delayed import (
+    DELAYED_PREFIX,
+    cancel_delayed,
+    readmit_delayed,
+    set_aside_delayed,
+)
 from osqueue.state.document import Document
 from osqueue.state.model import SegmentRef, SetAsideRef, StoredJob, to_datetime
 from osqueue.state.ops import Cancel, Counted, Load, Ok, Policy, Readmit, Removed, SetAside, Spill
@@ -71,6 +77,15 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
     doc.index.compact(ref.queue, doc.jobs)
     segments.append(ref)
     return Counted(len(jobs))
+
+
+def remember_ids(doc: Document, jobs: Sequence[StoredJob], now: float, policy: Policy) -> None:
+    """Jobs left the document for an object: a retried push of one (a ``dedupe`` job
+    created within ``dedupe_window_s``) must still be recognised."""
+    window_start = now - policy.dedupe_window_s
+    for job in jobs:
+        if job.dedupe and job.created_at.timestamp() >= window_start:
+            doc.add_tombstone(job.id, job.created_at)
 
 
 def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
@@ -142,7 +157,7 @@ def load(
     cancelled = set(ref.cancelled)
     skipped: list[StoredJob] = []
     inserted = 0
-    lines = _check_lines(op.lines, len(jobs)) if op.lines else None
+    lines = check_lines(op.lines, len(jobs)) if op.lines else None
     for i, job in enumerate(jobs):
         if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
             skipped.append(job)
@@ -174,7 +189,7 @@ def load(
     return Counted(inserted), skipped, None
 
 
-def _check_lines(lines: Sequence[bytes], count: int) -> Sequence[bytes]:
+def check_lines(lines: Sequence[bytes], count: int) -> Sequence[bytes]:
     if not isinstance(lines, tuple | list) or len(lines) != count:
         raise InvalidInput(f"must be the {count} jobs' lines, or none", field="lines")
     for i, line in enumerate(lines):
@@ -214,6 +229,8 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
 
 
 def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
+        return set_aside_delayed(doc.delayed, op, now)
     key = _check_key(op.key, "key")
     if not isinstance(op.reason, str) or not op.reason:
         raise InvalidInput("say why the segment is set aside", field="reason")
@@ -225,6 +242,8 @@ def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
 
 
 def readmit(doc: Document, op: Readmit) -> Counted:
+    if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
+        return readmit_delayed(doc.delayed, op)
     key = _check_key(op.key, "key")
     segments = doc.segments
     entry = segments.aside.get(key)
@@ -247,6 +266,8 @@ def readmit(doc: Document, op: Readmit) -> Counted:
 
 def cancel_spilled(doc: Document, op: Cancel) -> Removed:
     """Strike ``op.job_id`` from the segment ``op.segment`` (it is not in the document)."""
+    if isinstance(op.segment, str) and op.segment.startswith(DELAYED_PREFIX):
+        return cancel_delayed(doc.delayed, op)
     key = _check_key(op.segment, "segment")
     seq = op.seq
     if type(seq) is not int or seq < 0:

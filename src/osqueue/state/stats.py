@@ -26,6 +26,9 @@ def stats_of(doc: Document, now: float) -> Stats:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     cold = doc.waiting_cold  # waiting children in objects: counted from the references
     names |= {ref.queue for ref in cold}
+    delayed_cold = doc.delayed  # delayed jobs in objects: counted from their references
+    if delayed_cold:
+        names |= delayed_cold.queues()
     queues: dict[str, QueueStats] = {}
     no_totals = QueueTotals()
     for q in sorted(names):
@@ -33,11 +36,12 @@ def stats_of(doc: Document, now: float) -> Stats:
         queued = index.count(q, "queued")
         ready = len(index.ready.get(q, ())) + held_count(index, q)
         spilled = segments.spilled(q) if segments else 0
+        cold_delayed = delayed_cold.spilled(q) if delayed_cold else 0
         queues[q] = QueueStats(
-            depth=queued + spilled,
+            depth=queued + spilled + cold_delayed,
             claimed=index.count(q, "claimed"),
             dead=index.count(q, "dead") + doc.dead.count(q),  # (in dead segments too)
-            delayed=max(0, queued - ready),
+            delayed=max(0, queued - ready) + cold_delayed,
             oldest_age_s=_oldest_age_s(doc, q, now),
             spilled=spilled,
             waiting=index.count(q, "waiting") + (cold.jobs(q) if cold else 0),
@@ -46,8 +50,10 @@ def stats_of(doc: Document, now: float) -> Stats:
             completed_total=totals.completed,
             failed_total=totals.failed,
             dead_total=totals.dead,
-            set_aside=segments.set_aside_jobs(q) if segments.aside else 0,
-            set_aside_segments=len(segments.set_aside_of(q)) if segments.aside else 0,
+            set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
+            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0),
+            set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
+            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0),
         )
     owner = doc.broker
     return Stats(
@@ -77,8 +83,14 @@ def depths(doc: Document) -> dict[str, int]:
     """Jobs waiting per queue (queued, delayed and spilled), queues with none left out."""
     index, segments = doc.index, doc.segments
     out: dict[str, int] = {}
-    for q in sorted(set(index.queues()) | (segments.queues() if segments else set())):
+    cold = doc.delayed
+    for q in sorted(
+        set(index.queues())
+        | (segments.queues() if segments else set())
+        | (cold.queues() if cold else set())
+    ):
         n = index.count(q, "queued") + (segments.spilled(q) if segments else 0)
+        n += cold.spilled(q) if cold else 0
         if n:
             out[q] = n
     return out

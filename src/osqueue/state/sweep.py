@@ -32,7 +32,7 @@ class SweepTx(Protocol):
 
 
 def run(tx: SweepTx) -> None:
-    if tx.doc.finished:
+    if tx.doc.finished.entries:
         tx.stats["finished_evicted"] += results.sweep(tx.doc, tx.now, tx.policy)
     if tx.doc.finished.sealed:  # sealed objects whose every entry expired leave
         finished_objects.expire(tx.doc, tx.now)
@@ -43,10 +43,9 @@ def run(tx: SweepTx) -> None:
     timeout = tx.policy.heartbeat_timeout_s
     # Compare datetimes (no float conversion per claimed job) to find candidates
     # (1 ms of slack over the exact test below), and sort only those.
-    cutoff = _datetime_at(tx.now - timeout + 0.001)
     floor = index.heartbeat_floor
-    if floor is None or floor < cutoff:  # one may have expired: walk the claims
-        _reclaim_expired(tx, cutoff, timeout)
+    if floor is None or floor.timestamp() < tx.now - timeout + 0.001:  # one may have expired
+        _reclaim_expired(tx, _datetime_at(tx.now - timeout + 0.001), timeout)
     _prune_recent(tx)
 
 

@@ -14,6 +14,7 @@ waiting children's: :mod:`.cold_waiting`."""
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +36,11 @@ from osqueue.errors import (
 from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
 from osqueue.state.cold_dead import DEAD_OPS, requeued_here
+from osqueue.state.delayed_ops import DELAYED_OPS, key_holder
 from osqueue.state.document import Document, encode_job, totals
-from osqueue.state.history import HistorySample, minute_of, record
+from osqueue.state.history import record, sampled
 from osqueue.state.limits import Gate
-from osqueue.state.model import BrokerInfo, Claim, Counters, StoredJob, to_datetime
+from osqueue.state.model import BrokerInfo, Claim, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
     Claimed,
@@ -106,6 +108,7 @@ class Transition:
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
     finished: list[str] = field(default_factory=list)
+    claimed: int = 0  #: jobs claimed in this version (the segment manager sizes its head by it)
 
 
 def _check_digest(op: Push) -> None:
@@ -157,12 +160,13 @@ class _Tx:
         self.now_dt = to_datetime(now)
         self.policy = policy
         self.version = doc.version + 1
-        self.stats = msgspec.structs.asdict(doc.stats)
+        self.stats: dict[str, int] = defaultdict(int)  # what this version adds to doc.stats
         self.completed: list[StoredJob] = []
         self.removed: list[StoredJob] = []
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
+        self.claimed = 0
         #: set by :func:`transition` while it applies the callers' ops: a run of
         #: pushes keeps :attr:`size_bound` from one to the next instead of
         #: measuring the document for each
@@ -258,8 +262,8 @@ class _Tx:
     # -- ops ----------------------------------------------------------------------
 
     def push(self, op: Push) -> OpResult:
-        validate.job_id(op.id)
-        delay = validate.new_job(op.queue, op.priority, op.delay_s, op.key, op.max_attempts)
+        # checked where it was made (osqueue.state.make.push), not again here
+        delay = op.delay_s
         size = _payload_size(op, self.policy)
         ttl = finishing.ttl_of(op.result_ttl_s)
         doc = self.doc
@@ -267,9 +271,7 @@ class _Tx:
             return Pushed(op.id, False)
         dedupe_filter.check(doc.segments.filtered, op, self.now, self.policy)  # cold ids
         if op.key is not None:
-            holder = doc.index.keys.get(op.key)
-            if holder is None and doc.segments.keys:
-                holder = doc.segments.keys.get(op.key)
+            holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:
                 raise DuplicateKey(
                     f"key {op.key!r} is held by live job {holder}", existing_id=holder
@@ -363,6 +365,7 @@ class _Tx:
                 queues = tuple(q for q in queues if q != claimed.queue)
         if gate is not None:
             gate.commit()
+        self.claimed += len(out)
         return Claimed(tuple(out))
 
     def heartbeat(self, op: Heartbeat) -> OpResult:
@@ -506,7 +509,8 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
 }
-_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH | DEAD_OPS)
+_DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
+_DISPATCH.update(DEAD_OPS | DELAYED_OPS)  # (osqueue.state.cold_dead, .delayed_ops)
 _push = _DISPATCH[Push]
 
 
@@ -528,7 +532,7 @@ def transition(
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())
-    if tx.doc.schedules:  # ticks that have come: pushed in this very version
+    if tx.doc.schedules.by_name:  # ticks that have come: pushed in this very version
         scheduling.fire(tx)
     results: list[Result] = []
     tx.sized = True
@@ -549,8 +553,13 @@ def transition(
         deps.settle(tx, tx.ended)
     new = tx.doc
     new.version = tx.version
-    new.stats = Counters(**tx.stats)
-    new.set_history(_record_history(new, now))
+    if tx.stats:
+        stats = new.stats
+        new.stats = _replace(stats, **{k: getattr(stats, k) + n for k, n in tx.stats.items()})
+    if not sampled(new.history, now):  # the first commit of a minute adds its sample
+        c = new.stats
+        counters = (c.pushed, c.completed, c.failed, c.dead)
+        new.set_history(record(new.history, now, counters, depths(new)))
     if owner is not None:
         new.broker = owner
     return Transition(
@@ -562,17 +571,8 @@ def transition(
         tx.starved,
         tx.dropped_segments,
         finished=[job_id for job_id, _ in tx.ended],
+        claimed=tx.claimed,
     )
-
-
-def _record_history(doc: Document, now: float) -> tuple[HistorySample, ...]:
-    """The document's history with this minute's sample (one comparison when the
-    minute already has one)."""
-    history = doc.history
-    if history and history[-1].at.timestamp() >= minute_of(now):
-        return history
-    c = doc.stats
-    return record(history, now, (c.pushed, c.completed, c.failed, c.dead), depths(doc))
 
 
 def apply(

@@ -123,7 +123,7 @@ def render(jobs: Iterable[StoredJob], queue_id: str) -> tuple[str, bytes]:
     first = ordered[0]
     assert first.done_at is not None
     assert first.done_version is not None
-    body = b"".join(_encoder.encode(record(j)) + b"\n" for j in ordered)
+    body = _encoder.encode_lines([record(j) for j in ordered])  # a line per job
     return archive_key(first.done_version, first.done_at, queue_id), body
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, StorageError
 from osqueue.state import Cancel, Document, SegmentRef, candidates
+from osqueue.state.model import DelayedRef
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
@@ -58,7 +59,9 @@ class SegmentCache:
             self._objects.move_to_end(key)
         return obj
 
-    async def fetch(self, ref: SegmentRef, attempts: int | None = None) -> SegmentLines:
+    async def fetch(
+        self, ref: SegmentRef | DelayedRef, attempts: int | None = None
+    ) -> SegmentLines:
         """The object ``ref`` names: kept, or read, parsed, checked against ``ref`` and
         kept.  A storage error is retried with backoff (``attempts``: at most this
         many tries; None: until it succeeds); a missing object is ``NotFound``, one
@@ -77,7 +80,13 @@ class SegmentCache:
                     raise
                 await self._retry.wait(attempt - 1, exc)
         self.reads += 1
-        if len(data) < CHECK_IN_THREAD_BYTES:
+        if isinstance(ref, DelayedRef):  # an object of delayed jobs (osqueue.broker.cold.delayed)
+            check = SegmentLines.checked_delayed
+            if len(data) < CHECK_IN_THREAD_BYTES:
+                obj = check(ref, data)
+            else:
+                obj = await asyncio.to_thread(check, ref, data)
+        elif len(data) < CHECK_IN_THREAD_BYTES:
             obj = SegmentLines.checked(ref, data)
         else:
             obj = await asyncio.to_thread(SegmentLines.checked, ref, data)

@@ -26,13 +26,13 @@ leaves them alone; an object whose op failed is deleted.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from osqueue.broker.cold.build import build_objects
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
@@ -134,7 +134,12 @@ class DeadLetterManager:
             self._spawn(self._spill(queue, queue_plans))
 
     async def _spill(self, queue: str, plans: list[DeadSpillPlan]) -> None:
-        built = await asyncio.to_thread(lambda: [plan.build(new_id()) for plan in plans])
+        # the ids drawn here, not in the thread: their order is the event loop's
+        uniques = [new_id() for _ in plans]
+        built = await build_objects(
+            sum(len(plan.jobs) for plan in plans),
+            lambda: [plan.build(unique) for plan, unique in zip(plans, uniques, strict=True)],
+        )
         keys = [op.ref.key for op, _ in built]
         self._writing.update(keys)
         try:

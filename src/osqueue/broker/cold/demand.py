@@ -29,9 +29,17 @@ class ClaimDemand:
         self._configured = configured
         self._demand = 0.0
         self.policy = configured
+        #: the largest claim per commit whose demand the configured ``head_jobs`` covers
+        self._small = _power_of_two(configured.head_jobs // 2 + 1) // 2
 
     def after_commit(self, claimed: int) -> bool:
         """Count a commit that claimed ``claimed`` jobs; True if :attr:`policy` changed."""
+        if claimed <= self._small and self.policy.head_jobs == self._configured.head_jobs:
+            # The configured head holds and this claim cannot raise it: nothing
+            # changes (the demand remembered asks for no more than the head either,
+            # and any claim that would raise it is above it, so left undecayed it
+            # decides nothing).
+            return False
         self._demand = max(float(claimed), self._demand * _DECAY)
         want = 2 * _power_of_two(int(self._demand))
         base = self._configured

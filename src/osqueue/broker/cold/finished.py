@@ -108,7 +108,8 @@ class FinishedObjects:
         life = self._life
         if self._sealing or not life.serving or life.closing:
             return
-        if self._policy.finished_seal_above_entries is None:
+        above = self._policy.finished_seal_above_entries
+        if above is None or len(doc.finished.entries) < above:  # one check while few
             return
         entries = plan_seal(doc, self._clock.now(), self._policy)
         if entries:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.compact import Compactor
 from osqueue.broker.cold.dead import DeadLetterManager
+from osqueue.broker.cold.delayed import DelayedManager
 from osqueue.broker.cold.demand import ClaimDemand
 from osqueue.broker.cold.finished import FinishedObjects
 from osqueue.broker.cold.spill import SpillWriter
@@ -64,16 +65,15 @@ from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound
 from osqueue.state import (
     Cancel,
-    Claimed,
     Document,
     Load,
-    Result,
     SegmentRef,
     SetAside,
     Stream,
     Transition,
     jobs_ahead,
 )
+from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -87,10 +87,6 @@ log = logging.getLogger(__name__)
 
 #: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-
-
-def _claimed(results: list[Result]) -> int:
-    return sum(len(r.jobs) for r in results if type(r) is Claimed)
 
 
 class SegmentManager:
@@ -165,7 +161,7 @@ class SegmentManager:
         )
         #: waiting children in objects, the sealed record of finished jobs, dead segments
         self.waiting, self.finished = _cold_parts(self)
-        self.dead = _dead_part(self)  # (osqueue.broker.cold.dead)
+        self.dead, self.delayed = _dead_part(self), _delayed_part(self)  # (cold/dead, cold/delayed)
         #: the compaction in flight (adjacent small segments merged)
         self.compactor = _compactor(self)
 
@@ -191,25 +187,27 @@ class SegmentManager:
         self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
-        claimed = _claimed(t.results)
+        claimed = t.claimed
         if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
             self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
             doc.spill_scanned.clear()
-        if doc.segments:
+        if doc.segments.streams:
             self._plan_loads(doc, t.starved, claimed)
-        elif self._ahead:
+        elif self._ahead or self._due:
             self._ahead.clear()
-        if self._policy.spill_above_jobs is not None:
+            self._due.clear()
+        if (above := self._policy.spill_above_jobs) is not None and doc.index.queued >= above:
             self.spills.plan(doc, self._policy)
         if doc.segments:
             self.compactor.plan(doc, self._policy)
+        self.delayed.committed(t)
         self._check_quiet()
 
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        cold = self.dead.busy or self.waiting.busy or self.finished.busy
-        writing = self.spills.busy or self.deletes.deleting or self.compactor.busy or cold
+        parts = (self.dead, self.waiting, self.finished, self.delayed, self.compactor)
+        writing = self.spills.busy or self.deletes.deleting or any(p.busy for p in parts)
         return bool(writing or self._loads or self._reading or self._asides)
 
     def _check_quiet(self) -> None:
@@ -402,6 +400,8 @@ class SegmentManager:
         reference recorded it (size, SHA-256, header, every job line); else
         ``InvalidInput`` naming ``key`` and what is still wrong.  Returns the
         jobs it would readmit."""
+        if key.startswith(DELAYED_PREFIX):
+            return await self.delayed.check_restored(key)
         doc = self._lease.doc
         entry = doc.segments.aside.get(key) if doc is not None else None
         if entry is None:
@@ -436,7 +436,9 @@ class SegmentManager:
     async def locate(self, job_id: str) -> Cancel | None:
         """The ``Cancel`` of ``job_id`` in the segment that holds it live, if one does."""
         found = await self.cache.locate(job_id, lambda: self._lease.doc, self._set_aside)
-        return found if found is not None else await self.waiting.locate(job_id)
+        if found is None:
+            found = await self.waiting.locate(job_id)
+        return found if found is not None else await self.delayed.locate(job_id)
 
 
 def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
@@ -503,4 +505,12 @@ def _dead_part(m: SegmentManager) -> DeadLetterManager:
         writing=m.writing,
         delete=m._delete,
         changed=m._check_quiet,
+    )
+
+
+def _delayed_part(m: SegmentManager) -> DelayedManager:
+    """The delayed objects of ``m``'s broker (sharing its storage, cache, side tasks,
+    keys being written and deletes)."""
+    return DelayedManager(
+        m._storage, m._policy, m._clock, m, m._retry, m._tasks, m._intake, m._lease, m._life
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from osqueue.errors import InvalidInput, NotFound
 from osqueue.state import (
@@ -26,6 +27,8 @@ from osqueue.state import (
     StoredJob,
     live_jobs,
 )
+from osqueue.state.delayed_plan import live_delayed
+from osqueue.state.model import DelayedRef
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -60,9 +63,59 @@ async def read_spilled(storage: Storage, ref: SegmentRef) -> list[StoredJob]:
     return live_jobs(ref, decode_checked(ref, data))
 
 
+async def read_delayed(storage: Storage, ref: DelayedRef) -> list[StoredJob]:
+    """The live jobs of the delayed object ``ref`` names, in claim order ((priority,
+    seq); the object itself is in due order)."""
+    try:
+        data = await storage.get(ref.key)
+    except NotFound:
+        raise SnapshotMoved(f"delayed object {ref.key} is gone: the queue moved on") from None
+    obj = SegmentLines.checked_delayed(ref, data)
+    return sorted(live_delayed(ref, obj.jobs(0, len(obj))), key=sort_key)
+
+
 def spilled_count(doc: Document, queue: str | None = None) -> int:
-    """Live jobs in segments (of ``queue``, or of every queue)."""
-    return sum(ref.remaining for ref in doc.segments if queue is None or ref.queue == queue)
+    """Live jobs in segments and in objects of delayed jobs (of ``queue``, or of every
+    queue)."""
+    return sum(ref.remaining for ref in doc.segments if queue is None or ref.queue == queue) + sum(
+        ref.remaining for ref in doc.delayed if queue is None or ref.queue == queue
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """An object a listing may read: the claim-order bounds of its live jobs."""
+
+    low: SortKey
+    high: SortKey
+    key: str
+    read: Callable[[], Awaitable[list[StoredJob]]]
+
+
+def _sources(storage: Storage, doc: Document, queue: str | None) -> list[_Source]:
+    """The segments and the objects of delayed jobs (of ``queue``) with live jobs, by
+    their lowest job in claim order."""
+    out = [
+        _Source(
+            (r.queue, r.priority, r.next_seq),
+            (r.queue, r.priority, r.last_seq),
+            r.key,
+            partial(read_spilled, storage, r),
+        )
+        for r in doc.segments
+        if (queue is None or r.queue == queue) and r.remaining > 0
+    ]
+    out.extend(
+        _Source(
+            (d.queue, d.min_priority, d.min_seq),
+            (d.queue, d.max_priority, d.max_seq),
+            d.key,
+            partial(read_delayed, storage, d),
+        )
+        for d in doc.delayed
+        if (queue is None or d.queue == queue) and d.remaining > 0
+    )
+    return sorted(out, key=lambda s: s.low)
 
 
 def _spilled_matches(status: str | None) -> bool:
@@ -96,22 +149,16 @@ async def jobs_after(
         key=sort_key,
     )
     page = [Listed(job) for job in docs]
-    if not _spilled_matches(status) or not doc.segments:
+    if not _spilled_matches(status) or not (doc.segments or doc.delayed):
         return page
-    refs = sorted(
-        (r for r in doc.segments if (queue is None or r.queue == queue) and r.remaining > 0),
-        key=lambda r: (r.queue, r.priority, r.next_seq),
-    )
-    for ref in refs:
-        if after is not None and (ref.queue, ref.priority, ref.last_seq) <= after:
+    for source in _sources(storage, doc, queue):
+        if after is not None and source.high <= after:
             continue
-        if len(page) >= limit and (ref.queue, ref.priority, ref.next_seq) > sort_key(
-            page[limit - 1].job
-        ):
-            break  # this segment and every later one start past a full page
+        if len(page) >= limit and source.low > sort_key(page[limit - 1].job):
+            break  # this object and every later one start past a full page
         spilled = [
-            Listed(job, ref.key)
-            for job in await read_spilled(storage, ref)
+            Listed(job, source.key)
+            for job in await source.read()
             if after is None or sort_key(job) > after
         ]
         page = heapq.nsmallest(limit, [*page, *spilled], key=lambda listed: sort_key(listed.job))
@@ -145,8 +192,19 @@ async def list_jobs(
 async def find_spilled(storage: Storage, doc: Document, job_id: str) -> StoredJob | None:
     """The live spilled job ``job_id`` (or the one holding idempotency key
     ``job_id``), reading the segments whose id bounds admit it."""
-    held = doc.segments.keys.get(job_id)
+    held = doc.segments.keys.get(job_id) or doc.delayed.keys.get(job_id)
     wanted = held if held is not None else job_id
+    for delayed in doc.delayed:
+        if not delayed.min_id <= wanted <= delayed.max_id:
+            continue
+        try:
+            lines = SegmentLines.checked_delayed(delayed, await storage.get(delayed.key))
+        except NotFound:
+            continue
+        i = lines.find(wanted)
+        if i is not None and i >= delayed.loaded and wanted not in delayed.cancelled:
+            (job,) = lines.jobs(i, i + 1)
+            return job
     for ref in doc.segments:
         if not ref.min_id <= wanted <= ref.max_id:
             continue

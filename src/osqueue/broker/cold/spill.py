@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.build import build_objects
 from osqueue.broker.cold.sweep import SegmentCounters
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import OsqueueError, StorageError
@@ -35,9 +36,6 @@ log = logging.getLogger(__name__)
 
 #: tries of a segment write before the spill is given up (planned again later)
 _PUT_ATTEMPTS = 3
-#: a spill of at least this many jobs builds its objects (a byte join and a
-#: SHA-256 each, about 1.6 ms per MB) in a thread, off the commit loop
-_BUILD_IN_THREAD_JOBS = 5_000
 #: most segments one spill of a stream writes (its whole tail, in a burst)
 _SEGMENTS_PER_SPILL = 64
 
@@ -153,10 +151,7 @@ class SpillWriter:
             return [plan.build(unique) for plan, unique in zip(plans, uniques, strict=True)]
 
         try:
-            if sum(len(plan.jobs) for plan in plans) < _BUILD_IN_THREAD_JOBS:
-                built = build()
-            else:
-                built = await asyncio.to_thread(build)
+            built = await build_objects(sum(len(plan.jobs) for plan in plans), build)
         except OsqueueError as exc:  # a bug: a plan names no valid object
             del self.in_flight[stream]
             self._changed()

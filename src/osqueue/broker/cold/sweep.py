@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from osqueue.errors import NotFound, StorageError
 from osqueue.state import SEGMENT_PREFIX, Document
 from osqueue.state.cold_dead import DEAD_PREFIX
+from osqueue.state.cold_delayed import DELAYED_PREFIX
 from osqueue.state.finished_refs import FINISHED_PREFIX
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage.port import Storage
@@ -111,7 +112,7 @@ class SegmentDeletes:
         if doc is None or key in self._writing:
             return False
         held = doc.segments.holds(key) or doc.waiting_cold.holds(key)
-        held = held or doc.dead.holds(key)  # a dead segment's (osqueue.state.cold_dead)
+        held = held or doc.dead.holds(key) or doc.delayed.holds(key)  # (cold_dead, cold_delayed)
         return not held and not doc.finished.sealed.holds(key)
 
     async def sweep(self, suspects: set[str]) -> set[str]:
@@ -119,6 +120,7 @@ class SegmentDeletes:
         document); those the previous sweep found too (``suspects``) are doomed.
         Returns the orphans, the next sweep's suspects."""
         listed = await self._storage.list(SEGMENT_PREFIX)
+        listed += await self._storage.list(DELAYED_PREFIX)
         listed += await self._storage.list(WAITING_PREFIX)  # waiting children's objects
         listed += await self._storage.list(FINISHED_PREFIX)  # the sealed record's
         listed += await self._storage.list(DEAD_PREFIX)

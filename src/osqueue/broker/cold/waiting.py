@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.build import build_objects
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
@@ -67,8 +68,6 @@ _PUT_ATTEMPTS = 3
 _BROKEN_PAUSE_S = 30.0
 #: an object whose load the commit refused is not tried again for this long
 _REFUSED_PAUSE_S = 1.0
-#: a spill of at least this many jobs builds its objects in a thread
-_BUILD_IN_THREAD_JOBS = 5_000
 
 
 @dataclass(slots=True)
@@ -164,7 +163,7 @@ class WaitingObjects:
             return
         if not self._spilling and doc.index.children:
             self._plan_spill(doc)
-        if doc.waiting_cold and self._load is None and self._reading is None:
+        if doc.waiting_cold.refs and self._load is None and self._reading is None:
             self._plan_load(doc)
 
     def _settle_spill(self, doc: Document, ops: list[SpillWaiting]) -> None:
@@ -212,10 +211,7 @@ class WaitingObjects:
 
         keys: list[str] = []
         try:
-            if sum(map(len, runs)) < _BUILD_IN_THREAD_JOBS:
-                built = build_all()
-            else:
-                built = await asyncio.to_thread(build_all)
+            built = await build_objects(sum(map(len, runs)), build_all)
             keys = [op.ref.key for op, _ in built]
             self._writing.update(keys)
             for op, data in built:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from osqueue.broker.archive.writer import Archiver
 from osqueue.broker.cold.manager import SegmentManager
@@ -98,26 +99,9 @@ class CommitLoop:
 
     async def run(self) -> None:
         """Commit until the broker stops, steps down or fails."""
-        intake, life = self._intake, self._life
+        life = self._life
         try:
-            while True:
-                if not intake.pending:
-                    if life.closing:
-                        await self._final_commit()
-                        return
-                    await self._idle_wait()
-                    if not intake.pending and not self._due_for_commit():
-                        continue
-                await self._hold_for_spill()
-                batch, futures = intake.take_batch()
-                try:
-                    await self.write_batch(batch, futures)
-                except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
-                    unknown = MaybeCommitted("the broker stopped before confirming this op")
-                    answer_all(futures, unknown)
-                    raise
-                if life.state in _ENDED:
-                    return
+            await self._cycles()
         except asyncio.CancelledError:
             raise
         except OsqueueError as exc:
@@ -133,12 +117,36 @@ class CommitLoop:
                 life.state = State.STOPPED
             life.closed.set()
 
+    async def _cycles(self) -> None:
+        """Wait, take a batch, write it; until the last write of a graceful stop, or
+        a write that ends the broker."""
+        intake, life = self._intake, self._life
+        while True:
+            if not intake.pending:
+                if life.closing:
+                    await self._final_commit()
+                    return
+                await self._idle_wait()
+                if not self._due_for_commit():
+                    continue
+            await self._hold_for_spill()
+            batch, futures = intake.take_batch()
+            try:
+                await self.write_batch(batch, futures)
+            except (asyncio.CancelledError, Exception):  # a hard stop mid-write, or a bug
+                unknown = MaybeCommitted("the broker stopped before confirming this op")
+                answer_all(futures, unknown)
+                raise
+            if not life.serving and life.state in _ENDED:
+                return
+
     # ------------------------------------------------------------------ waiting
 
     def _due_for_commit(self) -> bool:
-        """An idle commit is due: lease renewal, a segment load or spill, a schedule
-        tick, or a sweep a parked claim waits on (:mod:`osqueue.broker.core.wakeups`)."""
-        if self._intake.urgent:
+        """A commit is due: ops wait, or (an idle commit) the lease renewal, a segment
+        load or spill, a schedule tick, or a sweep a parked claim waits on
+        (:mod:`osqueue.broker.core.wakeups`)."""
+        if self._intake.pending or self._intake.urgent:
             return True
         if self._clock.monotonic() - self._lease.written_at >= self._renew_s:
             return True
@@ -185,11 +193,18 @@ class CommitLoop:
             return
         if self._intake.pending or self._life.closing:
             return
+        # The callers the last commit answered run first: their next ops arrive
+        # with no park and no wake-up (a closed loop's common case).  What came
+        # meanwhile called no wake-up either, so all of it is looked at again.
+        await asyncio.sleep(0)
+        if self._intake.pending or self._intake.urgent or self._life.closing:
+            return
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
-        if lease.doc is not None:
+        doc = lease.doc
+        if doc is not None and (waiters.parked or doc.schedules.by_name):
             parked = bool(waiters.parked)
-            wake_in = idle_timeout_s(lease.doc, self._policy, self._clock.now(), parked)
+            wake_in = idle_timeout_s(doc, self._policy, self._clock.now(), parked)
             if wake_in is not None:
                 timeout = min(timeout, wake_in)
         if timeout <= 0:
@@ -204,9 +219,8 @@ class CommitLoop:
         is above ``spill_hold_bytes``, the next commit waits for them, so it drops the
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
-        spills = self._segments.spills
-        cold = self._segments.waiting  # or waiting children's objects (broker/cold/waiting.py)
-        if not spills.writing and not cold.writing:
+        written = _writing(self._segments)
+        if written is None:
             return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
         if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
@@ -217,7 +231,7 @@ class CommitLoop:
             return
         self._segments.counters.held_commits += 1
         waits = {
-            asyncio.ensure_future(spills.written() if spills.writing else cold.written()),
+            asyncio.ensure_future(written()),
             asyncio.ensure_future(self._clock.sleep(budget)),
         }
         try:
@@ -231,11 +245,10 @@ class CommitLoop:
     async def write_batch(self, batch: list[Op], futures: Futures) -> None:
         """Write ``batch`` (and the broker's own ops) as the next version, and answer
         ``futures`` once it is durable, or with why it did not commit."""
-        intake, lease = self._intake, self._lease
-        internal = intake.internal
+        intake, lease, clock = self._intake, self._lease, self._clock
         lead = 0  # the broker's loads go first: this batch's claims may take their jobs
-        if internal:
-            intake.internal = []
+        if intake.internal:
+            internal = intake.take_internal()
             loads = [op for op in internal if type(op) is Load]
             lead = len(loads)
             ops = [*loads, *batch, *(op for op in internal if type(op) is not Load)]
@@ -244,17 +257,17 @@ class CommitLoop:
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
-        started = self._clock.monotonic()
+        # (a write is sent after this, so it stands for the first attempt's sending)
+        started = sent_at = clock.monotonic()
         while True:
             doc = lease.doc
             assert doc is not None
             base_version = doc.version
-            now = self._clock.now()
-            owner = lease.owner(now, self._life.closing)
+            now = clock.now()
+            owner = lease.owner(now, self._life.closing, mono=sent_at)
             t = transition(doc, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
             sent.append((data, t))
-            sent_at = self._clock.monotonic()
             try:
                 etag = await self._storage.write(DOCUMENT_KEY, data, if_match=lease.etag)
             except Conflict:
@@ -265,9 +278,10 @@ class CommitLoop:
                 await self._retry.wait(attempt, exc)
                 attempt += 1
             else:
-                done_at = self._clock.monotonic()
+                done_at = clock.monotonic()
                 seconds = done_at - started
-                self._committed(t, etag, futures, len(data), lead, sent_at)
+                self._lease.wrote(t.doc, etag, sent_at, at=done_at)
+                self._committed(t, futures, len(data), lead)
                 self._record(batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
@@ -278,6 +292,7 @@ class CommitLoop:
                 self._record(batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
+            sent_at = clock.monotonic()
 
     def _settle(
         self,
@@ -296,7 +311,8 @@ class CommitLoop:
             landed = next((tx for data, tx in sent if data == verdict.data), None)
             if landed is not None:
                 size = len(verdict.data)
-                self._committed(landed, verdict.etag, futures, size, lead, started)
+                self._lease.wrote(landed.doc, verdict.etag, started)
+                self._committed(landed, futures, size, lead)
                 return landed
             verdict = DocumentGone("our version was replaced from outside; stopping")
         if isinstance(verdict, StepDown):
@@ -321,10 +337,8 @@ class CommitLoop:
         else:
             records.commit(batch, outcome.results[lead:], seconds)
 
-    def _committed(
-        self, t: Transition, etag: str, futures: Futures, size: int, lead: int, sent_at: float
-    ) -> None:
-        self._lease.wrote(t.doc, etag, sent_at)
+    def _committed(self, t: Transition, futures: Futures, size: int, lead: int) -> None:
+        """``t`` is durable (the lease holds it): answer its ops, pass on what it leaves."""
         c = self._counters
         c.commits += 1
         c.ops += len(futures)
@@ -381,3 +395,14 @@ class CommitLoop:
         )
         self._intake.fail_pending(exc)
         self._waiters.release()
+
+
+def _writing(segments: SegmentManager) -> Callable[[], Awaitable[None]] | None:
+    """What a held commit waits for: the objects being written of the first of the
+    spills of ready jobs, of waiting children (broker/cold/waiting.py) and of
+    delayed jobs (broker/cold/delayed.py) that has any (None: none has)."""
+    if segments.spills.writing:
+        return segments.spills.written
+    if segments.waiting.writing:
+        return segments.waiting.written
+    return segments.delayed.written if segments.delayed.writing else None

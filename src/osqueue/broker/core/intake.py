@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Protocol
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
 from osqueue.state import Compact, Load, MarkArchived, Op, Result, SetAside, Spill
-from osqueue.state.ops import LoadWaiting, SealFinished, SpillDead, SpillWaiting
+from osqueue.state.ops import (
+    LoadDelayed,
+    LoadWaiting,
+    SealFinished,
+    SpillDead,
+    SpillDelayed,
+    SpillWaiting,
+)
 
 if TYPE_CHECKING:
     from osqueue.broker.core.lifecycle import Lifecycle
@@ -25,6 +32,8 @@ _URGENT = (
     LoadWaiting,
     SealFinished,
     SpillDead,
+    SpillDelayed,
+    LoadDelayed,
     Compact,
 )
 
@@ -106,6 +115,8 @@ class Intake:
         self.futures: Futures = []
         #: ops of the broker's own, for the next commit (their results go nowhere)
         self.internal: list[Op] = []
+        #: one of :attr:`internal` wants a commit even if no caller's op does
+        self._urgent = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: the commit loop's wake-up while it idles (set by the first op to arrive)
         self._waker: asyncio.Future[None] | None = None
@@ -192,7 +203,15 @@ class Intake:
         """An op of the broker's own that wants a commit soon (a segment spill or
         load): it rides with the next commit, and an idle commit loop wakes for it."""
         self.internal.append(op)
+        if type(op) in _URGENT:
+            self._urgent = True
         self.wake()
+
+    def take_internal(self) -> list[Op]:
+        """The broker's own ops waiting, for the commit being made (none wait then)."""
+        internal, self.internal = self.internal, []
+        self._urgent = False
+        return internal
 
     def holds(self, op: Op) -> bool:
         """``op`` (one of the broker's own) still waits for a commit."""
@@ -201,7 +220,7 @@ class Intake:
     @property
     def urgent(self) -> bool:
         """Ops of the broker's own wait that want a commit even if no caller's op does."""
-        return any(type(op) in _URGENT for op in self.internal)
+        return self._urgent
 
     def merge_marks(self) -> None:
         """Fold the archive marks waiting into one op (for the last commit)."""

@@ -36,6 +36,8 @@ def _tick_commit_at(doc: Document) -> float | None:
 
 def commit_due(doc: Document, policy: Policy, now: float, parked: bool) -> bool:
     """Is a commit with no ops due at ``now`` (beyond the lease renewal)?"""
+    if not parked and not doc.schedules.by_name:  # nothing in the document is due
+        return False
     tick = _tick_commit_at(doc)
     if tick is not None and tick <= now:
         return True
@@ -48,6 +50,8 @@ def commit_due(doc: Document, policy: Policy, now: float, parked: bool) -> bool:
 def idle_timeout_s(doc: Document, policy: Policy, now: float, parked: bool) -> float | None:
     """How long the idle loop may sleep before something in ``doc`` is due (None:
     nothing is; the lease renewal still is)."""
+    if not parked and not doc.schedules.by_name:  # no schedule, no claim waiting
+        return None
     times: list[float] = []
     tick = _tick_commit_at(doc)
     if tick is not None:

@@ -1,8 +1,9 @@
 """The dead-letter calls of the in-process client, over the document's dead jobs
 and the dead segments (:mod:`osqueue.broker.cold.dead`).
 
-:class:`DeadCalls` is the part of :class:`~osqueue.broker.inproc.client.LocalClient`
-that lists, retries and purges dead jobs.  With no filter but ``ids`` the
+:class:`DeadCalls` lists, retries and purges dead jobs for both the in-process
+client and the gRPC service (it is :attr:`BrokerCalls.dead
+<osqueue.broker.inproc.calls.BrokerCalls.dead>`).  With no filter but ``ids`` the
 document's jobs are taken by one ``RetryDead``/``PurgeDead`` op (as before
 dead segments); ids found in no document job, every other filter, and "all"
 go on through the dead segments, one commit per segment (paged, resumable:
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 class DeadCalls:
     """``retry_dead``, ``purge_dead`` and ``dead_jobs`` on a broker here."""
 
-    broker: BrokerHost
+    def __init__(self, broker: BrokerHost) -> None:
+        self.broker = broker
 
     async def retry_dead(
         self,

@@ -94,12 +94,14 @@ class Lease:
         self.sent_at = 0.0
         self._seen_version = 0  # the highest version read: a document never goes back
         self._watch = LeaseWatch(config.clock_skew_margin_s)
+        #: the last :meth:`owner` made (handed again while nothing in it changed)
+        self._owner: BrokerInfo | None = None
 
-    def wrote(self, doc: Document, etag: str, sent_at: float) -> None:
-        """``doc`` is stored now, with ``etag``, by a write sent at ``sent_at``
-        (monotonic)."""
+    def wrote(self, doc: Document, etag: str, sent_at: float, *, at: float | None = None) -> None:
+        """``doc`` is stored now (``at``, if the caller has just read the monotonic
+        clock), with ``etag``, by a write sent at ``sent_at`` (monotonic)."""
         self.doc, self.etag = doc, etag
-        self.written_at = self._clock.monotonic()
+        self.written_at = self._clock.monotonic() if at is None else at
         self.sent_at = sent_at
 
     @property
@@ -109,21 +111,43 @@ class Lease:
         doc = self.doc
         return doc.broker.address if doc and doc.broker else None
 
-    def owner(self, now: float, closing: bool, epoch: int | None = None) -> BrokerInfo:
+    def owner(
+        self, now: float, closing: bool, epoch: int | None = None, *, mono: float | None = None
+    ) -> BrokerInfo:
         """This broker as the next version names it: with its address and a lease
         renewed from ``now``; ``closing``: no address, and the lease released
-        (length 0, ending now)."""
+        (length 0, ending now).  ``mono``: the monotonic clock now, if the caller
+        has just read it."""
         lease_s = 0.0 if closing else self._config.lease_s
-        return BrokerInfo(
+        lease_until = to_datetime(now + lease_s)  # the same object within a millisecond
+        epoch = self.epoch if epoch is None else epoch
+        address = None if closing else self._config.address
+        if mono is None:
+            mono = self._clock.monotonic()
+        perf = None if closing else self._counters.window.perf(mono)
+        workers = () if closing else self._counters.workers.summary(now)
+        last = self._owner
+        if (
+            last is not None
+            and last.lease_until is lease_until
+            and last.perf is perf
+            and last.workers is workers
+            and last.epoch == epoch
+            and last.lease_s == lease_s
+            and last.address == address
+        ):
+            return last  # the same value: the document's header keeps its encoding
+        self._owner = last = BrokerInfo(
             id=self.broker_id,
-            address=None if closing else self._config.address,
-            epoch=self.epoch if epoch is None else epoch,
-            lease_until=to_datetime(now + lease_s),
+            address=address,
+            epoch=epoch,
+            lease_until=lease_until,
             lease_s=lease_s,
             heartbeat_timeout_s=self._config.heartbeat_timeout_s,
-            perf=None if closing else self._counters.window.perf(self._clock.monotonic()),
-            workers=() if closing else self._counters.workers.summary(now),
+            perf=perf,
+            workers=workers,
         )
+        return last
 
     def fresh(self) -> bool:
         """This broker owns the held document and its lease has more than half its

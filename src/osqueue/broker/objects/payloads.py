@@ -204,7 +204,7 @@ class Payloads:
         job = doc.jobs.get(job_of_key(key))
         if job is not None and job.payload_ref == key:
             return False
-        if key in doc.waiting_cold.payloads:  # a waiting child in an object uses it
+        if key in doc.waiting_cold.payloads or key in doc.delayed.payloads:  # a waiting child's
             return False
         if key in doc.dead.payloads:  # a job's in a dead segment (osqueue.state.cold_dead)
             return False

@@ -24,15 +24,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from osqueue.api import EncodedResult, Job
 from osqueue.broker.objects.orphans import sweep_orphans
 from osqueue.errors import (
+    NOT_APPLIED,
     CorruptDocument,
-    DuplicateKey,
     InvalidInput,
-    LeaseLost,
     NotFound,
     OsqueueError,
-    Overloaded,
-    QueueFull,
-    ShuttingDown,
     StorageError,
 )
 from osqueue.ids import new_id
@@ -41,9 +37,6 @@ from osqueue.state.results import check_value, job_of_result_key, keeps_result, 
 from osqueue.storage.port import Storage
 
 log = logging.getLogger(__name__)
-
-#: Answers that mean a completion was not applied (its result object is unused).
-_NOT_APPLIED = (InvalidInput, LeaseLost, QueueFull, DuplicateKey, Overloaded, ShuttingDown)
 
 
 class ResultObjects:
@@ -169,7 +162,7 @@ class ResultObjects:
             answer = op if isinstance(op, OsqueueError) else next(answers)
             out.append(answer)
             if isinstance(op, Complete) and op.result is not None and op.result.ref is not None:
-                kept = not isinstance(answer, _NOT_APPLIED) and (
+                kept = not isinstance(answer, NOT_APPLIED) and (
                     isinstance(answer, OsqueueError) or _kept(document(), op)
                 )
                 if not kept:

@@ -33,14 +33,12 @@ if TYPE_CHECKING:
     from osqueue.client.connect import AnyClient as AnyClient
     from osqueue.client.connect import Connecting as Connecting
     from osqueue.client.connect import connect as connect
-    from osqueue.client.sync import SyncClient as SyncRemoteClient
     from osqueue.client.sync import connect_sync as connect_sync
 
 _ABOVE = {
     "AnyClient": ("osqueue.client.connect", "AnyClient"),
     "Connecting": ("osqueue.client.connect", "Connecting"),
     "connect": ("osqueue.client.connect", "connect"),
-    "SyncRemoteClient": ("osqueue.client.sync", "SyncClient"),
     "connect_sync": ("osqueue.client.sync", "connect_sync"),
 }
 
@@ -58,7 +56,6 @@ __all__ = [
     "Connecting",
     "RemoteClient",
     "RemoteConfig",
-    "SyncRemoteClient",
     "connect",
     "connect_sync",
 ]

@@ -26,39 +26,49 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from types import TracebackType
-from typing import TypeVar, Unpack, cast
+from typing import Any, TypeVar, Unpack, cast
 
-from osqueue.api import Job, JobResult, NewJob, PushOptions, Stats
+from google.protobuf.message import Message
+
+from osqueue.api import (
+    ClaimOptions,
+    Job,
+    JobResult,
+    NewJob,
+    PushOptions,
+    QueueSettings,
+    ScheduleInfo,
+    ScheduleSpec,
+    SettingsChange,
+    Stats,
+)
 from osqueue.client.discovery import BrokerLocation
 from osqueue.client.remote.batches import Batches
 from osqueue.client.remote.config import RemoteConfig
 from osqueue.client.remote.connection import Conn, Connection
-from osqueue.client.remote.dead_letters import DeadLetterRpcs
 from osqueue.client.remote.failover import Attempt, Failover, StreamCall
 from osqueue.client.remote.failures import errors_of, holder_result
 from osqueue.client.remote.requests import (
     claim_request,
     completion_ref,
     completion_refs,
+    dead_request,
     fail_item,
     holder_ref,
     push_message,
-    result_request,
 )
-from osqueue.client.remote.scheduling import SchedulingRpcs
-from osqueue.client.remote.segment_admin import SegmentRpcs
 from osqueue.clock import Clock, SystemClock
-from osqueue.errors import OsqueueError, ShuttingDown
-from osqueue.state import validate
+from osqueue.errors import InvalidInput, OsqueueError, ShuttingDown
+from osqueue.state import make, validate
 from osqueue.storage.port import Storage
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.auth import bearer_metadata
-from osqueue.wire.convert import job_from_pb, job_result_from_pb, stats_from_pb
+from osqueue.wire.convert import from_pb, job_result_from_pb, stats_from_pb, to_pb
 
 R = TypeVar("R")
 
 
-class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
+class RemoteClient:
     """A :class:`~osqueue.api.QueueClient` over gRPC that finds and follows the broker
     (and :class:`~osqueue.api.Scheduling`: periodic jobs and queue settings).
 
@@ -161,21 +171,14 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
                 messages.append(push_message(job, self.config.max_payload_bytes))
             except OsqueueError as exc:
                 messages.append(exc)
-        good = [m for m in messages if isinstance(m, pb.NewJob)]
-        sent = iter(await self.pushes.submit_many(good))
-        results: list[str | OsqueueError] = []
-        for message in messages:
-            if isinstance(message, OsqueueError):
-                results.append(message)
-                continue
-            outcome = next(sent)
-            if isinstance(outcome, OsqueueError):
-                results.append(outcome)
-            elif isinstance(outcome, BaseException):
+        sent = iter(
+            await self.pushes.submit_many([m for m in messages if isinstance(m, pb.NewJob)])
+        )
+        results = [m if isinstance(m, OsqueueError) else next(sent) for m in messages]
+        for outcome in results:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, OsqueueError):
                 raise outcome
-            else:
-                results.append(outcome)
-        return results
+        return cast("list[str | OsqueueError]", results)
 
     async def push_many(self, jobs: Sequence[NewJob]) -> list[str]:
         """Push a batch; raises the first job's error (the other jobs are pushed)."""
@@ -188,29 +191,29 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
     # ------------------------------------------------------------------ claim
 
     async def claim(
-        self,
-        worker: str,
-        queues: Sequence[str] = ("default",),
-        *,
-        max_jobs: int = 1,
-        wait_s: float = 0.0,
+        self, worker: str, queues: Sequence[str] = ("default",), **options: Unpack[ClaimOptions]
     ) -> list[Job]:
         self._check_open()
-        request, wait = claim_request(worker, queues, max_jobs, wait_s, self.config.max_claim_jobs)
+        request, wait = claim_request(worker, queues, options, self.config.max_claim_jobs)
+        response = await self._waiting("Claim", request, wait)
+        return [from_pb(job, Job) for job in response.jobs]
+
+    async def _waiting(self, rpc: str, request: Any, wait: float) -> Any:
+        """One call of ``rpc`` that may wait up to ``wait`` seconds (a claim, a result),
+        retried like every call; the wait is counted once across attempts."""
         failover = self.failover
         start = self.clock.monotonic()
 
-        async def attempt(conn: Conn, deadline: float) -> list[Job]:
+        async def attempt(conn: Conn, deadline: float) -> Any:
             request.wait_s = max(0.0, wait - (self.clock.monotonic() - start))
-            response = await conn.stub.Claim(
+            return await getattr(conn.stub, rpc)(
                 request,
                 timeout=failover.attempt_timeout(deadline, request.wait_s),
                 metadata=self._metadata,
             )
-            return [job_from_pb(job) for job in response.jobs]
 
-        jobs, _ = await failover.call(attempt, deadline=failover.deadline(wait))
-        return jobs
+        response, _ = await failover.call(attempt, deadline=failover.deadline(wait))
+        return response
 
     async def complete_and_claim(
         self,
@@ -224,8 +227,7 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         """Complete ``jobs`` (with ``results``, one per job) and claim up to
         ``max_jobs`` in one Claim call (one commit).
 
-        A broker that predates this answers no completion results; the
-        completions then go out with Complete.  Retried like a claim; a
+        Retried like a claim; a
         completion whose first answer was lost and that the broker then no
         longer knows is :class:`~osqueue.errors.MaybeCommitted`.  Completions
         beyond one request (``max_batch``) go out with Complete beside the
@@ -249,7 +251,8 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         queues: Sequence[str],
         max_jobs: int,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
-        request, _ = claim_request(worker, queues, max_jobs, 0.0, self.config.max_claim_jobs)
+        options: ClaimOptions = {"max_jobs": max_jobs}
+        request, _ = claim_request(worker, queues, options, self.config.max_claim_jobs)
         request.complete.extend(refs)
         maybe = False
 
@@ -268,9 +271,7 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         response, _ = await failover.call(
             attempt, deadline=failover.deadline(), on_unknown=lost_answer
         )
-        claimed = [job_from_pb(job) for job in response.jobs]
-        if len(response.completed) != len(jobs):  # an older broker ignored `complete`
-            return await self._complete_refs(refs), claimed
+        claimed = [from_pb(job, Job) for job in response.jobs]
         outcomes = [
             holder_result("complete", job.id, status, maybe)
             for job, status in zip(jobs, response.completed, strict=True)
@@ -278,12 +279,7 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         return errors_of(outcomes), claimed
 
     async def claim_stream(
-        self,
-        worker: str,
-        queues: Sequence[str] = ("default",),
-        *,
-        max_jobs: int = 1,
-        wait_s: float = 0.0,
+        self, worker: str, queues: Sequence[str] = ("default",), **options: Unpack[ClaimOptions]
     ) -> AsyncIterator[list[Job]]:
         """Long poll: yield jobs as they become claimable until ``max_jobs`` or ``wait_s``.
 
@@ -291,7 +287,7 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         after that simply ends (the next call finds the broker again).
         """
         self._check_open()
-        request, wait = claim_request(worker, queues, max_jobs, wait_s, self.config.max_claim_jobs)
+        request, wait = claim_request(worker, queues, options, self.config.max_claim_jobs)
         failover = self.failover
         start = self.clock.monotonic()
 
@@ -307,7 +303,7 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         stream = failover.stream(open_stream, deadline=failover.deadline(wait))
         async with aclosing(stream) as responses:
             async for response in responses:
-                yield [job_from_pb(job) for job in response.jobs]
+                yield [from_pb(job, Job) for job in response.jobs]
 
     # ------------------------------------------------------------------ the holder's calls
 
@@ -349,28 +345,16 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
 
     async def cancel(self, job_id: str) -> None:
         self._check_open()
-        await self.cancels.submit(validate.job_id(job_id, "job_id"))
+        await self.cancels.submit(make.cancel(job_id).job_id)
 
     async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
         """How ``job_id`` finished, waiting up to ``wait_s`` (see
         :meth:`osqueue.api.QueueClient.result`); retried and failed over like a
         claim, the wait counted once across attempts."""
         self._check_open()
-        request, wait = result_request(job_id, wait_s)
-        failover = self.failover
-        start = self.clock.monotonic()
-
-        async def attempt(conn: Conn, deadline: float) -> JobResult:
-            request.wait_s = max(0.0, wait - (self.clock.monotonic() - start))
-            response = await conn.stub.Result(
-                request,
-                timeout=failover.attempt_timeout(deadline, request.wait_s),
-                metadata=self._metadata,
-            )
-            return job_result_from_pb(response)
-
-        result, _ = await failover.call(attempt, deadline=failover.deadline(wait))
-        return result
+        wait = make.wait(wait_s)
+        request = pb.ResultRequest(id=validate.job_id(job_id, "job_id"), wait_s=wait)
+        return job_result_from_pb(await self._waiting("Result", request, wait))
 
     async def _unary(self, attempt: Attempt[R]) -> R:
         """One unary call, retried like every call until the default deadline."""
@@ -378,13 +362,54 @@ class RemoteClient(SchedulingRpcs, DeadLetterRpcs, SegmentRpcs):
         result, _ = await self.failover.call(attempt, deadline=self.failover.deadline())
         return result
 
-    async def stats(self) -> Stats:
-        async def attempt(conn: Conn, deadline: float) -> Stats:
-            response = await conn.stub.Stats(
-                pb.StatsRequest(),
-                timeout=self.failover.attempt_timeout(deadline),
-                metadata=self._metadata,
+    async def _rpc(self, rpc: str, request: Message) -> Any:
+        """One unary call of ``rpc``, retried like every call until the default deadline."""
+
+        async def attempt(conn: Conn, deadline: float) -> Any:
+            return await getattr(conn.stub, rpc)(
+                request, timeout=self.failover.attempt_timeout(deadline), metadata=self._metadata
             )
-            return stats_from_pb(response)
 
         return await self._unary(attempt)
+
+    async def stats(self) -> Stats:
+        return stats_from_pb(await self._rpc("Stats", pb.StatsRequest()))
+
+    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
+        return int((await self._rpc("RetryDead", dead_request(ids))).count)
+
+    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
+        """Delete dead jobs (all of them when ``ids`` is None)."""
+        return int((await self._rpc("PurgeDead", dead_request(ids))).count)
+
+    async def readmit_segment(self, key: str) -> int:
+        """Put the set-aside segment ``key`` back once its object is restored (the
+        broker checks it first); returns the jobs readmitted."""
+        request = pb.ReadmitSegmentRequest(key=key)
+        return int((await self._rpc("ReadmitSegment", request)).count)
+
+    # ------------------------------------------------------------------ schedules, settings
+    # A schedule or a setting is safe to send again: applied twice, it is the same state.
+
+    async def schedule(self, name: str, **spec: Unpack[ScheduleSpec]) -> ScheduleInfo:
+        request = pb.ScheduleRequest(schedule=to_pb(make.schedule(name, spec), pb.Schedule))
+        response = await self._rpc("Schedule", request)
+        if not response.HasField("schedule"):
+            raise InvalidInput("the broker answered no schedule", field="schedule")
+        return from_pb(response.schedule, ScheduleInfo)
+
+    async def unschedule(self, name: str) -> bool:
+        request = pb.UnscheduleRequest(name=make.unschedule(name).name)
+        return bool((await self._rpc("Unschedule", request)).removed)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        response = await self._rpc("ListSchedules", pb.ListSchedulesRequest())
+        return [from_pb(s, ScheduleInfo) for s in response.schedules]
+
+    async def set_queue(
+        self, queue: str, *, remove: bool = False, **change: Unpack[SettingsChange]
+    ) -> QueueSettings:
+        op = make.set_queue(queue, change, remove)
+        request = pb.SetQueueRequest(settings=to_pb(op, pb.QueueSettings), remove=op.remove)
+        return from_pb((await self._rpc("SetQueue", request)).settings, QueueSettings)

@@ -154,14 +154,9 @@ class ClaimLoop:
         results = [ride.result for ride in rides]
         sent = self._clock.monotonic()
         try:
-            if any(result is not None for result in results):
-                errors, jobs = await self._fused.complete_and_claim(
-                    done, self._worker_id, self._queues, max_jobs=free, results=results
-                )
-            else:  # also for a client that predates results
-                errors, jobs = await self._fused.complete_and_claim(
-                    done, self._worker_id, self._queues, max_jobs=free
-                )
+            errors, jobs = await self._fused.complete_and_claim(
+                done, self._worker_id, self._queues, max_jobs=free, results=results
+            )
         except BaseException as exc:
             answer_all(rides, Failed(exc) if isinstance(exc, OsqueueError) else SEND_ALONE)
             raise

@@ -131,10 +131,7 @@ class Settler:
                         raise error
                     case SendAlone():
                         pass
-            if result is None:
-                await self._client.complete(job)
-            else:
-                await self._client.complete(job, result=result)
+            await self._client.complete(job, result=result)
         except InvalidInput as exc:
             field = exc.field or ""
             if result is None or not (field.startswith("result") or ".result" in field):
