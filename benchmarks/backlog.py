@@ -48,100 +48,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-LOAD_BATCH = 10_000
-PAYLOAD = b"x" * 32
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _queue_json_bytes(directory: str) -> int:
-    path = Path(directory) / "queue.json"
-    return path.stat().st_size if path.exists() else 0
-
-
-async def _load(client: Any, depth: int) -> tuple[float, str | None]:
-    """Push ``depth`` jobs in batches of LOAD_BATCH (two batches in flight)."""
-    from osqueue import NewJob, OsqueueError
-
-    start = time.perf_counter()
-    pushed = 0
-    try:
-        while pushed < depth:
-            sizes = [min(LOAD_BATCH, depth - pushed - i * LOAD_BATCH) for i in range(2)]
-            sizes = [n for n in sizes if n > 0]
-            await asyncio.gather(
-                *(client.push_many([NewJob(PAYLOAD) for _ in range(n)]) for n in sizes)
-            )
-            pushed += sum(sizes)
-    except OsqueueError as exc:
-        return pushed / (time.perf_counter() - start), f"{type(exc).__name__} after {pushed}"
-    elapsed = time.perf_counter() - start
-    return (depth / elapsed if elapsed > 0 else 0.0), None
-
-
-async def _worker(client: Any, name: str, deadline: float, lat: list[float]) -> int:
-    done = 0
-    clock = time.perf_counter
-    while clock() < deadline:
-        t0 = clock()
-        jobs = await client.claim(name, ["default"], max_jobs=1, wait_s=0.5)
-        if not jobs:
-            continue
-        await asyncio.gather(client.complete(jobs[0]), client.push(PAYLOAD))
-        lat.append(clock() - t0)
-        done += 1
-    return done
-
-
-def _rss_mib() -> float:
-    """The process's resident memory now (Linux; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return 0.0
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-
-
-async def _sample_size(directory: str, sizes: list[int]) -> None:
-    """Record queue.json's size every 50 ms (the largest goes in the report)."""
-    while True:
-        sizes.append(_queue_json_bytes(directory))
-        await asyncio.sleep(0.05)
-
-
-async def _takeover(broker: Any, url: str, config: Any) -> dict[str, Any]:
-    """Kill ``broker`` where it stands; time a standby's takeover and first claim."""
-    import osqueue
-
-    standby = osqueue.Broker(url, config, standby=True)
-    starting = asyncio.ensure_future(standby.start())
-    await asyncio.sleep(0.5)  # the standby has read the document once
-    for task in broker.tasks():  # a crash: no last write, the lease runs out
-        task.cancel()
-    killed = time.perf_counter()
-    await starting
-    serving = time.perf_counter() - killed
-    jobs = await standby.client().claim("after-takeover", ["default"], wait_s=30.0)
-    claimed = time.perf_counter() - killed
-    await standby.stop()
-    return {
-        "takeover_s": round(serving, 3),
-        "takeover_claim_s": round(claimed, 3) if jobs else None,
-        "lease_s": standby.config.lease_s,
-    }
+from _backlog_common import (
+    child_run,
+    load,
+    log,
+    median_line,
+    peak_rss_mib,
+    percentile_ms,
+    queue_json_bytes,
+    rss_mib,
+    sample_size,
+    time_takeover,
+    worker,
+)
 
 
 async def one_depth(
@@ -157,13 +82,13 @@ async def one_depth(
 
     config = osqueue.BrokerConfig(**settings) if settings else None
     sizes: list[int] = []
-    sampler = asyncio.ensure_future(_sample_size(directory, sizes))
+    sampler = asyncio.ensure_future(sample_size(directory, sizes))
     broker = osqueue.Broker(url, config)
     await broker.start()
     client = broker.client()
-    load_rate, refused = await _load(client, depth)
-    await _load(client, workers)  # one job per worker on top: the depth it keeps
-    loaded_json = _queue_json_bytes(directory)
+    load_rate, refused = await load(client, depth)
+    await load(client, workers)  # one job per worker on top: the depth it keeps
+    loaded_json = queue_json_bytes(directory)
     stats = await client.stats()
     lat: list[float] = []
     deadline = time.perf_counter() + seconds
@@ -174,39 +99,34 @@ async def one_depth(
     counts = (
         [0]
         if refused
-        else await asyncio.gather(
-            *(_worker(client, f"w{i}", deadline, lat) for i in range(workers))
-        )
+        else await asyncio.gather(*(worker(client, f"w{i}", deadline, lat) for i in range(workers)))
     )
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
     end_stats = await client.stats()
-    rss_end = _rss_mib()
-    failover = await _takeover(broker, url, config) if takeover else {}
+    rss_end = rss_mib()
+    failover = await time_takeover(broker, url, config) if takeover else {}
     await broker.stop()
     sampler.cancel()
     lat.sort()
     jobs = sum(counts)
-
-    def pct(q: float) -> float:
-        return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else 0.0
 
     return {
         "depth": depth,
         "workers": workers,
         "jobs_per_s": round(jobs / elapsed, 1),
         "cpu_us_per_job": round(cpu_s / jobs * 1e6, 1) if jobs else None,
-        "p50_ms": pct(0.50),
-        "p99_ms": pct(0.99),
+        "p50_ms": percentile_ms(lat, 0.50),
+        "p99_ms": percentile_ms(lat, 0.99),
         "load_jobs_per_s": round(load_rate, 1) if depth else None,
         "refused": refused,
         "queue_json_bytes": loaded_json,
-        "queue_json_bytes_end": _queue_json_bytes(directory),
+        "queue_json_bytes_end": queue_json_bytes(directory),
         "queue_json_max_bytes": max(sizes, default=0),
         "document_bytes": stats.document_bytes,
         "document_bytes_end": end_stats.document_bytes,
         "spilled": sum(getattr(q, "spilled", 0) for q in stats.queues.values()),
-        "rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_mib": peak_rss_mib(),
         "rss_end_mib": rss_end,
         **failover,
         **({"config": settings} if settings else {}),
@@ -253,23 +173,8 @@ def main() -> None:
         for depth in depths:
             log(f"depth {depth}: run {run + 1}/{args.runs}")
             runs[depth].append(_child_run(args, depth))
-    empty: float | None = None
     for depth in depths:
-        done = runs[depth]
-        best = sorted(done, key=lambda r: r["jobs_per_s"])[len(done) // 2]  # the median run
-        best["runs_jobs_per_s"] = [r["jobs_per_s"] for r in done]
-        best["median_of"] = len(done)
-        if depth == 0:
-            empty = best["jobs_per_s"]
-        if empty:
-            best["of_empty"] = round(best["jobs_per_s"] / empty, 3)
-            # each run against the empty run of its own round
-            if depth != 0 and 0 in runs:
-                pairs = zip(done, runs[0], strict=True)
-                best["of_empty_by_round"] = [
-                    round(r["jobs_per_s"] / e["jobs_per_s"], 3) for r, e in pairs
-                ]
-        print(json.dumps(best), flush=True)
+        print(json.dumps(median_line(runs[depth], runs.get(0))), flush=True)
 
 
 def _child_run(args: argparse.Namespace, depth: int) -> dict[str, Any]:
@@ -289,14 +194,7 @@ def _child_run(args: argparse.Namespace, depth: int) -> dict[str, Any]:
         args.config,
         *(["--takeover"] if args.takeover else []),
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ, check=False)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode != 0 or not lines:
-        log(out.stderr[-3000:])
-        raise SystemExit(f"depth {depth}: the run failed")
-    log("  " + lines[-1])
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return child_run(cmd, f"depth {depth}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ SMALL = {
     "head_jobs": 2,
     "load_jobs": 3,
     "spill_above_jobs": 3,
+    "compact_jobs": None,  # compaction has tests of its own (test_compaction.py)
     "retry_base_s": 0.001,
     "payload_sweep_interval_s": None,
     "stats_log_interval_s": None,

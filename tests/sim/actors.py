@@ -128,6 +128,7 @@ class BrokerNode:
             head_jobs=c.head_jobs,
             load_jobs=c.load_jobs,
             spill_hold_bytes=c.spill_hold_bytes,
+            compact_jobs=c.compact_jobs,
         )
 
     async def supervise(self) -> None:

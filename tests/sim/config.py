@@ -119,6 +119,8 @@ class SimConfig:
     load_jobs: int = 2
     #: a commit waits for a spill in flight above this many document bytes (None: never)
     spill_hold_bytes: int | None = None
+    #: compaction: adjacent segments of at most a tenth of this many jobs are merged (None: never)
+    compact_jobs: int | None = None
     # Dead letters in dead segments (the "dead-segments" family; docs/segments.md)
     #: dead jobs a queue keeps in the document (None: the broker's default, never reached)
     dead_keep_jobs: int | None = None
@@ -386,12 +388,17 @@ def _spilling(c: SimConfig, rng: random.Random) -> SimConfig:
         # not drawn from rng (the seeds' other draws stay as they were): a third
         # of the runs never hold, a third hold every commit a spill is in flight
         spill_hold_bytes=(None, 1, 4096)[c.seed // len(FAMILY_NAMES) % 3],
+        # compaction merges the small segments under the same faults (a side draw)
+        compact_jobs=_side(c.seed, "compact_jobs").choice((20, 30)),
     )
 
 
 def segments(c: SimConfig, rng: random.Random) -> SimConfig:
-    """Spill and load constantly, under the background of every fault."""
-    return _spilling(c, rng)
+    """Spill and load constantly, under the background of every fault; segments of
+    one or two jobs, so that runs of them are compacted (parts of at most a tenth
+    of ``compact_jobs``, merged once a run holds half of it)."""
+    spilling = _spilling(c, rng)
+    return _mix(spilling, segment_jobs=min(spilling.segment_jobs, 2))
 
 
 def segment_crash(c: SimConfig, rng: random.Random) -> SimConfig:

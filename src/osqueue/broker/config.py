@@ -68,6 +68,9 @@ class BrokerConfig:
     #: until the lease renewal is due), so the document passes this by one batch
     #: at most; None: never wait.
     spill_hold_bytes: int | None = 4 * 1024 * 1024
+    #: Compaction: adjacent segments of a queue (per priority) holding at most a tenth
+    #: of this many jobs each are merged into objects of at most this many; None: never.
+    compact_jobs: int | None = 50_000
     #: Dead letters (docs/segments.md "Dead letters"): the newest dead jobs a queue
     #: keeps in the document (None: all); once this many more have died, the
     #: oldest move to dead segments (of segment_jobs jobs at most).
@@ -202,6 +205,7 @@ class BrokerConfig:
             "spill_hold_bytes",
             "waiting_spill_above_jobs",
             "finished_seal_above_entries",
+            "compact_jobs",
             "dead_keep_jobs",
             "delay_spill_above_jobs",
         ):
@@ -237,6 +241,7 @@ class BrokerConfig:
             head_jobs=self.head_jobs,
             load_jobs=self.load_jobs,
             spill_above_jobs=self.spill_above_jobs,
+            compact_jobs=self.compact_jobs,
             dead_keep_jobs=self.dead_keep_jobs,
             dead_spill_jobs=self.dead_spill_jobs,
             result_ttl_s=self.result_ttl_s,

@@ -12,6 +12,7 @@ in :mod:`~osqueue.state.planning`.
 """
 
 from osqueue.state.codec import decode, encode
+from osqueue.state.compaction import CompactPlan, plan_compactions
 from osqueue.state.document import Document
 from osqueue.state.finished_jobs import RESULT_PREFIX, FinishedJob, FinishedRecord, ResultData
 from osqueue.state.history import HistorySample
@@ -37,6 +38,7 @@ from osqueue.state.ops import (
     Cancel,
     Claimed,
     ClaimOp,
+    Compact,
     Complete,
     Counted,
     Fail,
@@ -115,6 +117,8 @@ __all__ = [
     "Claim",
     "ClaimOp",
     "Claimed",
+    "Compact",
+    "CompactPlan",
     "Complete",
     "Counted",
     "Counters",
@@ -179,6 +183,7 @@ __all__ = [
     "next_capacity_at",
     "next_tick_at",
     "next_wakeup",
+    "plan_compactions",
     "plan_loads",
     "plan_spills",
     "segment_key",

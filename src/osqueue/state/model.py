@@ -222,6 +222,11 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     keyed: dict[str, str] = {}
     #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: filters of the ids of its dedupe jobs, and the newest of their creation
+    #: times: a retried push is recognised by them until ``dedupe_window_s`` after
+    #: it (osqueue.state.dedupe_filter; a merge concatenates the filters)
+    id_filter: tuple[str, ...] = ()
+    dedupe_created: datetime | None = None
 
     @property
     def stream(self) -> tuple[str, int]:

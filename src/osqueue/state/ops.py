@@ -50,6 +50,10 @@ class Policy:
     head_jobs: int = 500
     #: jobs one Load puts back
     load_jobs: int = 500
+    #: compaction (osqueue.state.compaction): adjacent segments of a stream holding
+    #: at most a tenth of this many jobs each are merged into objects of at most
+    #: this many (None: never)
+    compact_jobs: int | None = 50_000
     # Scheduling (osqueue.state.schedules, .limits, .deps)
     #: a ``catch_up="skip"`` schedule skips a tick fired later than this after it fell due
     schedule_grace_s: float = 60.0
@@ -138,6 +142,9 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     on_parent_failure: ParentFailure = "cancel"
     #: how long the job's record of finishing (and result) is kept (None: the policy's)
     result_ttl_s: float | None = None
+    #: cold objects the broker read and found without this id (their filters said
+    #: it might be there: osqueue.state.dedupe_filter)
+    absent_from: tuple[str, ...] = ()
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):
@@ -251,6 +258,22 @@ class Readmit(msgspec.Struct, frozen=True, gc=False):
     overlaps a reference spilled since."""
 
     key: str
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+class Compact(msgspec.Struct, frozen=True, gc=False):
+    """The broker wrote one object holding the jobs of the adjacent segments
+    ``refs`` (their lines, in order): reference it (``ref``) in their place.
+    Applied only if each of ``refs`` is still referenced, unchanged and
+    adjacent in its stream, and ``ref`` describes exactly their union
+    (:func:`osqueue.state.compaction.merged_ref`); otherwise it fails alone
+    (``Conflict``) and the object is left to be deleted.  The merged objects
+    are reported in ``Transition.dropped_segments`` (deleted after the commit)."""
+
+    refs: tuple[SegmentRef, ...]
+    ref: SegmentRef
 
 
 # Dead segments (osqueue.state.cold_dead) --------------------------------------
@@ -386,6 +409,7 @@ Op = (
     | Load
     | SetAside
     | Readmit
+    | Compact
     | SpillDead
     | SwapDead
     | SetQueue
@@ -447,6 +471,7 @@ __all__ = [
     "Cancel",
     "ClaimOp",
     "Claimed",
+    "Compact",
     "Complete",
     "Counted",
     "Fail",

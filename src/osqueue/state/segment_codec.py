@@ -20,11 +20,12 @@ import hashlib
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
 from osqueue.errors import CorruptDocument, InvalidInput
+from osqueue.state import dedupe_filter
 from osqueue.state.model import DelayedRef, SegmentRef, StoredJob
 from osqueue.storage.keys import check_key
 
@@ -139,7 +140,28 @@ def join_lines(
     """An object's bytes: ``header``'s line, then one line per job (``lines``: their
     encodings if the caller has them)."""
     body = lines if lines is not None else [_encoder.encode(job) for job in jobs]
-    return b"\n".join((_encoder.encode(header), *body, b""))
+    return _join(header, body)
+
+
+def _join(header: SegmentHeader | DelayedHeader, lines: Sequence[bytes]) -> bytes:
+    return b"\n".join((_encoder.encode(header), *lines, b""))
+
+
+def join_segments(objects: Sequence[SegmentLines]) -> bytes:
+    """One object holding the jobs of ``objects`` (adjacent segments of one stream,
+    in seq order), their lines as they are: what a compaction writes."""
+    first, last = objects[0].header, objects[-1].header
+    assert isinstance(first, SegmentHeader)  # ready segments
+    assert isinstance(last, SegmentHeader)
+    header = SegmentHeader(
+        format=SEGMENT_FORMAT,
+        queue=first.queue,
+        priority=first.priority,
+        first_seq=first.first_seq,
+        last_seq=last.last_seq,
+        count=sum(len(obj) for obj in objects),
+    )
+    return _join(header, [line for obj in objects for line in obj.lines])
 
 
 def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
@@ -162,7 +184,18 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
         max_id=max(ids),
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+        **_dedupe_fields([job for job in jobs if job.dedupe]),
     )
+
+
+def _dedupe_fields(jobs: Sequence[StoredJob]) -> dict[str, Any]:
+    """A reference's filter of its dedupe jobs' ids (none: no fields)."""
+    if not jobs:
+        return {}
+    return {
+        "id_filter": (dedupe_filter.build(job.id for job in jobs),),
+        "dedupe_created": max(job.created_at for job in jobs),
+    }
 
 
 def build_segment(

@@ -66,6 +66,8 @@ class Segments:
         "aside",
         "barriers",
         "changes",
+        "filter_floor",
+        "filtered",
         "keys",
         "payloads",
         "streams",
@@ -80,6 +82,10 @@ class Segments:
         self.keys: dict[str, str] = {}
         #: payload objects spilled jobs use
         self.payloads: set[str] = set()
+        #: object key -> its reference (listed or set aside), if it has an id filter
+        self.filtered: dict[str, SegmentRef] = {}
+        #: at most the oldest ``dedupe_created`` of a listed filter (Unix seconds)
+        self.filter_floor: float | None = None
         #: object key -> its stream
         self._by_key: dict[str, Stream] = {}
         #: object key -> its reference's encoded bytes
@@ -98,6 +104,8 @@ class Segments:
         new.barriers = dict(self.barriers)
         new.keys = dict(self.keys)
         new.payloads = set(self.payloads)
+        new.filtered = dict(self.filtered)
+        new.filter_floor = self.filter_floor
         new._by_key = dict(self._by_key)
         new._frags = dict(self._frags)
         new._section = self._section
@@ -234,6 +242,17 @@ class Segments:
                 return
         raise KeyError(ref.key)
 
+    def swap(self, olds: list[SegmentRef], new: SegmentRef) -> None:
+        """Put ``new`` in the place of ``olds``, adjacent references of its stream (a
+        compaction; the caller checked them)."""
+        refs = self.streams[new.stream]
+        at = next(i for i, r in enumerate(refs) if r.key == olds[0].key)
+        refs[at : at + len(olds)] = [new]
+        for old in olds:
+            self._forget(old)
+        self._index(new)
+        self._moved(new.queue)
+
     def remove(self, ref: SegmentRef) -> None:
         stream = ref.stream
         refs = self.streams[stream]
@@ -258,6 +277,10 @@ class Segments:
         for job_id, key in ref.keyed.items():
             self.keys[key] = job_id
         self.payloads.update(ref.payload_refs)
+        if ref.id_filter and ref.dedupe_created is not None:
+            self.filtered[ref.key] = ref
+            at, floor = ref.dedupe_created.timestamp(), self.filter_floor
+            self.filter_floor = at if floor is None else min(floor, at)
 
     def _release(self, ref: SegmentRef) -> None:
         keys = self.keys
@@ -265,6 +288,7 @@ class Segments:
             if keys.get(key) == job_id:
                 del keys[key]
         self.payloads.difference_update(ref.payload_refs)
+        self.filtered.pop(ref.key, None)
 
     def _moved(self, queue: str) -> None:
         """A reference of ``queue`` changed: its barrier and the section."""

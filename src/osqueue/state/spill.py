@@ -73,8 +73,7 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
         now_job = current.get(job.id)
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the spill's snapshot")
-    doc.drop_ready(jobs)
-    remember_ids(doc, jobs, now, policy)
+    doc.drop_ready(jobs)  # their ids: the reference's filter (osqueue.state.dedupe_filter)
     doc.index.compact(ref.queue, doc.jobs)
     segments.append(ref)
     return Counted(len(jobs))
@@ -137,7 +136,9 @@ def _check_key(value: object, field: str) -> str:
 # --------------------------------------------------------------------------- load
 
 
-def load(doc: Document, op: Load, now: float) -> tuple[Counted, list[StoredJob], str | None]:
+def load(
+    doc: Document, op: Load, now: float, policy: Policy
+) -> tuple[Counted, list[StoredJob], str | None]:
     """Apply ``op``; returns its result, the cancelled jobs it skipped (their
     payload objects may go), and the key of the reference it dropped (the
     object is garbage after the commit) if it took the last jobs."""
@@ -158,8 +159,10 @@ def load(doc: Document, op: Load, now: float) -> tuple[Counted, list[StoredJob],
     inserted = 0
     lines = check_lines(op.lines, len(jobs)) if op.lines else None
     for i, job in enumerate(jobs):
-        if job.id in cancelled:
+        if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
             skipped.append(job)
+            if job.dedupe and job.created_at.timestamp() >= now - policy.dedupe_window_s:
+                doc.add_tombstone(job.id, job.created_at)
         elif job.id not in doc.jobs:
             if lines is not None:
                 doc.put_encoded(job, lines[i], now)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
-from osqueue.state import finished_objects, results
+from osqueue.state import dedupe_filter, finished_objects, results
 from osqueue.state.document import Document
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Policy
@@ -77,6 +77,9 @@ def _reclaim_expired(tx: SweepTx, cutoff: datetime, timeout: float) -> None:
 
 def _prune_recent(tx: SweepTx) -> None:
     doc = tx.doc
+    floor = doc.segments.filter_floor  # filters last as long as tombstones at least:
+    if floor is not None and floor < tx.now - 1.25 * tx.policy.dedupe_window_s - 1:
+        dedupe_filter.prune(doc.segments, tx.now - 1.25 * tx.policy.dedupe_window_s - 1)
     recent = doc.recent
     if not recent:
         return

@@ -6,10 +6,10 @@ and returns the new document with one result per op.  One bad op fails alone:
 each op is validated before it changes anything, and its error becomes its
 result.  No I/O, no clock: ``now`` is passed in.
 
-Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first
-segment in claim order that is not loaded yet and reports its stream in
-:attr:`Transition.starved`; ``Spill``, ``Load`` and a cancel in a segment are
-applied by :mod:`osqueue.state.spill`, waiting children's by :mod:`.cold_waiting`."""
+Deep backlogs (:mod:`osqueue.state.segments`): a claim stops at the first segment in
+claim order not loaded yet and reports its stream in :attr:`Transition.starved`;
+``Spill``, ``Load``, a cancel in a segment: :mod:`.spill`; ``Compact``: :mod:`.compaction`;
+waiting children's: :mod:`.cold_waiting`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+import osqueue.state.compaction as compaction
+import osqueue.state.dedupe_filter as dedupe_filter
 from osqueue.api import FinishedStatus
 from osqueue.backoff import Backoff
 from osqueue.errors import (
@@ -101,7 +103,7 @@ class Transition:
     reclaimed: list[str] = field(default_factory=list)
     #: streams whose claims stopped at a segment not loaded yet (load them now)
     starved: set[Stream] = field(default_factory=set)
-    #: segment objects no reference names any more (fully loaded: delete them)
+    #: segment objects no reference names any more (fully loaded, or compacted)
     dropped_segments: list[str] = field(default_factory=list)
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
@@ -267,6 +269,7 @@ class _Tx:
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
+        dedupe_filter.check(doc.segments.filtered, op, self.now, self.policy)  # cold ids
         if op.key is not None:
             holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:
@@ -472,11 +475,8 @@ class _Tx:
             self._put(_replace(job, claim=_replace(job.claim, heartbeat_at=self.now_dt)))
         return _OK
 
-    def spill(self, op: Spill) -> OpResult:
-        return spill.spill(self.doc, op, self.now, self.policy)
-
     def load(self, op: Load) -> OpResult:
-        result, skipped, dropped = spill.load(self.doc, op, self.now)
+        result, skipped, dropped = spill.load(self.doc, op, self.now, self.policy)
         self.removed.extend(skipped)
         if dropped is not None:
             self.dropped_segments.append(dropped)
@@ -500,10 +500,11 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     PurgeDead: _Tx.purge_dead,
     MarkArchived: _Tx.mark_archived,
     RestartHeartbeats: _Tx.restart_heartbeats,
-    Spill: _Tx.spill,
+    Spill: lambda tx, op: spill.spill(tx.doc, op, tx.now, tx.policy),
     Load: _Tx.load,
     SetAside: lambda tx, op: spill.set_aside(tx.doc, op, tx.now),
     Readmit: lambda tx, op: spill.readmit(tx.doc, op),
+    compaction.Compact: lambda tx, op: compaction.compact(tx.doc, op, tx.dropped_segments),
     SetQueue: scheduling.set_queue,
     PutSchedule: scheduling.put_schedule,
     RemoveSchedule: scheduling.remove_schedule,
@@ -527,8 +528,7 @@ def transition(
     ``owner`` (the broker's identity and renewed lease) is written into the
     new version.  With ``in_place=True`` the given document is updated instead
     of copied: only for a caller that owns it and will not look at the old
-    version again (the broker, which re-reads after any failed write).
-    """
+    version again (the broker, which re-reads after any failed write)."""
     if not math.isfinite(now):
         raise InvalidInput("now must be a finite time", field="now")
     tx = _Tx(doc if in_place else doc.copy(), now, policy or Policy())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, StorageError
@@ -121,14 +121,30 @@ class SegmentCache:
         ``document()`` (the broker's, which moves on meanwhile) says whether the job
         is still unloaded there.  A candidate that fails its check is passed to
         ``broken(key, why)`` (the broker sets it aside) and skipped."""
+        for _ in range(3):  # again if a candidate was compacted meanwhile (then merged)
+            found, moved = await self._locate(job_id, document, broken)
+            if found is not None or not moved:
+                return found
+        return None
+
+    async def _locate(
+        self,
+        job_id: str,
+        document: Callable[[], Document | None],
+        broken: Callable[[str, str], None],
+    ) -> tuple[Cancel | None, bool]:
+        """One look (see :meth:`locate`); and whether a candidate holding the job
+        left the references meanwhile (loaded, or compacted into another)."""
         doc = document()
         if doc is None:
-            return None
+            return None, False
+        moved = False
         for ref in candidates(doc, job_id):
             try:
                 obj = await self.fetch(ref, attempts=3)
             except NotFound:
-                continue  # loaded and deleted meanwhile
+                moved = True  # loaded or merged, and deleted meanwhile
+                continue
             except CorruptDocument as exc:
                 broken(ref.key, str(exc))
                 continue
@@ -137,8 +153,46 @@ class SegmentCache:
                 continue
             now = document()
             current = now.segments.find(ref.key) if now is not None else None
-            if current is None or i < current.loaded or job_id in current.cancelled:
-                return None  # loaded (it is in the document, or gone) or cancelled already
+            if current is None:
+                return None, True  # loaded and dropped, or merged: look again
+            if i < current.loaded or job_id in current.cancelled:
+                return None, False  # loaded (it is in the document, or gone) or cancelled
             (job,) = obj.jobs(i, i + 1)
-            return Cancel(job_id, segment=ref.key, seq=job.seq)
-        return None
+            return Cancel(job_id, segment=ref.key, seq=job.seq), False
+        return None, moved
+
+    async def holds_id(
+        self,
+        job_id: str,
+        keys: Sequence[str],
+        document: Callable[[], Document | None],
+        since: float,
+    ) -> bool:
+        """Whether one of the cold objects ``keys`` (their filters may hold ``job_id``)
+        holds it at a position not loaded yet, created at ``since`` or later (in
+        the dedupe window): read through the cache, checked.  An
+        object that cannot be read (missing, broken, set aside) counts as holding
+        it: a retried push is then answered as one, never applied twice (a storage
+        error is raised: the push fails, and may be sent again).  A key no
+        longer referenced is passed over (loaded, or merged: the push is checked
+        again against what is there now)."""
+        for key in keys:
+            doc = document()
+            if doc is None:
+                return True
+            ref = doc.segments.find(key)
+            if ref is None:
+                entry = doc.segments.aside.get(key)
+                if entry is None:
+                    continue
+                return True
+            try:
+                obj = await self.fetch(ref, attempts=3)
+                i = obj.find(job_id)
+                if i is not None and i >= ref.loaded:
+                    (job,) = obj.jobs(i, i + 1)
+                    if job.created_at.timestamp() >= since:
+                        return True
+            except (NotFound, CorruptDocument):
+                return True
+        return False

@@ -51,6 +51,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.cache import SegmentCache
+from osqueue.broker.cold.compact import Compactor
 from osqueue.broker.cold.dead import DeadLetterManager
 from osqueue.broker.cold.delayed import DelayedManager
 from osqueue.broker.cold.demand import ClaimDemand
@@ -161,6 +162,8 @@ class SegmentManager:
         #: waiting children in objects, the sealed record of finished jobs, dead segments
         self.waiting, self.finished = _cold_parts(self)
         self.dead, self.delayed = _dead_part(self), _delayed_part(self)  # (cold/dead, cold/delayed)
+        #: the compaction in flight (adjacent small segments merged)
+        self.compactor = _compactor(self)
 
     # ------------------------------------------------------------------ after a commit
 
@@ -168,7 +171,7 @@ class SegmentManager:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
         doc = t.doc
-        if self._loads or self.spills.busy:
+        if self._loads or self.spills.busy or self.compactor.busy:
             self._settle(doc)
         if self._asides:
             self._settle_asides()
@@ -195,20 +198,17 @@ class SegmentManager:
             self._due.clear()
         if (above := self._policy.spill_above_jobs) is not None and doc.index.queued >= above:
             self.spills.plan(doc, self._policy)
+        if doc.segments:
+            self.compactor.plan(doc, self._policy)
         self.delayed.committed(t)
         self._check_quiet()
 
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        return bool(
-            self.spills.busy
-            or self._loads
-            or self._reading
-            or self._asides
-            or self.deletes.deleting
-            or any(part.busy for part in (self.dead, self.waiting, self.finished, self.delayed))
-        )
+        parts = (self.dead, self.waiting, self.finished, self.delayed, self.compactor)
+        writing = self.spills.busy or self.deletes.deleting or any(p.busy for p in parts)
+        return bool(writing or self._loads or self._reading or self._asides)
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -250,6 +250,7 @@ class SegmentManager:
             if memo is not None and first is not None:  # the jobs it put ahead of the barrier
                 self._ahead[stream] = (first.key, first.loaded, memo[2] + len(load.jobs))
         self.spills.settle(doc)
+        self.compactor.settle(doc)
 
     # ------------------------------------------------------------------ loads
 
@@ -468,6 +469,24 @@ def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
         changed=m._check_quiet,
     )
     return waiting, finished
+
+
+def _compactor(m: SegmentManager) -> Compactor:
+    """The compactions of ``m``'s broker (sharing its storage, cache, side tasks,
+    keys being written, deletes and set-asides)."""
+    return Compactor(
+        m._storage,
+        cache=m.cache,
+        retry=m._retry,
+        tasks=m._tasks,
+        intake=m._intake,
+        life=m._life,
+        counters=m.counters,
+        writing=m.writing,
+        delete=m._delete,
+        broken=m._set_aside,
+        changed=m._check_quiet,
+    )
 
 
 def _dead_part(m: SegmentManager) -> DeadLetterManager:

@@ -192,13 +192,18 @@ class SpillWriter:
         self._changed()
 
     async def _put(self, key: str, data: bytes) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._storage.put(key, data)
-                return
-            except StorageError as exc:
-                attempt += 1
-                if attempt >= _PUT_ATTEMPTS:
-                    raise
-                await self._retry.wait(attempt - 1, exc)
+        await put_object(self._storage, self._retry, key, data)
+
+
+async def put_object(storage: Storage, retry: StorageRetry, key: str, data: bytes) -> None:
+    """Store a new cold object whole (``put``), tried ``_PUT_ATTEMPTS`` times with backoff."""
+    attempt = 0
+    while True:
+        try:
+            await storage.put(key, data)
+            return
+        except StorageError as exc:
+            attempt += 1
+            if attempt >= _PUT_ATTEMPTS:
+                raise
+            await retry.wait(attempt - 1, exc)

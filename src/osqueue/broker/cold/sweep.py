@@ -56,6 +56,10 @@ class SegmentCounters:
     set_aside: int = 0
     #: commits that waited for a spill's objects (``spill_hold_bytes``)
     held_commits: int = 0
+    #: compactions committed, and the segments they merged
+    compactions: int = 0
+    compacted_segments: int = 0
+    failed_compactions: int = 0
 
 
 class SegmentDeletes:

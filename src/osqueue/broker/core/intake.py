@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from osqueue.broker.config import BrokerConfig
 from osqueue.errors import InvalidInput, OsqueueError, ResourceExhausted
-from osqueue.state import Load, MarkArchived, Op, Result, SetAside, Spill
+from osqueue.state import Compact, Load, MarkArchived, Op, Result, SetAside, Spill
 from osqueue.state.ops import (
     LoadDelayed,
     LoadWaiting,
@@ -34,6 +34,7 @@ _URGENT = (
     SpillDead,
     SpillDelayed,
     LoadDelayed,
+    Compact,
 )
 
 

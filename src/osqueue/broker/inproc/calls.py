@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from osqueue.api import EncodedResult, Job, JobResult, QueueSettings, ScheduleInfo, Stats
+from osqueue.broker.cold.dedupe import confirm_pushes
 from osqueue.broker.inproc.claimed import ClaimedJobs, raise_if_error
 from osqueue.broker.inproc.dead import DeadCalls
 from osqueue.errors import NOT_APPLIED, InvalidInput, JobNotFound, OsqueueError
@@ -44,6 +45,7 @@ from osqueue.state import (
     stats_of,
     validate,
 )
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.limits import settings_info
 from osqueue.state.results import Answer
 from osqueue.state.schedules import schedule_info
@@ -77,6 +79,8 @@ class BrokerCalls:
         payload = op.payload
         if payload is not None and len(payload) <= self.inline_max:  # the common case
             result = await self.broker.add_op(op)
+            if type(result) is ReadToConfirm:  # a cold object may hold the id: read it
+                (result,) = await confirm_pushes(self.broker, [op], [result])
             if type(result) is Pushed:  # the hot path: one type check, not an isinstance
                 return result.id
             raise _as_error(result)
@@ -137,7 +141,7 @@ class BrokerCalls:
         except OsqueueError:  # refused before anything was queued: none was applied
             await self._discard_payloads(real)
             raise
-        results = iter(answers)
+        results = iter(await confirm_pushes(self.broker, real, answers))
         out: list[str | OsqueueError] = []
         unused: list[Push] = []
         for op in ops:

@@ -1,0 +1,159 @@
+"""Dedupe of cold jobs: a per-object filter of ids instead of a tombstone per job.
+
+A job pushed with an id the caller chose (``dedupe``: every remote push, a
+Spark write's rows) may be pushed again, and the retry must be applied once.
+While the job is in the document its id answers that; once it leaves, a
+29-byte tombstone did, for ``dedupe_window_s``.  A job that moves to a cold
+object (a segment) leaves the document too, so a backlog of 5,000,000 such
+jobs cost 145 MB of tombstones.  Instead, the reference to the object carries
+a **filter** of the ids of its dedupe jobs (:func:`build`: a Bloom filter,
+:data:`BITS_PER_ID` bits an id, about 1.7 bytes in the document, with a
+false-positive rate near 1%) and the newest of their creation times
+(``dedupe_created``): the filter answers until ``dedupe_window_s`` after it.
+
+A push of an id the document does not hold asks :func:`unconfirmed`: the keys
+of the objects whose filter may hold the id (and whose id bounds admit it).
+If there are any, the push fails with :class:`ReadToConfirm` naming them, and
+nothing changes; the broker reads those objects (checked, through its cache),
+and answers the push as a retry if one holds the id at a position not loaded
+yet, or submits it again with ``absent_from`` naming the objects it read. So
+a false positive costs one read and never refuses a new job, and a retried
+push of a cold job is applied once.  A reference set aside is asked too (its
+object cannot be read: the broker then answers the push as a retry, the safe
+side).  Any kind of cold object can carry a filter: it is a tuple of filter
+strings (a merge of objects concatenates them) and a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from functools import lru_cache
+
+import msgspec
+
+from osqueue.errors import Conflict
+from osqueue.state.model import SegmentRef
+from osqueue.state.ops import Policy, Push
+from osqueue.state.segments import Segments
+
+#: filter bits per id (with HASHES hashes: about 1% false positives)
+BITS_PER_ID = 10
+HASHES = 7
+
+
+class ReadToConfirm(Conflict):
+    """A push's id may be held by the cold objects ``keys``: the broker reads them
+    and answers, or sends the push again with ``absent_from`` (never seen by a
+    caller)."""
+
+    def __init__(self, job_id: str, keys: Sequence[str]) -> None:
+        super().__init__(f"id {job_id} may be held by a cold object: read {', '.join(keys)}")
+        self.job_id = job_id
+        self.keys = tuple(keys)
+
+
+def _hashes(job_id: str) -> tuple[int, int]:
+    digest = hashlib.blake2b(job_id.encode(), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little") | 1
+
+
+def _positions(job_id: str, bits: int) -> list[int]:
+    h1, h2 = _hashes(job_id)
+    return [(h1 + i * h2) % bits for i in range(HASHES)]
+
+
+def build(ids: Iterable[str]) -> str:
+    """The filter of ``ids`` (base64 of its bits; "" for none)."""
+    ids = list(ids)
+    if not ids:
+        return ""
+    bits = max(64, BITS_PER_ID * len(ids))
+    bits += -bits % 8
+    field = bytearray(bits // 8)
+    for job_id in ids:
+        for p in _positions(job_id, bits):
+            field[p >> 3] |= 1 << (p & 7)
+    return base64.b64encode(bytes(field)).decode("ascii")
+
+
+@lru_cache(maxsize=4096)
+def _bits(encoded: str) -> bytes:
+    return base64.b64decode(encoded)
+
+
+def may_hold(encoded: str, job_id: str, hashes: tuple[int, int] | None = None) -> bool:
+    """The filter ``encoded`` may hold ``job_id`` (False: it certainly does not);
+    ``hashes``: the id's, if the caller has them."""
+    if not encoded:
+        return False
+    field = _bits(encoded)
+    bits = len(field) * 8
+    h1, h2 = hashes or _hashes(job_id)
+    for i in range(HASHES):
+        p = (h1 + i * h2) % bits
+        if not field[p >> 3] >> (p & 7) & 1:
+            return False
+    return True
+
+
+def ref_may_hold(
+    ref: SegmentRef, job_id: str, since: float, hashes: tuple[int, int] | None = None
+) -> bool:
+    """``ref``'s object may hold ``job_id`` as a dedupe job created at ``since`` or later."""
+    created = ref.dedupe_created
+    return (
+        created is not None
+        and created.timestamp() >= since
+        and ref.min_id <= job_id <= ref.max_id
+        and any(may_hold(f, job_id, hashes) for f in ref.id_filter)
+    )
+
+
+def unconfirmed(
+    refs: Iterable[SegmentRef], job_id: str, since: float, absent_from: Sequence[str]
+) -> list[str]:
+    """The keys of ``refs`` whose filter may hold ``job_id`` (created at ``since`` or
+    later), but those the broker read and found without it (``absent_from``)."""
+    hashes = _hashes(job_id)
+    return [
+        ref.key
+        for ref in refs
+        if ref.id_filter and ref.key not in absent_from and ref_may_hold(ref, job_id, since, hashes)
+    ]
+
+
+def newest(times: Iterable[datetime | None]) -> datetime | None:
+    """The latest of ``times`` (None if none is set)."""
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def check(filtered: dict[str, SegmentRef], op: Push, now: float, policy: Policy) -> None:
+    """For a push of an id the document does not hold: raise :class:`ReadToConfirm`
+    if a cold object's filter (``filtered``: the references with one) may hold
+    it and the broker has not read that object (``op.absent_from``)."""
+    if filtered and op.dedupe:
+        since = now - policy.dedupe_window_s
+        keys = unconfirmed(filtered.values(), op.id, since, op.absent_from)
+        if keys:
+            raise ReadToConfirm(op.id, keys)
+
+
+def prune(segments: Segments, cutoff: float) -> None:
+    """Drop the filters whose newest dedupe job was created before ``cutoff`` (the
+    dedupe window is over for all of their jobs), so they cost the document
+    nothing more; set-aside references keep theirs."""
+    floor: float | None = None
+    for key, ref in list(segments.filtered.items()):
+        created = ref.dedupe_created
+        if created is None or segments.find(key) is None:
+            continue
+        at = created.timestamp()
+        if at < cutoff:
+            segments.replace(msgspec.structs.replace(ref, id_filter=(), dedupe_created=None))
+        else:
+            floor = at if floor is None else min(floor, at)
+    segments.filter_floor = floor
