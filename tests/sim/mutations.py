@@ -194,14 +194,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
-    Mutation(
-        name="compaction-drops-cancels",
-        file="state/compaction.py",
-        original="        cancelled=tuple(i for ref in refs for i in ref.cancelled),\n",
-        replacement="        cancelled=(),\n",
-        family="segments: compaction",
-        models="a merge of segments forgets the cancels its parts carried",
-    ),
     # ------------------------------------------------------------ dead segments (I15)
     Mutation(
         name="dead-retry-keeps-its-segment",
