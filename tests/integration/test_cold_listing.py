@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from backends import backend_url
-from segment_helpers import config
+from cold_helpers import cold_config, fan_in, kill
 from typer.testing import CliRunner, Result
 
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.broker.cold.read import Listed, SortKey, sort_key
 from osqueue.cli.app import app
 from osqueue.inspect.jobs import JobFilter, SegmentedJobs, list_page, matching, payload_by_id
@@ -27,19 +27,6 @@ from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_dead import DEAD_PREFIX
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage import from_url
-
-COLD = {
-    "dead_keep_jobs": 2,
-    "dead_spill_jobs": 2,
-    "spill_above_jobs": None,
-    "waiting_spill_above_jobs": 5,
-    "waiting_object_jobs": 4,
-    "waiting_load_below_queued": 6,
-}
-
-
-def cold_config() -> BrokerConfig:
-    return config(**COLD)
 
 
 @pytest.fixture(params=("memory", "file"))
@@ -54,32 +41,6 @@ async def stored(url: str) -> Document:
         return decode((await storage.read(DOCUMENT_KEY)).data)
     finally:
         await storage.close()
-
-
-async def kill(broker: Broker, n: int) -> list[str]:
-    """``n`` jobs (of mixed priorities) that die at their first failure."""
-    q = broker.client()
-    ids = [
-        await q.push(b"dead-%d" % i, max_attempts=1, priority=i % 3, id=f"d{i:02d}")
-        for i in range(n)
-    ]
-    for i in range(n):
-        for job in await q.claim("w", max_jobs=1):
-            await q.fail(job, error=f"error {i}")
-    await broker.segments.settled()
-    return ids
-
-
-async def fan_in(broker: Broker, n: int) -> tuple[str, list[str]]:
-    """A parent left queued, and ``n`` children waiting for it (most in objects)."""
-    q = broker.client()
-    parent = await q.push(b"parent", queue="kids", id="parent")
-    children = [
-        await q.push(b"child-%d" % i, queue="kids", after=[parent], id=f"c{i:02d}")
-        for i in range(n)
-    ]
-    await broker.segments.settled()
-    return parent, children
 
 
 async def walk(url: str, queue: str | None, status: str | None, limit: int) -> list[Listed]:
