@@ -15,7 +15,8 @@ jobs below the first segment, the segments in seq order, then the rest, and a
 segment's reference carries its seq range and its count, so a page after a
 cursor reads only the segment objects the page falls in
 (:mod:`osqueue.broker.cold.read`), and totals count spilled jobs from the
-references.
+references.  Delayed objects, dead segments and objects of waiting children
+join the same listing (``--status dead``/``waiting`` read only those kinds).
 """
 
 from __future__ import annotations
