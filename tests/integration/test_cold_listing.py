@@ -15,18 +15,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import backend_url
+from backends import Wrapped, backend_url
 from cold_helpers import cold_config, fan_in, kill
 from typer.testing import CliRunner, Result
 
 from osqueue.broker import Broker
 from osqueue.broker.cold.read import Listed, SortKey, sort_key
 from osqueue.cli.app import app
+from osqueue.inspect import jobs as inspect_jobs
 from osqueue.inspect.jobs import JobFilter, SegmentedJobs, list_page, matching, payload_by_id
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.cold_dead import DEAD_PREFIX
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage import from_url
+from osqueue.storage.port import Storage
 
 
 @pytest.fixture(params=("memory", "file"))
@@ -169,3 +171,39 @@ async def test_the_jobs_command_lists_pages_and_reads_dead_and_waiting_jobs_in_o
         everything = await asyncio.to_thread(invoke, "jobs", url, "-n", "0", "--json")
         ids = {json.loads(line)["id"] for line in everything.stdout.splitlines()}
         assert ids >= {*dead, *children}
+
+
+class Counting(Wrapped):
+    """A storage wrapper that records the keys read with ``get``."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.gets: list[str] = []
+
+    async def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return await self.inner.get(key)
+
+
+async def test_a_whole_listing_of_many_pages_reads_each_dead_or_waiting_object_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Counting] = []
+
+    def counting(url: str) -> Storage:
+        opened.append(Counting(from_url(url)))
+        return opened[-1]
+
+    async with Broker(url, cold_config()) as broker:
+        dead = await kill(broker, 14)
+        _, children = await fan_in(broker, 22)
+        doc = await stored(url)
+        monkeypatch.setattr(inspect_jobs, "_PAGE", 3)  # (a page of --limit 0)
+        monkeypatch.setattr(inspect_jobs, "from_url", counting)
+        shown, _ = await list_page(url, None, None, 0, None)
+        assert {item.job.id for item in shown} >= {*dead, *children}
+        (store,) = opened
+        objects = [key for key in store.gets if key.startswith((DEAD_PREFIX, WAITING_PREFIX))]
+        assert sorted(objects) == sorted(
+            [r.key for r in doc.dead] + [r.key for r in doc.waiting_cold]
+        )

@@ -259,10 +259,18 @@ async def list_page(
         doc = await read()
         first = after is None
         shown: list[Listed] = []
+        reads: dict[object, list[StoredJob]] = {}  # dead and waiting objects: read once
         while True:
             want = limit - len(shown) + 1 if limit else _PAGE
             doc, page = await list_jobs(
-                storage, read, doc, after=after, limit=want, queue=queue, status=status
+                storage,
+                read,
+                doc,
+                after=after,
+                limit=want,
+                queue=queue,
+                status=status,
+                reads=reads,
             )
             shown.extend(page)
             if len(page) < want or (limit and len(shown) > limit):

@@ -131,6 +131,9 @@ class _Source:
     high: SortKey
     key: str
     read: Callable[[], Awaitable[list[StoredJob]]]
+    #: its reference, when its bounds are loose (a dead or waiting object: every
+    #: page within its queue reaches it), so a listing of many pages reads it once
+    memo: object = None
 
 
 def _sources(
@@ -150,6 +153,7 @@ def _sources(
                 (r.queue, PRIORITY_MAX, r.last_seq),
                 r.key,
                 partial(read_dead_segment, storage, r),
+                r,
             )
             for r in doc.dead
             if queue is None or r.queue == queue
@@ -161,6 +165,7 @@ def _sources(
                 (r.queue, PRIORITY_MAX, 2**63),
                 r.key,
                 partial(read_waiting, storage, r),
+                r,
             )
             for r in doc.waiting_cold
             if (queue is None or r.queue == queue) and r.live > 0
@@ -202,10 +207,13 @@ async def jobs_after(
     queue: str | None = None,
     status: str | None = None,
     candidates: Iterable[StoredJob] | None = None,
+    reads: dict[object, list[StoredJob]] | None = None,
 ) -> list[Listed]:
     """The first ``limit`` jobs after ``after`` in claim order, of ``doc`` and its
     segments, that match ``queue`` and ``status`` (``candidates``: the document
-    jobs to consider, when the caller has narrowed them).  Reads only the
+    jobs to consider, when the caller has narrowed them; ``reads``: the jobs of
+    loosely bounded objects read by earlier pages, by reference, kept for the
+    next).  Reads only the
     segments the page reaches; ``SnapshotMoved`` if one is gone."""
     pool = doc.jobs.values() if candidates is None else candidates
     docs = heapq.nsmallest(
@@ -227,10 +235,13 @@ async def jobs_after(
             continue
         if len(page) >= limit and source.low > sort_key(page[limit - 1].job):
             break  # this object and every later one start past a full page
+        jobs = None if reads is None or source.memo is None else reads.get(source.memo)
+        if jobs is None:
+            jobs = await source.read()
+            if reads is not None and source.memo is not None:
+                reads[source.memo] = jobs
         spilled = [
-            Listed(job, source.key)
-            for job in await source.read()
-            if after is None or sort_key(job) > after
+            Listed(job, source.key) for job in jobs if after is None or sort_key(job) > after
         ]
         page = heapq.nsmallest(limit, [*page, *spilled], key=lambda listed: sort_key(listed.job))
     return page
@@ -245,19 +256,17 @@ async def list_jobs(
     limit: int,
     queue: str | None = None,
     status: str | None = None,
+    reads: dict[object, list[StoredJob]] | None = None,
 ) -> tuple[Document, list[Listed]]:
     """:func:`jobs_after`, reading the document again (a few times) when the
     snapshot moved on; returns the document the page was read from."""
+    page = partial(jobs_after, limit=limit, queue=queue, status=status, reads=reads)
     for _ in range(4):
         try:
-            page = await jobs_after(
-                storage, doc, after=after, limit=limit, queue=queue, status=status
-            )
-            return doc, page
+            return doc, await page(storage, doc, after=after)
         except SnapshotMoved:
             doc = await read_document()
-    page = await jobs_after(storage, doc, after=after, limit=limit, queue=queue, status=status)
-    return doc, page
+    return doc, await page(storage, doc, after=after)
 
 
 async def find_spilled(storage: Storage, doc: Document, job_id: str) -> StoredJob | None:
