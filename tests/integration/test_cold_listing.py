@@ -22,6 +22,7 @@ from typer.testing import CliRunner, Result
 from osqueue.broker import Broker
 from osqueue.broker.cold.read import Listed, SortKey, sort_key
 from osqueue.cli.app import app
+from osqueue.errors import CorruptDocument
 from osqueue.inspect import jobs as inspect_jobs
 from osqueue.inspect.jobs import JobFilter, SegmentedJobs, list_page, matching, payload_by_id
 from osqueue.state import DOCUMENT_KEY, Document, decode
@@ -207,3 +208,21 @@ async def test_a_whole_listing_of_many_pages_reads_each_dead_or_waiting_object_o
         assert sorted(objects) == sorted(
             [r.key for r in doc.dead] + [r.key for r in doc.waiting_cold]
         )
+
+
+async def test_a_dead_or_waiting_object_that_fails_its_check_is_never_listed(url: str) -> None:
+    async with Broker(url, cold_config()) as broker:
+        await kill(broker, 14)
+        await fan_in(broker, 22)
+        doc = await stored(url)
+    storage = from_url(url)
+    try:
+        for ref in (next(iter(doc.dead)), next(iter(doc.waiting_cold))):
+            data = await storage.get(ref.key)
+            await storage.put(ref.key, data.replace(b'"queue"', b'"QUEUE"', 1))  # same size
+            with pytest.raises(CorruptDocument, match=ref.key):
+                await list_page(url, ref.queue, None, 0, None)
+            await storage.put(ref.key, data)
+        assert len((await list_page(url, None, None, 0, None))[0]) == 14 + 23
+    finally:
+        await storage.close()
