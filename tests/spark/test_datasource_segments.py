@@ -8,11 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cold_helpers import COLD, fan_in, kill
 from pyspark.sql import SparkSession
 from spark_helpers import served_broker
 
 from osqueue.errors import CorruptDocument
-from osqueue.spark.datasource import DelayedPartition, JobsReader, SegmentPartition
+from osqueue.spark.datasource import (
+    DeadPartition,
+    DelayedPartition,
+    JobsReader,
+    SegmentPartition,
+    WaitingPartition,
+)
 from osqueue.spark.options import ReadOptions
 
 pytestmark = pytest.mark.spark
@@ -119,3 +126,31 @@ def test_a_read_returns_the_delayed_jobs_in_objects_too(file_queue: str) -> None
         rows = [row for part in plan for batch in reader.read(part) for row in batch.to_pylist()]
         assert sorted(r["id"] for r in rows) == ids
         assert {bytes(r["payload"]) for r in rows} == {b"p%d" % i for i in range(30)}
+
+
+def test_a_read_returns_dead_jobs_in_dead_segments_and_waiting_children_in_objects(
+    file_queue: str,
+) -> None:
+    with served_broker(file_queue, **{**DEEP, **COLD}) as served:
+        dead = served.run(kill(served.broker, 14))
+        parent, children = served.run(fan_in(served.broker, 22))
+        doc = served.broker.document
+        assert doc.dead.count() >= 10
+        assert doc.waiting_cold.jobs() >= 17
+
+        def rows(table: str) -> list[dict[str, object]]:
+            reader = JobsReader(ReadOptions.parse({"url": file_queue, "table": table}))
+            plan = reader.partitions()
+            assert sum(isinstance(p, DeadPartition) for p in plan) == len(list(doc.dead))
+            waiting = sum(isinstance(p, WaitingPartition) for p in plan)
+            assert waiting == (len(doc.waiting_cold) if table == "jobs" else 0)
+            return [r for part in plan for batch in reader.read(part) for r in batch.to_pylist()]
+
+        every = {r["id"]: r for r in rows("jobs")}
+        assert sorted(every) == sorted([*dead, parent, *children])
+        assert {every[i]["status"] for i in dead} == {"dead"}
+        assert {every[i]["status"] for i in children} == {"waiting"}
+        assert [bytes(every[i]["payload"]) for i in children] == [  # type: ignore[arg-type]
+            b"child-%d" % n for n in range(22)
+        ]
+        assert sorted(r["id"] for r in rows("dead")) == dead

@@ -77,10 +77,11 @@ def jobs(
     """List live and dead jobs, in claim order (priority, then FIFO).
 
     Reads the queue document from storage (a consistent snapshot; no broker
-    needed), and the segment objects of a deep backlog as far as the listing
-    reaches.  Completed jobs leave the document once archived.  --json prints
-    one JSON object per job per line; a listing cut by --limit ends with the
-    cursor to pass as --after for the next page.  --payload ID prints one
+    needed), and the objects of cold jobs (a deep backlog, delayed jobs, dead
+    segments, waiting children) as far as the listing reaches.  Completed
+    jobs leave the document once archived.  --json prints one JSON object per
+    job per line; a listing cut by --limit ends with the cursor to pass as
+    --after for the next page.  --payload ID prints one
     job's payload; a payload object that fails its check is an error naming
     the job and the object, and none of its bytes are written.
     """
@@ -126,10 +127,11 @@ def _table(selected: list[Listed], now: float) -> Table:
         status: str = job.status
         if job.status == "queued" and job.run_at is not None and job.run_at.timestamp() > now:
             status = f"queued (in {age_text(job.run_at.timestamp() - now)})"
-        elif listed.segment is not None:
-            status = "queued (spilled)"
         elif job.status == "waiting":
-            status = f"waiting ({len(job.after)} parent{'' if len(job.after) == 1 else 's'})"
+            cold = ", spilled" if listed.segment is not None else ""
+            status = f"waiting ({len(job.after)} parent{'' if len(job.after) == 1 else 's'}{cold})"
+        elif listed.segment is not None:
+            status = f"{job.status} (spilled)"
         table.add_row(
             shown(job.id),
             shown(job.queue),

@@ -15,7 +15,8 @@ jobs below the first segment, the segments in seq order, then the rest, and a
 segment's reference carries its seq range and its count, so a page after a
 cursor reads only the segment objects the page falls in
 (:mod:`osqueue.broker.cold.read`), and totals count spilled jobs from the
-references.
+references.  Delayed objects, dead segments and objects of waiting children
+join the same listing (``--status dead``/``waiting`` read only those kinds).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from osqueue.broker.cold.read import (
     Listed,
     SnapshotMoved,
     SortKey,
+    cold_count,
     find_spilled,
+    has_cold,
     jobs_after,
     list_jobs,
     sort_key,
-    spilled_count,
 )
 from osqueue.broker.objects.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput, JobNotFound
@@ -44,7 +46,7 @@ from osqueue.state import Document, StoredJob, decode
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
 
-STATUSES = ("queued", "claimed", "dead", "done")
+STATUSES = ("waiting", "queued", "claimed", "dead", "done")
 #: the states ``osqueue jobs --status`` lists
 LISTED_STATES = ("waiting", "queued", "claimed", "dead", "done")
 MAX_LIMIT = 500
@@ -194,13 +196,13 @@ class SegmentedJobs:
 
     async def get(self, job_id: str) -> StoredJob | None:
         found = await self._docs.get(job_id)
-        if found is None and (self.doc.segments or self.doc.delayed):
+        if found is None and has_cold(self.doc):
             found = await find_spilled(self.storage, self.doc, job_id)
         return found
 
     async def page(self, where: JobFilter, after: SortKey | None, limit: int) -> JobPage:
         doc = self.doc
-        if not (doc.segments or doc.delayed) or where.status not in (None, "queued"):
+        if not has_cold(doc, where.status):
             return await self._docs.page(where, after, limit)
         if where.text:
             found = await self._docs.page(where, after, limit)
@@ -212,7 +214,7 @@ class SegmentedJobs:
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidInput(f"must be between 1 and {MAX_LIMIT}", field="limit")
         total = sum(1 for j in doc.jobs.values() if where.matches(j))
-        total += spilled_count(doc, where.queue)
+        total += cold_count(doc, where.queue, where.status)
         try:
             listed = await jobs_after(
                 self.storage,
@@ -257,10 +259,18 @@ async def list_page(
         doc = await read()
         first = after is None
         shown: list[Listed] = []
+        reads: dict[object, list[StoredJob]] = {}  # dead and waiting objects: read once
         while True:
             want = limit - len(shown) + 1 if limit else _PAGE
             doc, page = await list_jobs(
-                storage, read, doc, after=after, limit=want, queue=queue, status=status
+                storage,
+                read,
+                doc,
+                after=after,
+                limit=want,
+                queue=queue,
+                status=status,
+                reads=reads,
             )
             shown.extend(page)
             if len(page) < want or (limit and len(shown) > limit):
@@ -298,11 +308,7 @@ def matching(doc: Document, queue: str | None, status: str | None) -> int:
     names = [queue] if queue is not None else sorted(set(index.queues()) | cold)
     statuses = [status] if status is not None else list(LISTED_STATES)
     total = sum(index.count(q, s) for q in names for s in statuses)
-    if status in (None, "queued"):
-        total += spilled_count(doc, queue)
-    if status in (None, "waiting") and doc.waiting_cold:  # waiting children in objects
-        total += doc.waiting_cold.jobs(queue)
-    return total
+    return total + cold_count(doc, queue, status)
 
 
 def job_dict(job: StoredJob, *, spilled: bool = False) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 Read (``spark.read.format("osqueue").option("url", URL).option("table", T).load()``):
 
 * ``table=jobs``: every job in the queue document, as of one version, and the
-  jobs of a deep backlog that sit in segment objects (one Spark task per
-  segment reads it);
-* ``table=dead``: the dead letters;
+  jobs that sit in objects: a deep backlog's segments, delayed jobs, dead
+  segments, waiting children (one Spark task per object reads it);
+* ``table=dead``: the dead letters, those in dead segments too;
 
   a payload stored as an object is read through the broker's checked read
   (:func:`~osqueue.broker.objects.payloads.read_payload`): one that fails its size or
@@ -52,7 +52,9 @@ from osqueue.api import NewJob
 from osqueue.broker.archive.objects import BadLine, corrupt_lines
 from osqueue.broker.objects.payloads import BadPayload, read_payload
 from osqueue.errors import InvalidInput, NotFound
+from osqueue.state.dead_letters import DeadRef
 from osqueue.state.model import DelayedRef, SegmentRef, StoredJob
+from osqueue.state.waiting_refs import WaitingRef
 
 from . import blocking
 from .archive import ArchiveOffset, archive_keys, latest_offset, plan_archive
@@ -137,12 +139,29 @@ class DelayedPartition(InputPartition):
     ref: DelayedRef
 
 
+@dataclass
+class DeadPartition(InputPartition):
+    """The jobs of one dead segment (``dead/``), read by the task."""
+
+    ref: DeadRef
+
+
+@dataclass
+class WaitingPartition(InputPartition):
+    """The waiting children in one object (``waiting/``), read by the task."""
+
+    ref: WaitingRef
+
+
 class JobsReader(DataSourceReader):
     """One snapshot: the document is read once, when the query is planned; each
     segment it references is read by a task of its own.  A segment whose jobs
     were all loaded back and deleted before its task ran is no longer there:
     the task reads the document again and returns those jobs as they are
-    then (the ones still in the document)."""
+    then (the ones still in the document).  A dead segment or an object of
+    waiting children gone since the plan returns no rows: its jobs were
+    retried, purged or loaded since, and the document cannot tell which of
+    its jobs they are without the object."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -180,10 +199,22 @@ class JobsReader(DataSourceReader):
                 for d in doc.delayed
                 if d.remaining > 0 and (self.options.queue is None or d.queue == self.options.queue)
             )
+            parts.extend(
+                WaitingPartition(w)
+                for w in doc.waiting_cold
+                if w.live > 0 and (self.options.queue is None or w.queue == self.options.queue)
+            )
+        parts.extend(
+            DeadPartition(r)
+            for r in doc.dead
+            if self.options.queue is None or r.queue == self.options.queue
+        )
         return parts or [JobsPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, SegmentPartition | DelayedPartition):
+        if isinstance(
+            partition, SegmentPartition | DelayedPartition | DeadPartition | WaitingPartition
+        ):
             yield from self._read_segment(partition.ref)
             return
         assert isinstance(partition, JobsPartition)
@@ -201,16 +232,28 @@ class JobsReader(DataSourceReader):
         if rows:
             yield to_arrow(rows)
 
-    def _read_segment(self, ref: SegmentRef | DelayedRef) -> Iterator[Any]:
+    def _read_segment(self, ref: SegmentRef | DelayedRef | DeadRef | WaitingRef) -> Iterator[Any]:
         async def fetch(store: Any) -> list[tuple[StoredJob, bytes | None]]:
-            from osqueue.broker.cold.read import SnapshotMoved, read_delayed, read_spilled
+            from osqueue.broker.cold.read import (
+                SnapshotMoved,
+                read_dead_segment,
+                read_delayed,
+                read_spilled,
+                read_waiting,
+            )
 
             try:
                 if isinstance(ref, DelayedRef):
                     jobs = await read_delayed(store, ref)
+                elif isinstance(ref, DeadRef):
+                    jobs = await read_dead_segment(store, ref)
+                elif isinstance(ref, WaitingRef):
+                    jobs = await read_waiting(store, ref)
                 else:
                     jobs = await read_spilled(store, ref)
             except SnapshotMoved:
+                if isinstance(ref, DeadRef | WaitingRef):
+                    return []
                 jobs = await _moved_on(store, ref)
             return [(job, await _payload(store, job)) for job in jobs]
 
