@@ -11,6 +11,7 @@ broker's clock only (invariant 6).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated
@@ -44,7 +45,21 @@ STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead
 
 def to_datetime(ts: float) -> datetime:
     """Broker clock seconds -> a millisecond-precision UTC datetime."""
-    return _ms_datetime(round(ts, 3))
+    last = _last_datetime  # one commit converts the same instant several times
+    if last[0] == ts:
+        return last[1]
+    return _remember_datetime(ts)
+
+
+def _remember_datetime(ts: float) -> datetime:
+    global _last_datetime
+    dt = _ms_datetime(round(ts, 3))
+    _last_datetime = (ts, dt)  # one tuple, swapped whole: safe for other threads' reads
+    return dt
+
+
+#: the last instant converted and its datetime (NaN equals nothing: a first call converts)
+_last_datetime: tuple[float, datetime] = (math.nan, datetime.min.replace(tzinfo=UTC))
 
 
 @functools.lru_cache(maxsize=256)
