@@ -63,6 +63,12 @@ async def test_the_memory_store_refuses_a_bad_key_after_writing_a_good_one() -> 
         with pytest.raises(InvalidInput, match=why):
             await store.put(bad, b"{}")  # type: ignore[arg-type]
     assert await store.list() == ["queue.json"]
+    with pytest.raises(InvalidInput, match="must be bytes, not str"):
+        await store.write("other.json", "{}", if_match=None)  # type: ignore[arg-type]
+    await store.write("other.json", bytearray(b"[]"), if_match=None)  # type: ignore[arg-type]
+    stored = await store.read("other.json")
+    assert type(stored.data) is bytes
+    assert stored.data == b"[]"
 
 
 def test_a_str_subclass_is_checked_in_full_and_the_checked_keys_stay_few() -> None:
