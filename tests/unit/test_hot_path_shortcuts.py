@@ -1,12 +1,11 @@
 """The per-commit shortcuts change no answer: a key checked once is not checked again
-but a bad key is still refused with the same error; the instant a commit converts
-several times is converted once; the archive writer's own queue writes every due
-object once, wakes one waiting writer per object, and a graceful drain waits for all."""
+but a bad key is still refused with the same error; the archive writer's own queue
+writes every due object once, wakes one waiting writer per object, and a graceful
+drain waits for all."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 
@@ -19,7 +18,6 @@ from osqueue.broker.observe.counters import BrokerCounters
 from osqueue.clock import ManualClock
 from osqueue.errors import InvalidInput
 from osqueue.state import StoredJob
-from osqueue.state.model import to_datetime
 from osqueue.storage import MemoryStorage
 from osqueue.storage import keys as keys_module
 from osqueue.storage.keys import check_key
@@ -82,21 +80,6 @@ def test_a_str_subclass_is_checked_in_full_and_the_checked_keys_stay_few() -> No
     for n in range(3 * keys_module._CHECKED_MAX):
         check_key(f"archive/{n}.jsonl")
     assert len(keys_module._CHECKED) <= keys_module._CHECKED_MAX
-
-
-@pytest.mark.parametrize(
-    "instants",
-    [
-        [1_800_000_000.0004, 1_800_000_000.0004, 1_800_000_000.0006, 1_800_000_000.0004],
-        [1_800_000_000.9996, 1_800_000_001.0, 0.0, 0.0, 1_800_000_000.9996],
-        [1_700_000_000.12345, 1_700_000_000.1235, 1_700_000_000.12345],
-    ],
-)
-def test_to_datetime_gives_every_instant_its_own_millisecond(instants: list[float]) -> None:
-    for ts in instants:
-        expected = datetime.fromtimestamp(round(ts, 3), UTC)
-        assert to_datetime(ts) == expected
-        assert to_datetime(ts) == expected
 
 
 def _archiver(written: list[int], concurrency: int) -> tuple[Archiver, SideTasks]:

@@ -11,7 +11,6 @@ broker's clock only (invariant 6).
 from __future__ import annotations
 
 import functools
-import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated
@@ -45,21 +44,7 @@ STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead
 
 def to_datetime(ts: float) -> datetime:
     """Broker clock seconds -> a millisecond-precision UTC datetime."""
-    last = _last_datetime  # one commit converts the same instant several times
-    if last[0] == ts:
-        return last[1]
-    return _remember_datetime(ts)
-
-
-def _remember_datetime(ts: float) -> datetime:
-    global _last_datetime
-    dt = _ms_datetime(round(ts, 3))
-    _last_datetime = (ts, dt)  # one tuple, swapped whole: safe for other threads' reads
-    return dt
-
-
-#: the last instant converted and its datetime (NaN equals nothing: a first call converts)
-_last_datetime: tuple[float, datetime] = (math.nan, datetime.min.replace(tzinfo=UTC))
+    return _ms_datetime(round(ts, 3))
 
 
 @functools.lru_cache(maxsize=256)
@@ -237,6 +222,11 @@ class SegmentRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     keyed: dict[str, str] = {}
     #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: filters of the ids of its dedupe jobs, and the newest of their creation
+    #: times: a retried push is recognised by them until ``dedupe_window_s`` after
+    #: it (osqueue.state.dedupe_filter; a merge concatenates the filters)
+    id_filter: tuple[str, ...] = ()
+    dedupe_created: datetime | None = None
 
     @property
     def stream(self) -> tuple[str, int]:
