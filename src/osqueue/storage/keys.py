@@ -48,11 +48,23 @@ def _check_segment(segment: str, key: str, field: str) -> None:
         )
 
 
+#: Plain keys already checked (the document's key is written every commit); emptied
+#: when full, so one-off keys (archive objects, payloads) never make it large.
+_CHECKED: set[str] = set()
+_CHECKED_MAX = 512
+
+
 def check_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid object key, else raise ``InvalidInput`` naming ``field``."""
     # The fast path: a plain str key (not a subclass) of safe characters needs no more.
-    if type(key) is str and len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key):
-        return key
+    if type(key) is str:
+        if key in _CHECKED:
+            return key
+        if len(key) <= MAX_KEY_BYTES and _PLAIN.fullmatch(key):
+            if len(_CHECKED) >= _CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED.add(key)
+            return key
     if not isinstance(key, str):
         raise InvalidInput(f"must be a str, not {type(key).__name__}", field=field)
     if not key:

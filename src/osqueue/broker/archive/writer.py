@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 
 from osqueue.broker.archive.objects import write_archive
@@ -49,36 +50,58 @@ class Archiver:
         self._counters = counters
         self._written = written
         #: the done jobs of one version each, and the queue id of their document
-        self._due: asyncio.Queue[tuple[list[StoredJob], str]] = asyncio.Queue()
+        self._due: deque[tuple[list[StoredJob], str]] = deque()
+        self._wakers: deque[asyncio.Future[None]] = deque()  # of the writers waiting
+        self._unwritten = 0  # objects due or being written
+        self._all_written = asyncio.Event()
+        self._all_written.set()
         self._writers = 0
-        self._idle = 0  # writers waiting for an object to come due
         self._slots = asyncio.Semaphore(concurrency)  # for the inherited objects
 
     @property
     def pending(self) -> int:
         """Archive objects due or being written."""
-        return self._due.qsize() + self._writers - self._idle
+        return self._unwritten
 
     def add(self, jobs: list[StoredJob], queue_id: str) -> None:
         """The done jobs of a version just committed (of the document ``queue_id``
         names): their archive object is due."""
-        due = self._due
-        due.put_nowait((jobs, queue_id))
-        if due.qsize() > self._idle and self._writers < self._concurrency:
+        self._due.append((jobs, queue_id))
+        self._unwritten += 1
+        self._all_written.clear()
+        if self._wake_one():
+            return
+        if self._writers < self._concurrency:
             self._writers += 1
             self._tasks.spawn(self._writer(), "osqueue-archive")
-        # else: a waiting writer takes it, or the first writer done with its object
+        # else: the first writer done with its object takes it
+
+    def _wake_one(self) -> bool:
+        """Wake one waiting writer (a cancelled one is skipped); False: none waits."""
+        wakers = self._wakers
+        while wakers:
+            waker = wakers.popleft()
+            if not waker.done():
+                waker.set_result(None)
+                return True
+        return False
 
     async def _writer(self) -> None:
         """Write due archive objects one at a time; wait while none is due."""
-        due = self._due
+        due, loop = self._due, asyncio.get_running_loop()
         try:
             while True:
-                self._idle += 1
-                try:
-                    jobs, queue_id = await due.get()
-                finally:
-                    self._idle -= 1
+                if not due:
+                    waker = loop.create_future()
+                    self._wakers.append(waker)
+                    try:
+                        await waker
+                    except asyncio.CancelledError:
+                        if waker.done() and not waker.cancelled() and due:
+                            self._wake_one()  # woken, then cancelled: another writer takes it
+                        raise
+                    continue  # (another writer may have taken it first)
+                jobs, queue_id = due.popleft()
                 try:
                     if len(jobs) > _RENDER_LATER:
                         # Yield once: the next commit (already woken by its ops) starts
@@ -86,7 +109,9 @@ class Archiver:
                         await asyncio.sleep(0)
                     await self._write(jobs, queue_id)
                 finally:
-                    due.task_done()
+                    self._unwritten -= 1
+                    if not self._unwritten:
+                        self._all_written.set()
         finally:  # cancelled with the broker, or a bug (logged by SideTasks)
             self._writers -= 1
 
@@ -105,10 +130,10 @@ class Archiver:
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) until every due archive object is written."""
-        if self._due.empty() and self._idle == self._writers:  # nothing due or in flight
+        if not self._unwritten:  # nothing due or in flight
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._due.join(), timeout_s)
+            await asyncio.wait_for(self._all_written.wait(), timeout_s)
 
     async def write_inherited(
         self, inherited: dict[int, list[StoredJob]], written: set[int], queue_id: str
