@@ -43,19 +43,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         }
         for name, q in sorted(stats.queues.items())
     }
-    aside = [
-        {
-            "key": e.ref.key,
-            "queue": e.ref.queue,
-            "priority": e.ref.priority,
-            "first_seq": e.ref.first_seq,
-            "last_seq": e.ref.last_seq,
-            "jobs": e.ref.remaining,
-            "reason": e.reason,
-            "at": e.at.isoformat().replace("+00:00", "Z"),
-        }
-        for e in doc.segments.set_aside_of()
-    ]
+    aside = set_aside_entries(doc)
     ages = [q["oldest_age_s"] for q in queues.values() if q["oldest_age_s"] is not None]
     return {
         "url": url,
@@ -77,6 +65,29 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "reclaimed": doc.stats.reclaimed,
         "queues": queues,
     }
+
+
+def set_aside_entries(doc: Document) -> list[dict[str, Any]]:
+    """Every reference set aside (ready segments, then dead segments): key, queue,
+    priority, seq range, live jobs, reason and time."""
+    entries: list[tuple[Any, int, str, datetime]] = [
+        (e.ref, e.ref.remaining, e.reason, e.at) for e in doc.segments.set_aside_of()
+    ]
+    dead = doc.dead.aside
+    entries += [(dead[k].ref, dead[k].ref.count, dead[k].reason, dead[k].at) for k in sorted(dead)]
+    return [
+        {
+            "key": ref.key,
+            "queue": ref.queue,
+            "priority": ref.priority,
+            "first_seq": ref.first_seq,
+            "last_seq": ref.last_seq,
+            "jobs": jobs,
+            "reason": reason,
+            "at": at.isoformat().replace("+00:00", "Z"),
+        }
+        for ref, jobs, reason, at in entries
+    ]
 
 
 def _totals(q: QueueStats) -> dict[str, int]:

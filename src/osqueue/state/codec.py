@@ -82,6 +82,8 @@ def encode(doc: Document) -> bytes:
         parts.append(finished.sealed.framed())
     if doc.dead.queues:
         parts.append(b',"dead":{' + doc.dead.section() + b"}")
+    if doc.dead.aside:
+        parts.append(doc.dead.aside_section())
     if doc.delayed:
         parts.append(doc.delayed.section())
     parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
@@ -313,6 +315,16 @@ def _dead(wire: WireDocument) -> DeadLetters:
             if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
                 raise _fail(f"{where}.count", "its count and bounds do not hold together")
             dead.append(ref)
+    for i, entry in enumerate(wire.dead_aside):
+        where = f"$.dead_aside[{i}]"
+        ref = entry.ref
+        if dead.holds(ref.key) or not ref.key.startswith("dead/"):
+            raise _fail(f"{where}.ref.key", f"{ref.key!r} is not a new dead segment")
+        if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
+            raise _fail(f"{where}.ref.count", "its count and bounds do not hold together")
+        if not entry.reason:
+            raise _fail(f"{where}.reason", "must say why it was set aside")
+        dead.set_aside(entry, listed=False)
     return dead
 
 

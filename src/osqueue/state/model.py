@@ -19,7 +19,7 @@ import msgspec
 
 from osqueue.api import CatchUp, JobStatus, ParentFailure
 from osqueue.ids import new_id
-from osqueue.state.dead_letters import DeadRef
+from osqueue.state.dead_letters import DeadAside, DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
@@ -422,3 +422,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     delayed: list[DelayedRef] = []
     #: and those set aside
     delayed_aside: list[DelayedAside] = []
+    #: dead segments set aside (object missing or broken; :mod:`osqueue.state.dead_letters`)
+    dead_aside: list[DeadAside] = []

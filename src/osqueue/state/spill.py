@@ -41,6 +41,7 @@ from collections.abc import Sequence
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
+from osqueue.state.cold_dead import DEAD_PREFIX, readmit_dead, set_aside_dead
 from osqueue.state.cold_delayed import (
     DELAYED_PREFIX,
     cancel_delayed,
@@ -226,6 +227,8 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
 
 
 def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    if isinstance(op.key, str) and op.key.startswith(DEAD_PREFIX):
+        return set_aside_dead(doc.dead, op, now)
     if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
         return set_aside_delayed(doc.delayed, op, now)
     key = _check_key(op.key, "key")
@@ -239,6 +242,8 @@ def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
 
 
 def readmit(doc: Document, op: Readmit) -> Counted:
+    if isinstance(op.key, str) and op.key.startswith(DEAD_PREFIX):
+        return readmit_dead(doc.dead, op)
     if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
         return readmit_delayed(doc.delayed, op)
     key = _check_key(op.key, "key")

@@ -22,6 +22,7 @@ def stats_of(doc: Document, now: float) -> Stats:
     # (a queue's done jobs wait only for their archive object: they keep no queue listed)
     names = {q for q, status in index.counts if status != "done"}
     names |= set(doc.queue_settings) | set(doc.queue_totals) | set(doc.dead.counts)
+    names |= {e.ref.queue for e in doc.dead.aside.values()}  # (dead segments set aside)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     cold = doc.waiting_cold  # waiting children in objects: counted from the references
@@ -51,9 +52,11 @@ def stats_of(doc: Document, now: float) -> Stats:
             failed_total=totals.failed,
             dead_total=totals.dead,
             set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
-            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0),
+            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0)
+            + (doc.dead.set_aside_jobs(q) if doc.dead.aside else 0),
             set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
-            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0),
+            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0)
+            + (doc.dead.set_aside_of(q) if doc.dead.aside else 0),
         )
     owner = doc.broker
     return Stats(

@@ -44,6 +44,7 @@ from osqueue.state import (
     stats_of,
     validate,
 )
+from osqueue.state.cold_dead import DEAD_PREFIX
 from osqueue.state.limits import settings_info
 from osqueue.state.results import Answer
 from osqueue.state.schedules import schedule_info
@@ -246,7 +247,11 @@ class BrokerCalls:
 
     async def readmit(self, key: str) -> int:
         """Put the set-aside segment ``key`` back once its object checks out."""
-        await self.broker.segments.check_restored(key)
+        segments = self.broker.segments
+        if key.startswith(DEAD_PREFIX):  # a dead segment (osqueue.broker.cold.dead)
+            await segments.dead.check_restored(key)
+        else:
+            await segments.check_restored(key)
         result = await self.one(Readmit(key))
         assert isinstance(result, Counted)
         return result.n
