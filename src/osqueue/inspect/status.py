@@ -68,26 +68,34 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
 
 
 def set_aside_entries(doc: Document) -> list[dict[str, Any]]:
-    """Every reference set aside (ready segments, then dead segments): key, queue,
-    priority, seq range, live jobs, reason and time."""
-    entries: list[tuple[Any, int, str, datetime]] = [
-        (e.ref, e.ref.remaining, e.reason, e.at) for e in doc.segments.set_aside_of()
+    """Every reference set aside (ready segments, dead segments, objects of waiting
+    children): key, queue, priority and seq range (None for waiting children),
+    live jobs, reason and time."""
+    entries = [_entry(e.ref, e.ref.remaining, e.reason, e.at) for e in doc.segments.set_aside_of()]
+    dead, waiting = doc.dead.aside, doc.waiting_cold.aside
+    entries += [
+        _entry(dead[k].ref, dead[k].ref.count, dead[k].reason, dead[k].at) for k in sorted(dead)
     ]
-    dead = doc.dead.aside
-    entries += [(dead[k].ref, dead[k].ref.count, dead[k].reason, dead[k].at) for k in sorted(dead)]
-    return [
-        {
-            "key": ref.key,
-            "queue": ref.queue,
-            "priority": ref.priority,
-            "first_seq": ref.first_seq,
-            "last_seq": ref.last_seq,
-            "jobs": jobs,
-            "reason": reason,
-            "at": at.isoformat().replace("+00:00", "Z"),
-        }
-        for ref, jobs, reason, at in entries
-    ]
+    for key in sorted(waiting):
+        e = waiting[key]
+        entries.append(_entry(e.ref, e.ref.live, e.reason, e.at) | _NO_SEQS)
+    return entries
+
+
+_NO_SEQS: dict[str, Any] = {"priority": None, "first_seq": None, "last_seq": None}
+
+
+def _entry(ref: Any, jobs: int, reason: str, at: datetime) -> dict[str, Any]:
+    return {
+        "key": ref.key,
+        "queue": ref.queue,
+        "priority": getattr(ref, "priority", None),
+        "first_seq": getattr(ref, "first_seq", None),
+        "last_seq": getattr(ref, "last_seq", None),
+        "jobs": jobs,
+        "reason": reason,
+        "at": at.isoformat().replace("+00:00", "Z"),
+    }
 
 
 def _totals(q: QueueStats) -> dict[str, int]:

@@ -76,7 +76,7 @@ def encode(doc: Document) -> bytes:
     finished = doc.finished
     if finished.entries:
         parts += (b',"finished":[', finished.section(), b"]")
-    if doc.waiting_cold.refs:
+    if doc.waiting_cold:
         parts.append(doc.waiting_cold.framed())
     if finished.sealed.refs:
         parts.append(finished.sealed.framed())
@@ -189,7 +189,7 @@ def decode(data: bytes) -> Document:
         queue_id=wire.queue_id,
     )
     doc.dead = _dead(wire)
-    doc.waiting_cold = cold_waiting_of(wire.waiting)
+    doc.waiting_cold = cold_waiting_of(wire.waiting, wire.waiting_aside)
     doc.finished.sealed = sealed_of(wire.finished_objects)
     doc.delayed = _delayed(wire)
     return doc

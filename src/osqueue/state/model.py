@@ -23,7 +23,7 @@ from osqueue.state.dead_letters import DeadAside, DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
-from osqueue.state.waiting_refs import WaitingRef
+from osqueue.state.waiting_refs import WaitingAside, WaitingRef
 
 #: The document's format, the one this osqueue reads and writes.  A document of
 #: any other format (an earlier, pre-release one, or a later one) is refused
@@ -424,3 +424,5 @@ class WireDocument(msgspec.Struct, frozen=True):
     delayed_aside: list[DelayedAside] = []
     #: dead segments set aside (object missing or broken; :mod:`osqueue.state.dead_letters`)
     dead_aside: list[DeadAside] = []
+    #: objects of waiting children set aside (:mod:`osqueue.state.waiting_refs`)
+    waiting_aside: list[WaitingAside] = []

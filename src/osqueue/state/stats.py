@@ -26,7 +26,7 @@ def stats_of(doc: Document, now: float) -> Stats:
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     cold = doc.waiting_cold  # waiting children in objects: counted from the references
-    names |= {ref.queue for ref in cold}
+    names |= {ref.queue for ref in cold} | {e.ref.queue for e in cold.aside.values()}
     delayed_cold = doc.delayed  # delayed jobs in objects: counted from their references
     if delayed_cold:
         names |= delayed_cold.queues()
@@ -53,10 +53,12 @@ def stats_of(doc: Document, now: float) -> Stats:
             dead_total=totals.dead,
             set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
             + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0)
-            + (doc.dead.set_aside_jobs(q) if doc.dead.aside else 0),
+            + (doc.dead.set_aside_jobs(q) if doc.dead.aside else 0)
+            + (cold.set_aside_jobs(q) if cold.aside else 0),
             set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
             + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0)
-            + (doc.dead.set_aside_of(q) if doc.dead.aside else 0),
+            + (doc.dead.set_aside_of(q) if doc.dead.aside else 0)
+            + (cold.set_aside_of(q) if cold.aside else 0),
         )
     owner = doc.broker
     return Stats(
