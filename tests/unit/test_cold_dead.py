@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import partial
 
 from osqueue.errors import Conflict, InvalidInput
+from osqueue.inspect.status import status_of
 from osqueue.state import (
     Claimed,
     ClaimOp,
@@ -264,6 +265,13 @@ def test_a_dead_segment_set_aside_is_counted_apart_and_readmitted_in_its_place()
     assert (q.set_aside, q.set_aside_segments) == (first.count, 1)
     assert decode(encode(d.doc)) == d.doc  # the set-aside list survives a round trip
     assert len(encode(d.doc)) == d.doc.size_bytes()
+    (entry,) = status_of("mem://x", d.doc, d.now)["set_aside_segments"]  # status, top, list
+    assert (entry["key"], entry["jobs"], entry["reason"]) == (
+        first.key,
+        first.count,
+        "the object is missing",
+    )
+    assert (entry["first_seq"], entry["last_seq"]) == (first.first_seq, first.last_seq)
     again = d.run(SetAside(first.key, "broken")).results[0]
     assert isinstance(again, Conflict)
     assert d.run(Readmit(first.key)).results == [Counted(first.count)]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from osqueue.cli.status import set_aside_text
 from osqueue.errors import Conflict, CorruptDocument, InvalidInput, JobNotFound
 from osqueue.inspect.jobs import matching
+from osqueue.inspect.status import status_of
 from osqueue.state import (
     Cancel,
     Claimed,
@@ -241,6 +243,12 @@ def test_an_object_set_aside_is_counted_apart_still_settled_and_due_once_readmit
     assert (q.waiting, q.set_aside, q.set_aside_segments) == (10 - first.count, first.count, 1)
     assert decode(encode(doc)) == doc  # the set-aside list survives a round trip
     assert len(encode(doc)) == doc.size_bytes()
+    (entry,) = status_of("mem://x", doc, T0)["set_aside_segments"]  # status, top, list
+    assert (entry["key"], entry["jobs"], entry["first_seq"]) == (first.key, first.count, None)
+    text = set_aside_text([entry])
+    assert text is not None
+    assert first.key in text.plain
+    assert "None" not in text.plain
     doc, (again,) = apply(doc, [SetAside(first.key, "broken")], T0, POLICY)
     assert isinstance(again, Conflict)
     doc = load_due(finish(doc, "p"), store)  # the parent ends meanwhile
