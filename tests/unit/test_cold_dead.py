@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from osqueue.errors import Conflict, InvalidInput
+import msgspec
+import pytest
+
+from osqueue.errors import Conflict, CorruptDocument, InvalidInput
 from osqueue.inspect.status import status_of
 from osqueue.state import (
     Claimed,
@@ -295,3 +298,22 @@ def test_a_readmit_of_a_dead_segment_not_set_aside_names_the_key() -> None:
     assert isinstance(no_reason, InvalidInput)
     assert no_reason.field == "reason"
     assert d.doc.dead == before  # nothing changed
+
+
+def test_a_set_aside_entry_without_a_reason_is_a_corrupt_document_naming_it() -> None:
+    d = Dead(5)
+    d.spill()
+    ref = next(iter(d.doc.dead))
+    d.run(SetAside(ref.key, "the object is missing"))
+    data = encode(d.doc)
+    assert b'"dead_aside":[' in data
+    with pytest.raises(CorruptDocument) as caught:
+        decode(data.replace(b'"reason":"the object is missing"', b'"reason":""'))
+    assert caught.value.path == "$.dead_aside[0].reason"
+    twice = data.replace(b'"dead_aside":[', b'"dead_aside":[' + _entry(d, ref.key) + b",")
+    with pytest.raises(CorruptDocument, match="not a new dead segment"):
+        decode(twice)
+
+
+def _entry(d: Dead, key: str) -> bytes:
+    return msgspec.json.encode(d.doc.dead.aside[key])
