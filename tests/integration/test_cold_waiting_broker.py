@@ -19,7 +19,7 @@ from segment_helpers import config
 
 from osqueue.api import NewJob, Stats
 from osqueue.broker import Broker, BrokerConfig
-from osqueue.errors import JobNotFound
+from osqueue.errors import InvalidInput, JobNotFound
 from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage import from_url
@@ -219,4 +219,59 @@ async def test_while_children_are_written_the_commit_loop_may_hold(url: str) -> 
         assert not cold.writing
         await broker.segments.settled()
         assert sum(ref.count for ref in broker.document.waiting_cold) == 8
+    await storage.close()
+
+
+@pytest.fixture(params=("memory", "file"))
+def local_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with backend_url(request, request.param, tmp_path, "waiting-aside") as found:
+        yield found
+
+
+async def test_a_missing_or_broken_object_is_set_aside_and_readmitted_once(
+    local_url: str,
+) -> None:
+    url = local_url
+    storage = from_url(url)
+    async with Broker(url, cold_config()) as broker:
+        q = broker.client()
+        parent = await q.push(b"parent")
+        children = [await q.push(b"c%d" % i, after=[parent]) for i in range(30)]
+        await broker.segments.settled()
+        lost, broken = list(broker.document.waiting_cold)[:2]
+        saved = {ref.key: await storage.get(ref.key) for ref in (lost, broken)}
+        await storage.delete(lost.key)
+        await storage.put(broken.key, saved[broken.key][:-2] + b"x\n")
+        (job,) = await q.claim("w", max_jobs=10, wait_s=30.0)
+        assert job.id == parent
+        await q.complete(job)
+        first = await run_all(broker)  # the rest of the children run
+        aside = lost.count + broken.count
+        assert len(first) == 30 - aside
+        doc = broker.document
+        assert set(doc.waiting_cold.aside) == {lost.key, broken.key}
+        stats = (await q.stats()).queues["default"]
+        assert (stats.waiting, stats.set_aside, stats.set_aside_segments) == (0, aside, 2)
+        assert broker.segments.waiting.counters.set_aside == 2
+        suspects = await broker.segments.sweep(set())  # two sweeps: never orphans
+        await q.push(b"a commit", queue="other")
+        await broker.segments.settled()
+        await broker.segments.sweep(suspects)
+        await q.push(b"another commit", queue="other")
+        await broker.segments.settled()
+        assert broken.key in await storage.list(WAITING_PREFIX)
+        for job in await q.claim("w", queues=["other"], max_jobs=5):
+            await q.complete(job)
+        with pytest.raises(InvalidInput, match="still missing"):
+            await q.readmit_segment(lost.key)
+        for key, data in saved.items():  # restored from a backup
+            await storage.put(key, data)
+        assert await q.readmit_segment(lost.key) == lost.count
+        assert await q.readmit_segment(broken.key) == broken.count
+        with pytest.raises(InvalidInput, match="not set aside"):
+            await q.readmit_segment(broken.key)
+        got = first + await run_all(broker)  # its parent finished meanwhile: due at once
+        assert sorted(got) == sorted(children)  # every child, exactly once
+        assert len(got) == len(set(got))
+        assert not broker.document.waiting_cold
     await storage.close()

@@ -19,7 +19,7 @@ from segment_helpers import config
 
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.client.remote import connect
-from osqueue.errors import JobNotFound
+from osqueue.errors import InvalidInput, JobNotFound
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import ServerConfig
 from osqueue.state import DOCUMENT_KEY, Document, decode
@@ -208,3 +208,57 @@ async def test_the_payload_objects_of_jobs_in_dead_segments_are_never_orphans(ur
         assert await broker.client().purge_dead() == 8
         doc = broker.document
         assert all(broker.payloads.orphan(key, doc) for key in held)  # the sweep's now
+
+
+@pytest.fixture(params=("memory", "file"))
+def local_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with backend_url(request, request.param, tmp_path, "dead-aside") as found:
+        yield found
+
+
+async def test_a_missing_or_broken_dead_segment_is_set_aside_and_readmitted_once(
+    local_url: str,
+) -> None:
+    url = local_url
+    storage = from_url(url)
+    async with Broker(url, dead_config()) as broker:
+        ids = await kill(broker, 14)
+        lost, broken = list(broker.document.dead)[:2]
+        saved = {ref.key: await storage.get(ref.key) for ref in (lost, broken)}
+        await storage.delete(lost.key)  # a careless lifecycle rule
+        await storage.put(broken.key, saved[broken.key][:-2] + b"x\n")  # a bit flipped
+        listed = await broker.client().dead_jobs()  # the rest is listed
+        await broker.segments.settled()
+        doc = broker.document
+        assert set(doc.dead.aside) == {lost.key, broken.key}
+        aside = lost.count + broken.count
+        assert len(listed) == 14 - aside
+        stats = (await broker.client().stats()).queues["default"]
+        assert (stats.dead, stats.set_aside, stats.set_aside_segments) == (14 - aside, aside, 2)
+        assert broker.segments.dead.counters.set_aside == 2
+        suspects = await broker.segments.sweep(set())  # never orphans
+        await broker.client().push(b"a commit", queue="other")
+        await broker.segments.settled()
+        await broker.segments.sweep(suspects)
+        await broker.client().push(b"another commit", queue="other")
+        await broker.segments.settled()
+        assert broken.key in await storage.list(DEAD_PREFIX)
+        assert await broker.client().retry_dead() == 14 - aside  # set-aside jobs not used
+        first = await drain(broker)
+        with pytest.raises(InvalidInput, match="still missing"):
+            await broker.client().readmit_segment(lost.key)
+        with pytest.raises(InvalidInput, match="still fails its check"):
+            await broker.client().readmit_segment(broken.key)
+        for key, data in saved.items():  # restored from a backup
+            await storage.put(key, data)
+        assert await broker.client().readmit_segment(lost.key) == lost.count
+        assert await broker.client().readmit_segment(broken.key) == broken.count
+        with pytest.raises(InvalidInput, match="not set aside"):
+            await broker.client().readmit_segment(lost.key)
+        assert not broker.document.dead.aside
+        assert (await broker.client().stats()).queues["default"].dead == aside
+        assert await broker.client().retry_dead() == aside
+        got = first + await drain(broker)
+        assert sorted(got) == sorted(ids)  # every job back, exactly once
+        assert len(got) == len(set(got))
+    await storage.close()

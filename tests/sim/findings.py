@@ -113,7 +113,8 @@ def _out_of_document(doc: Document, objects: Mapping[str, list[StoredJob]]) -> d
 
 def dead_spilled(doc: Document, objects: Mapping[str, list[StoredJob]]) -> dict[str, StoredJob]:
     """The dead jobs ``doc``'s dead segments hold, by id."""
-    return {job.id: job for ref in doc.dead for job in objects.get(ref.key, ())}
+    refs = [*doc.dead, *(entry.ref for entry in doc.dead.aside.values())]  # (set aside too)
+    return {job.id: job for ref in refs for job in objects.get(ref.key, ())}
 
 
 def cold_keys(doc: Document) -> Iterator[str]:
@@ -121,6 +122,8 @@ def cold_keys(doc: Document) -> Iterator[str]:
     waiting children, the sealed record."""
     yield from (ref.key for ref in all_refs(doc))
     yield from doc.waiting_cold.refs
+    yield from doc.waiting_cold.aside  # (set aside: never deleted)
+    yield from doc.dead.aside
     yield from doc.finished.sealed.refs
     yield from doc.delayed.refs  # delayed jobs' objects (listed or set aside)
     yield from doc.delayed.aside
@@ -136,7 +139,8 @@ def live_spilled(
     out: dict[str, StoredJob] = {}
     listed: list[SegmentRef | DelayedRef] = list(all_refs(doc) if refs is None else refs)
     if refs is None:  # and the waiting children in objects (sim.waiting_rules)
-        for cold in doc.waiting_cold:
+        waiting = [*doc.waiting_cold, *(e.ref for e in doc.waiting_cold.aside.values())]
+        for cold in waiting:
             struck = set(cold.cancelled)
             out.update((j.id, j) for j in objects.get(cold.key, ()) if j.id not in struck)
         listed.extend(doc.delayed)  # and the delayed jobs in objects

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from osqueue.errors import Conflict, InvalidInput
+import msgspec
+import pytest
+
+from osqueue.errors import Conflict, CorruptDocument, InvalidInput
+from osqueue.inspect.status import status_of
 from osqueue.state import (
     Claimed,
     ClaimOp,
@@ -26,7 +30,7 @@ from osqueue.state import (
 )
 from osqueue.state.cold_dead import DeadFilter, key_holder, plan_dead_spills, plan_swap, read_dead
 from osqueue.state.dead_letters import DeadRef
-from osqueue.state.ops import SpillDead, SwapDead
+from osqueue.state.ops import Ok, Readmit, SetAside, SpillDead, SwapDead
 
 T0 = 1_800_000_000.0
 P = Policy(
@@ -246,3 +250,70 @@ def test_a_segment_retried_keeps_only_the_keys_no_live_job_took() -> None:
     assert d.run(again.op).results == [Counted(3)]
     assert d.doc.segments.keys == {"k2": "j2"}
     assert (d.doc.index.keys["k0"], d.doc.index.keys["k1"]) == ("new", "late")
+
+
+def test_a_dead_segment_set_aside_is_counted_apart_and_readmitted_in_its_place() -> None:
+    d = Dead(9)
+    d.spill()
+    refs = list(d.doc.dead)
+    assert len(refs) >= 2
+    first = refs[0]
+    payloads = set(d.doc.dead.payloads)
+    assert d.run(SetAside(first.key, "the object is missing")).results == [Ok()]
+    assert d.doc.dead.find(first.key) is None  # neither listed, retried nor purged
+    assert d.doc.dead.holds(first.key)  # never an orphan
+    assert d.doc.dead.payloads == payloads  # its payload objects stay held
+    q = stats_of(d.doc, d.now).queues["q"]
+    assert q.dead == 9 - first.count
+    assert (q.set_aside, q.set_aside_segments) == (first.count, 1)
+    assert decode(encode(d.doc)) == d.doc  # the set-aside list survives a round trip
+    assert len(encode(d.doc)) == d.doc.size_bytes()
+    (entry,) = status_of("mem://x", d.doc, d.now)["set_aside_segments"]  # status, top, list
+    assert (entry["key"], entry["jobs"], entry["reason"]) == (
+        first.key,
+        first.count,
+        "the object is missing",
+    )
+    assert (entry["first_seq"], entry["last_seq"]) == (first.first_seq, first.last_seq)
+    again = d.run(SetAside(first.key, "broken")).results[0]
+    assert isinstance(again, Conflict)
+    assert d.run(Readmit(first.key)).results == [Counted(first.count)]
+    assert list(d.doc.dead) == refs  # back in its place by time of death
+    assert not d.doc.dead.aside
+    assert stats_of(d.doc, d.now).queues["q"].dead == 9
+
+
+def test_a_readmit_of_a_dead_segment_not_set_aside_names_the_key() -> None:
+    d = Dead(5)
+    d.spill()
+    ref = next(iter(d.doc.dead))
+    refused = d.run(Readmit(ref.key)).results[0]  # referenced, not set aside
+    assert isinstance(refused, InvalidInput)
+    assert refused.field == "key"
+    unknown = d.run(Readmit("dead/q/never-was.jsonl")).results[0]
+    assert isinstance(unknown, InvalidInput)
+    assert "dead/q/never-was.jsonl" in str(unknown)
+    before = d.doc.dead.copy()
+    no_reason = d.run(SetAside(ref.key, "")).results[0]
+    assert isinstance(no_reason, InvalidInput)
+    assert no_reason.field == "reason"
+    assert d.doc.dead == before  # nothing changed
+
+
+def test_a_set_aside_entry_without_a_reason_is_a_corrupt_document_naming_it() -> None:
+    d = Dead(5)
+    d.spill()
+    ref = next(iter(d.doc.dead))
+    d.run(SetAside(ref.key, "the object is missing"))
+    data = encode(d.doc)
+    assert b'"dead_aside":[' in data
+    with pytest.raises(CorruptDocument) as caught:
+        decode(data.replace(b'"reason":"the object is missing"', b'"reason":""'))
+    assert caught.value.path == "$.dead_aside[0].reason"
+    twice = data.replace(b'"dead_aside":[', b'"dead_aside":[' + _entry(d, ref.key) + b",")
+    with pytest.raises(CorruptDocument, match="not a new dead segment"):
+        decode(twice)
+
+
+def _entry(d: Dead, key: str) -> bytes:
+    return msgspec.json.encode(d.doc.dead.aside[key])

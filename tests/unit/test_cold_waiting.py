@@ -5,8 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from osqueue.errors import Conflict, CorruptDocument, JobNotFound
+from osqueue.cli.status import set_aside_text
+from osqueue.errors import Conflict, CorruptDocument, InvalidInput, JobNotFound
 from osqueue.inspect.jobs import matching
+from osqueue.inspect.status import status_of
 from osqueue.state import (
     Cancel,
     Claimed,
@@ -25,7 +27,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.cold_waiting import build, plan_loads, plan_spills, read
-from osqueue.state.ops import LoadWaiting
+from osqueue.state.ops import Counted, LoadWaiting, Ok, Readmit, SetAside
 from osqueue.state.waiting_refs import WaitingRef
 
 T0 = 1_800_000_000.0
@@ -224,3 +226,55 @@ def test_a_queue_that_does_not_drain_holds_back_only_its_own_children() -> None:
     for i in range(3):  # its own queue full: it waits
         doc = push(doc, f"mine{i}", queue="b")
     assert plan_loads(doc, policy, set()) == []
+
+
+def test_an_object_set_aside_is_counted_apart_still_settled_and_due_once_readmitted() -> None:
+    doc = push(Document.empty(), "p")
+    for i in range(10):
+        doc = push(doc, f"c{i:02d}", "p")
+    doc, store = spill_all(doc)
+    first = next(iter(doc.waiting_cold))
+    payloads = set(doc.waiting_cold.payloads)
+    doc, (res,) = apply(doc, [SetAside(first.key, "the object is missing")], T0, POLICY)
+    assert res == Ok()
+    assert doc.waiting_cold.holds(first.key)  # never an orphan
+    assert doc.waiting_cold.payloads == payloads  # its payload objects held
+    q = stats_of(doc, T0).queues["default"]
+    assert (q.waiting, q.set_aside, q.set_aside_segments) == (10 - first.count, first.count, 1)
+    assert decode(encode(doc)) == doc  # the set-aside list survives a round trip
+    assert len(encode(doc)) == doc.size_bytes()
+    (entry,) = status_of("mem://x", doc, T0)["set_aside_segments"]  # status, top, list
+    assert (entry["key"], entry["jobs"], entry["first_seq"]) == (first.key, first.count, None)
+    text = set_aside_text([entry])
+    assert text is not None
+    assert first.key in text.plain
+    assert "None" not in text.plain
+    doc, (again,) = apply(doc, [SetAside(first.key, "broken")], T0, POLICY)
+    assert isinstance(again, Conflict)
+    doc = load_due(finish(doc, "p"), store)  # the parent ends meanwhile
+    assert list(doc.waiting_cold) == []  # the others loaded; the set-aside one not
+    assert doc.waiting_cold.aside[first.key].ref.after == ()  # its parent struck anyway
+    doc, (res,) = apply(doc, [Readmit(first.key)], T0, POLICY)
+    assert res == Counted(first.count)
+    assert plan_loads(doc, POLICY, set()) == [doc.waiting_cold.refs[first.key]]  # due at once
+    doc = load_due(doc, store)
+    queued = sorted(j.id for j in doc.jobs.values() if j.status == "queued")
+    assert queued == [f"c{i:02d}" for i in range(10)]  # each once
+
+
+def test_a_readmit_of_an_object_not_set_aside_names_the_key() -> None:
+    doc = push(Document.empty(), "p")
+    for i in range(6):
+        doc = push(doc, f"c{i}", "p")
+    doc, _ = spill_all(doc)
+    ref = next(iter(doc.waiting_cold))
+    for key in (ref.key, "waiting/never-was.jsonl"):
+        doc, (res,) = apply(doc, [Readmit(key)], T0, POLICY)
+        assert isinstance(res, InvalidInput)
+        assert res.field == "key"
+        assert key in str(res)
+    before = doc.waiting_cold.copy()
+    doc, (res,) = apply(doc, [SetAside(ref.key, "")], T0, POLICY)
+    assert isinstance(res, InvalidInput)
+    assert res.field == "reason"
+    assert doc.waiting_cold == before

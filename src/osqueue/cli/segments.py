@@ -1,8 +1,9 @@
 """``osqueue segments list|readmit``: segments set aside, and putting one back.
 
-A segment object that is missing or does not match its reference (the size
-and SHA-256 recorded at spill) is set aside by the broker: its queue flows
-on without its jobs, which are neither lost nor claimable.  ``list`` shows
+A segment object (ready ``segments/``, delayed ``delayed/``, dead ``dead/``,
+waiting children ``waiting/``) that is missing or does not match its
+reference (the size and SHA-256 recorded at spill) is set aside by the
+broker: its queue flows on without its jobs, which are neither lost nor used.  ``list`` shows
 them (read from the document, no broker needed); once the object is restored
 (from a backup, a bucket version), ``readmit`` asks the broker to check it and
 put the reference back in seq order.

@@ -149,8 +149,15 @@ def set_aside_text(entries: list[dict[str, Any]]) -> Text | None:
     for e in entries:
         text.append(
             printable(
-                f"\n  {e['key']}  queue {e['queue']} p{e['priority']} seq {e['first_seq']}-"
-                f"{e['last_seq']}  {e['jobs']:,} jobs  since {e['at']}: {e['reason']}"
+                f"\n  {e['key']}  queue {e['queue']}{_seqs(e)}  {e['jobs']:,} jobs  "
+                f"since {e['at']}: {e['reason']}"
             )
         )
     return text
+
+
+def _seqs(entry: dict[str, Any]) -> str:
+    """`` p<priority> seq <first>-<last>`` of a set-aside entry (none for waiting children)."""
+    if entry["first_seq"] is None:
+        return ""
+    return f" p{entry['priority']} seq {entry['first_seq']}-{entry['last_seq']}"

@@ -43,19 +43,7 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         }
         for name, q in sorted(stats.queues.items())
     }
-    aside = [
-        {
-            "key": e.ref.key,
-            "queue": e.ref.queue,
-            "priority": e.ref.priority,
-            "first_seq": e.ref.first_seq,
-            "last_seq": e.ref.last_seq,
-            "jobs": e.ref.remaining,
-            "reason": e.reason,
-            "at": e.at.isoformat().replace("+00:00", "Z"),
-        }
-        for e in doc.segments.set_aside_of()
-    ]
+    aside = set_aside_entries(doc)
     ages = [q["oldest_age_s"] for q in queues.values() if q["oldest_age_s"] is not None]
     return {
         "url": url,
@@ -76,6 +64,37 @@ def status_of(url: str, doc: Document, now: float) -> dict[str, Any]:
         "failed": doc.stats.failed,
         "reclaimed": doc.stats.reclaimed,
         "queues": queues,
+    }
+
+
+def set_aside_entries(doc: Document) -> list[dict[str, Any]]:
+    """Every reference set aside (ready segments, dead segments, objects of waiting
+    children): key, queue, priority and seq range (None for waiting children),
+    live jobs, reason and time."""
+    entries = [_entry(e.ref, e.ref.remaining, e.reason, e.at) for e in doc.segments.set_aside_of()]
+    dead, waiting = doc.dead.aside, doc.waiting_cold.aside
+    entries += [
+        _entry(dead[k].ref, dead[k].ref.count, dead[k].reason, dead[k].at) for k in sorted(dead)
+    ]
+    for key in sorted(waiting):
+        e = waiting[key]
+        entries.append(_entry(e.ref, e.ref.live, e.reason, e.at) | _NO_SEQS)
+    return entries
+
+
+_NO_SEQS: dict[str, Any] = {"priority": None, "first_seq": None, "last_seq": None}
+
+
+def _entry(ref: Any, jobs: int, reason: str, at: datetime) -> dict[str, Any]:
+    return {
+        "key": ref.key,
+        "queue": ref.queue,
+        "priority": getattr(ref, "priority", None),
+        "first_seq": getattr(ref, "first_seq", None),
+        "last_seq": getattr(ref, "last_seq", None),
+        "jobs": jobs,
+        "reason": reason,
+        "at": at.isoformat().replace("+00:00", "Z"),
     }
 
 

@@ -76,12 +76,14 @@ def encode(doc: Document) -> bytes:
     finished = doc.finished
     if finished.entries:
         parts += (b',"finished":[', finished.section(), b"]")
-    if doc.waiting_cold.refs:
+    if doc.waiting_cold:
         parts.append(doc.waiting_cold.framed())
     if finished.sealed.refs:
         parts.append(finished.sealed.framed())
     if doc.dead.queues:
         parts.append(b',"dead":{' + doc.dead.section() + b"}")
+    if doc.dead.aside:
+        parts.append(doc.dead.aside_section())
     if doc.delayed:
         parts.append(doc.delayed.section())
     parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
@@ -187,7 +189,7 @@ def decode(data: bytes) -> Document:
         queue_id=wire.queue_id,
     )
     doc.dead = _dead(wire)
-    doc.waiting_cold = cold_waiting_of(wire.waiting)
+    doc.waiting_cold = cold_waiting_of(wire.waiting, wire.waiting_aside)
     doc.finished.sealed = sealed_of(wire.finished_objects)
     doc.delayed = _delayed(wire)
     return doc
@@ -313,6 +315,16 @@ def _dead(wire: WireDocument) -> DeadLetters:
             if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
                 raise _fail(f"{where}.count", "its count and bounds do not hold together")
             dead.append(ref)
+    for i, entry in enumerate(wire.dead_aside):
+        where = f"$.dead_aside[{i}]"
+        ref = entry.ref
+        if dead.holds(ref.key) or not ref.key.startswith("dead/"):
+            raise _fail(f"{where}.ref.key", f"{ref.key!r} is not a new dead segment")
+        if ref.count < 1 or ref.first_seq > ref.last_seq or ref.min_id > ref.max_id:
+            raise _fail(f"{where}.ref.count", "its count and bounds do not hold together")
+        if not entry.reason:
+            raise _fail(f"{where}.reason", "must say why it was set aside")
+        dead.set_aside(entry, listed=False)
     return dead
 
 

@@ -41,10 +41,10 @@ from typing import Any, Protocol
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput
-from osqueue.state.dead_letters import DeadRef
+from osqueue.state.dead_letters import DeadAside, DeadLetters, DeadRef
 from osqueue.state.document import Document
-from osqueue.state.model import SegmentRef, StoredJob
-from osqueue.state.ops import Counted, OpResult, Policy, SpillDead, SwapDead
+from osqueue.state.model import SegmentRef, StoredJob, to_datetime
+from osqueue.state.ops import Counted, Ok, OpResult, Policy, Readmit, SetAside, SpillDead, SwapDead
 from osqueue.state.segment_codec import (
     SEGMENT_PREFIX,
     build_segment,
@@ -178,6 +178,27 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
         doc.next_seq = max(doc.next_seq, max(ref.last_seq for ref in ready) + 1)
     tx.dropped_segments.append(old.key)
     return Counted(taken)
+
+
+def set_aside_dead(dead: DeadLetters, op: SetAside, now: float) -> Ok:
+    """``SetAside`` of a dead segment (its key is under ``dead/``): its reference
+    moves aside; its jobs are neither counted as dead nor listed, retried or
+    purged until a readmit."""
+    if not isinstance(op.reason, str) or not op.reason:
+        raise InvalidInput("say why the dead segment is set aside", field="reason")
+    ref = dead.find(check_key(op.key, "key"))
+    if ref is None:
+        raise Conflict(f"no dead segment {op.key} is referenced (swapped or set aside already)")
+    dead.set_aside(DeadAside(ref, op.reason[:1000], to_datetime(now)))
+    return Ok()
+
+
+def readmit_dead(dead: DeadLetters, op: Readmit) -> Counted:
+    """``Readmit`` of a dead segment set aside (the broker checked its object first)."""
+    key = check_key(op.key, "key")
+    if key not in dead.aside:
+        raise InvalidInput(f"dead segment {key} is not set aside", field="key")
+    return Counted(dead.readmit(key).count)
 
 
 def _check_ready(doc: Document, op: SwapDead, taken: int) -> list[SegmentRef]:

@@ -48,18 +48,21 @@ from osqueue.api import FinishedStatus
 from osqueue.errors import Conflict, CorruptDocument, InvalidInput, JobNotFound
 from osqueue.state import results as finishing
 from osqueue.state.document import Document
-from osqueue.state.model import StoredJob
+from osqueue.state.model import StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
     Counted,
     LoadWaiting,
+    Ok,
     OpResult,
     Policy,
+    Readmit,
     Removed,
+    SetAside,
     SpillWaiting,
 )
 from osqueue.state.segment_codec import SegmentLines, check_segment, encode_segment
-from osqueue.state.waiting_refs import WAITING_PREFIX, WaitingRef
+from osqueue.state.waiting_refs import WAITING_PREFIX, WaitingAside, WaitingRef
 from osqueue.storage.keys import check_key
 
 _replace = msgspec.structs.replace
@@ -220,7 +223,8 @@ def settle(doc: Document, ended: Sequence[tuple[str, FinishedStatus]]) -> None:
         if not keys:
             continue
         for key in list(keys):
-            ref = cold.refs[key]
+            ref = cold.find(key)  # (set aside or not: a readmit finds it up to date)
+            assert ref is not None
             after = tuple(p for p in ref.after if p != parent)
             failed = ref.failed if outcome == "done" else (*ref.failed, parent)
             cold.replace(_replace(ref, after=after, failed=failed))
@@ -281,6 +285,28 @@ def cancel(host: Host, op: Cancel) -> Removed:
     finishing.record(host, stub, "cancelled")
     host.stats["cancelled"] += 1
     return Removed(())
+
+
+def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    """``SetAside`` of an object of waiting children (its key is under ``waiting/``):
+    its reference moves aside, not loaded until a readmit; the parents that end
+    meanwhile are still struck from it."""
+    if not isinstance(op.reason, str) or not op.reason:
+        raise InvalidInput("say why the object is set aside", field="reason")
+    ref = doc.waiting_cold.refs.get(_check_key(op.key, "key"))
+    if ref is None:
+        raise Conflict(f"no object {op.key} is referenced (loaded or set aside already)")
+    doc.waiting_cold.set_aside(WaitingAside(ref, op.reason[:1000], to_datetime(now)))
+    return Ok()
+
+
+def readmit(doc: Document, op: Readmit) -> Counted:
+    """``Readmit`` of an object of waiting children set aside (the broker checked it
+    first): back in the references (due to load at once if its parents ended)."""
+    key = _check_key(op.key, "key")
+    if key not in doc.waiting_cold.aside:
+        raise InvalidInput(f"object of waiting children {key} is not set aside", field="key")
+    return Counted(doc.waiting_cold.readmit(key).live)
 
 
 def is_cold_cancel(op: Cancel) -> bool:

@@ -44,6 +44,16 @@ class DeadRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return 0
 
 
+class DeadAside(msgspec.Struct, frozen=True, gc=False):
+    """A dead segment's reference set aside (its object missing or failing its
+    check): its jobs are neither lost nor listed, retried or purged until a
+    readmit; its payload objects stay held (as for ready segments)."""
+
+    ref: DeadRef
+    reason: str
+    at: datetime
+
+
 _encode = msgspec.json.Encoder().encode
 
 
@@ -51,7 +61,7 @@ class DeadLetters:
     """A document's dead segments, by queue in the order their jobs died, with the
     lookups counts and the payload sweep need (kept in step on every change)."""
 
-    __slots__ = ("_by_key", "_frags", "_section", "counts", "payloads", "queues")
+    __slots__ = ("_by_key", "_frags", "_section", "aside", "counts", "payloads", "queues")
 
     def __init__(self, refs: dict[str, list[DeadRef]] | None = None) -> None:
         #: queue -> its references, oldest deaths first
@@ -63,6 +73,8 @@ class DeadLetters:
         self._by_key: dict[str, DeadRef] = {}
         self._frags: dict[str, bytes] = {}
         self._section: bytes | None = None
+        #: object key -> its reference set aside (object missing or broken)
+        self.aside: dict[str, DeadAside] = {}
         for queue_refs in (refs or {}).values():
             for ref in queue_refs:
                 self.append(ref)
@@ -75,15 +87,16 @@ class DeadLetters:
         new._by_key = dict(self._by_key)
         new._frags = dict(self._frags)
         new._section = self._section
+        new.aside = dict(self.aside)
         return new
 
     def __bool__(self) -> bool:
-        return bool(self.queues)
+        return bool(self.queues or self.aside)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DeadLetters):
             return NotImplemented
-        return self.queues == other.queues
+        return self.queues == other.queues and self.aside == other.aside
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -102,12 +115,47 @@ class DeadLetters:
         return self._by_key.get(key)
 
     def holds(self, key: str) -> bool:
-        """Object ``key`` is referenced: never an orphan."""
-        return key in self._by_key
+        """Object ``key`` is referenced or set aside: never an orphan."""
+        return key in self._by_key or key in self.aside
+
+    def set_aside_jobs(self, queue: str) -> int:
+        """Dead jobs of ``queue`` in segments set aside (counted apart from ``dead``)."""
+        return sum(e.ref.count for e in self.aside.values() if e.ref.queue == queue)
+
+    def set_aside_of(self, queue: str) -> int:
+        """How many of ``queue``'s dead segments are set aside."""
+        return sum(1 for e in self.aside.values() if e.ref.queue == queue)
 
     def framed_bytes(self) -> int:
-        """The encoded length of the ``dead`` section, punctuation included (0: none)."""
-        return len(b',"dead":{') + len(self.section()) + 1 if self.queues else 0
+        """The encoded length of the ``dead`` and ``dead_aside`` sections,
+        punctuation included (0: none)."""
+        listed = len(b',"dead":{') + len(self.section()) + 1 if self.queues else 0
+        return listed + len(self.aside_section())
+
+    def aside_section(self) -> bytes:
+        """The document's ``,"dead_aside":[...]`` (empty when none is set aside)."""
+        if not self.aside:
+            return b""
+        entries = (_encode(self.aside[key]) for key in sorted(self.aside))
+        return b',"dead_aside":[' + b",".join(entries) + b"]"
+
+    def set_aside(self, entry: DeadAside, *, listed: bool = True) -> None:
+        """Move ``entry.ref`` aside (``listed``: a reference of this document; else one
+        decoded from the set-aside list): not counted, listed or acted on; its
+        payload objects held."""
+        if listed:
+            self.replace(entry.ref, None)
+        self.aside[entry.ref.key] = entry
+        self.payloads.update(entry.ref.payload_refs)
+
+    def readmit(self, key: str) -> DeadRef:
+        """Take ``key``'s reference back, in its queue's place by time of death."""
+        ref = self.aside.pop(key).ref
+        refs = self.queues.setdefault(ref.queue, [])
+        at = next((i for i, r in enumerate(refs) if r.died_from > ref.died_from), len(refs))
+        refs.insert(at, ref)
+        self._index(ref)
+        return ref
 
     def section(self) -> bytes:
         """The encoded inside of the ``dead`` map (``"q":[ref,...],...``); cached
@@ -155,4 +203,6 @@ class DeadLetters:
         else:
             del self.counts[ref.queue]
         self.payloads.difference_update(ref.payload_refs)
+        for entry in self.aside.values():  # (set-aside segments keep theirs)
+            self.payloads.update(entry.ref.payload_refs)
         self._section = None

@@ -19,11 +19,11 @@ import msgspec
 
 from osqueue.api import CatchUp, JobStatus, ParentFailure
 from osqueue.ids import new_id
-from osqueue.state.dead_letters import DeadRef
+from osqueue.state.dead_letters import DeadAside, DeadRef
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FinishedRef
 from osqueue.state.history import HistorySample
-from osqueue.state.waiting_refs import WaitingRef
+from osqueue.state.waiting_refs import WaitingAside, WaitingRef
 
 #: The document's format, the one this osqueue reads and writes.  A document of
 #: any other format (an earlier, pre-release one, or a later one) is refused
@@ -427,3 +427,7 @@ class WireDocument(msgspec.Struct, frozen=True):
     delayed: list[DelayedRef] = []
     #: and those set aside
     delayed_aside: list[DelayedAside] = []
+    #: dead segments set aside (object missing or broken; :mod:`osqueue.state.dead_letters`)
+    dead_aside: list[DeadAside] = []
+    #: objects of waiting children set aside (:mod:`osqueue.state.waiting_refs`)
+    waiting_aside: list[WaitingAside] = []

@@ -41,6 +41,8 @@ from collections.abc import Sequence
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
+from osqueue.state import cold_waiting
+from osqueue.state.cold_dead import DEAD_PREFIX, readmit_dead, set_aside_dead
 from osqueue.state.cold_delayed import (
     DELAYED_PREFIX,
     cancel_delayed,
@@ -51,6 +53,7 @@ from osqueue.state.document import Document
 from osqueue.state.model import SegmentRef, SetAsideRef, StoredJob, to_datetime
 from osqueue.state.ops import Cancel, Counted, Load, Ok, Policy, Readmit, Removed, SetAside, Spill
 from osqueue.state.segment_codec import SEGMENT_PREFIX, make_ref
+from osqueue.state.waiting_refs import WAITING_PREFIX
 from osqueue.storage.keys import check_key
 
 _replace = msgspec.structs.replace
@@ -229,6 +232,10 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
 
 
 def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
+    if isinstance(op.key, str) and op.key.startswith(DEAD_PREFIX):
+        return set_aside_dead(doc.dead, op, now)
+    if isinstance(op.key, str) and op.key.startswith(WAITING_PREFIX):
+        return cold_waiting.set_aside(doc, op, now)
     if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
         return set_aside_delayed(doc.delayed, op, now)
     key = _check_key(op.key, "key")
@@ -242,6 +249,10 @@ def set_aside(doc: Document, op: SetAside, now: float) -> Ok:
 
 
 def readmit(doc: Document, op: Readmit) -> Counted:
+    if isinstance(op.key, str) and op.key.startswith(DEAD_PREFIX):
+        return readmit_dead(doc.dead, op)
+    if isinstance(op.key, str) and op.key.startswith(WAITING_PREFIX):
+        return cold_waiting.readmit(doc, op)
     if isinstance(op.key, str) and op.key.startswith(DELAYED_PREFIX):
         return readmit_delayed(doc.delayed, op)
     key = _check_key(op.key, "key")

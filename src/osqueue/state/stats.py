@@ -22,10 +22,11 @@ def stats_of(doc: Document, now: float) -> Stats:
     # (a queue's done jobs wait only for their archive object: they keep no queue listed)
     names = {q for q, status in index.counts if status != "done"}
     names |= set(doc.queue_settings) | set(doc.queue_totals) | set(doc.dead.counts)
+    names |= {e.ref.queue for e in doc.dead.aside.values()}  # (dead segments set aside)
     if segments:
         names |= segments.queues() | {e.ref.queue for e in segments.aside.values()}
     cold = doc.waiting_cold  # waiting children in objects: counted from the references
-    names |= {ref.queue for ref in cold}
+    names |= {ref.queue for ref in cold} | {e.ref.queue for e in cold.aside.values()}
     delayed_cold = doc.delayed  # delayed jobs in objects: counted from their references
     if delayed_cold:
         names |= delayed_cold.queues()
@@ -51,9 +52,13 @@ def stats_of(doc: Document, now: float) -> Stats:
             failed_total=totals.failed,
             dead_total=totals.dead,
             set_aside=(segments.set_aside_jobs(q) if segments.aside else 0)
-            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0),
+            + (delayed_cold.set_aside_jobs(q) if delayed_cold.aside else 0)
+            + (doc.dead.set_aside_jobs(q) if doc.dead.aside else 0)
+            + (cold.set_aside_jobs(q) if cold.aside else 0),
             set_aside_segments=(len(segments.set_aside_of(q)) if segments.aside else 0)
-            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0),
+            + (delayed_cold.set_aside_of(q) if delayed_cold.aside else 0)
+            + (doc.dead.set_aside_of(q) if doc.dead.aside else 0)
+            + (cold.set_aside_of(q) if cold.aside else 0),
         )
     owner = doc.broker
     return Stats(

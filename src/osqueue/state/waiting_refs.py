@@ -24,7 +24,8 @@ Pure values; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Annotated
 
 import msgspec
@@ -74,10 +75,21 @@ class WaitingRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return self.count - len(self.cancelled)
 
 
+class WaitingAside(msgspec.Struct, frozen=True, gc=False):
+    """An object's reference set aside (its object missing or failing its check):
+    its jobs are neither lost nor loaded until a readmit; the parents that end
+    meanwhile are still struck from ``ref.after`` (it stays in ``by_parent``),
+    so a readmitted object whose parents all ended is due at once."""
+
+    ref: WaitingRef
+    reason: str
+    at: datetime
+
+
 class ColdWaiting:
     """The references of one document, with the index by parent (kept in step)."""
 
-    __slots__ = ("_frags", "_section", "by_parent", "payloads", "refs")
+    __slots__ = ("_frags", "_section", "aside", "by_parent", "payloads", "refs")
 
     def __init__(self, refs: list[WaitingRef] | None = None) -> None:
         #: key -> reference, in the order they were added
@@ -88,6 +100,8 @@ class ColdWaiting:
         self.payloads: set[str] = set()
         self._frags: dict[str, bytes] = {}
         self._section: bytes | None = None
+        #: key -> its reference set aside (indexed by parent, its payloads held)
+        self.aside: dict[str, WaitingAside] = {}
         for ref in refs or ():
             self.add(ref)
 
@@ -98,10 +112,11 @@ class ColdWaiting:
         new.payloads = set(self.payloads)
         new._frags = dict(self._frags)
         new._section = self._section
+        new.aside = dict(self.aside)
         return new
 
     def __bool__(self) -> bool:
-        return bool(self.refs)
+        return bool(self.refs or self.aside)
 
     def __iter__(self) -> Iterator[WaitingRef]:
         return iter(self.refs.values())
@@ -112,7 +127,7 @@ class ColdWaiting:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ColdWaiting):
             return NotImplemented
-        return list(self.refs.items()) == list(other.refs.items())
+        return list(self.refs.items()) == list(other.refs.items()) and self.aside == other.aside
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -120,13 +135,29 @@ class ColdWaiting:
         return f"ColdWaiting({len(self.refs)} objects, {self.jobs()} jobs)"
 
     def holds(self, key: str) -> bool:
-        return key in self.refs
+        """Object ``key`` is referenced or set aside: never an orphan."""
+        return key in self.refs or key in self.aside
 
     def may_hold(self, job_id: str) -> bool:
-        """A live job of an object may have this id (its id bounds hold it)."""
-        return any(
-            r.min_id <= job_id <= r.max_id and job_id not in r.cancelled for r in self.refs.values()
-        )
+        """A live job of an object (set aside or not) may have this id (its id bounds
+        hold it)."""
+        refs = [*self.refs.values(), *(e.ref for e in self.aside.values())]
+        return any(r.min_id <= job_id <= r.max_id and job_id not in r.cancelled for r in refs)
+
+    def find(self, key: str) -> WaitingRef | None:
+        """``key``'s reference, listed or set aside."""
+        ref = self.refs.get(key)
+        if ref is None and key in self.aside:
+            return self.aside[key].ref
+        return ref
+
+    def set_aside_jobs(self, queue: str) -> int:
+        """Live jobs of ``queue`` in objects set aside (counted apart from ``waiting``)."""
+        return sum(e.ref.live for e in self.aside.values() if e.ref.queue == queue)
+
+    def set_aside_of(self, queue: str) -> int:
+        """How many of ``queue``'s objects are set aside."""
+        return sum(1 for e in self.aside.values() if e.ref.queue == queue)
 
     def jobs(self, queue: str | None = None) -> int:
         """Live cold waiting jobs (of ``queue``, or of all queues)."""
@@ -139,12 +170,21 @@ class ColdWaiting:
         return self._section
 
     def framed(self) -> bytes:
-        """The document's ``,"waiting":[...]`` section (empty when there is none)."""
-        return b',"waiting":[' + self.section() + b"]" if self.refs else b""
+        """The document's ``,"waiting":[...]`` and ``,"waiting_aside":[...]`` sections
+        (each empty when there is none)."""
+        listed = b',"waiting":[' + self.section() + b"]" if self.refs else b""
+        return listed + self._aside_section()
 
     def framed_bytes(self) -> int:
         """The length of :meth:`framed`."""
-        return len(b',"waiting":[]') + len(self.section()) if self.refs else 0
+        listed = len(b',"waiting":[]') + len(self.section()) if self.refs else 0
+        return listed + len(self._aside_section())
+
+    def _aside_section(self) -> bytes:
+        if not self.aside:
+            return b""
+        entries = (_encode(self.aside[key]) for key in sorted(self.aside))
+        return b',"waiting_aside":[' + b",".join(entries) + b"]"
 
     # -- changes ------------------------------------------------------------------
 
@@ -157,11 +197,17 @@ class ColdWaiting:
             self.by_parent.setdefault(parent, {})[ref.key] = None
 
     def replace(self, ref: WaitingRef) -> None:
-        """Swap in ``ref`` for the reference of the same key (its ``after`` may only shrink)."""
-        old = self.refs[ref.key]
-        self.refs[ref.key] = ref
-        self._frags[ref.key] = _encode(ref)
-        self._section = None
+        """Swap in ``ref`` for the reference of the same key, listed or set aside (its
+        ``after`` may only shrink)."""
+        entry = self.aside.get(ref.key)
+        if entry is not None:
+            old = entry.ref
+            self.aside[ref.key] = msgspec.structs.replace(entry, ref=ref)
+        else:
+            old = self.refs[ref.key]
+            self.refs[ref.key] = ref
+            self._frags[ref.key] = _encode(ref)
+            self._section = None
         if len(old.after) != len(ref.after):
             kept = set(ref.after)
             for parent in old.after:
@@ -173,8 +219,33 @@ class ColdWaiting:
         del self._frags[key]
         self._section = None
         self.payloads.difference_update(ref.payload_refs)
+        for entry in self.aside.values():  # (set-aside objects keep theirs)
+            self.payloads.update(entry.ref.payload_refs)
         for parent in ref.after:
             self._unindex(parent, key)
+        return ref
+
+    def set_aside(self, entry: WaitingAside, *, listed: bool = True) -> None:
+        """Move ``entry.ref`` aside (``listed``: a reference of this document; else one
+        decoded from the set-aside list): not loaded; still indexed by parent, its
+        payload objects held."""
+        key = entry.ref.key
+        if listed:
+            del self.refs[key], self._frags[key]
+            self._section = None
+        else:
+            self.payloads.update(entry.ref.payload_refs)
+            for parent in entry.ref.after:
+                self.by_parent.setdefault(parent, {})[key] = None
+        self.aside[key] = entry
+
+    def readmit(self, key: str) -> WaitingRef:
+        """Take ``key``'s reference back among the loadable ones (due at once if its
+        parents all ended meanwhile)."""
+        ref = self.aside.pop(key).ref
+        self.refs[key] = ref
+        self._frags[key] = _encode(ref)
+        self._section = None
         return ref
 
     def _unindex(self, parent: str, key: str) -> None:
@@ -185,18 +256,28 @@ class ColdWaiting:
                 del self.by_parent[parent]
 
 
-def cold_waiting_of(refs: list[WaitingRef]) -> ColdWaiting:
-    """The stored references, checked (a bad one is a ``CorruptDocument`` naming
-    ``$.waiting[i]`` and the field)."""
+def cold_waiting_of(refs: list[WaitingRef], aside: Sequence[WaitingAside] = ()) -> ColdWaiting:
+    """The stored references and those set aside, checked (a bad one is a
+    ``CorruptDocument`` naming ``$.waiting[i]`` or ``$.waiting_aside[i].ref``
+    and the field)."""
     out = ColdWaiting()
     for i, ref in enumerate(refs):
-        where = f"$.waiting[{i}]"
-        problem = _problem(ref, out)
-        if problem is not None:
-            field, message = problem
-            raise CorruptDocument(f"{where}.{field}: {message}", path=f"{where}.{field}")
+        _check(f"$.waiting[{i}]", ref, out)
         out.add(ref)
+    for i, entry in enumerate(aside):
+        _check(f"$.waiting_aside[{i}].ref", entry.ref, out)
+        if not entry.reason:
+            where = f"$.waiting_aside[{i}].reason"
+            raise CorruptDocument(f"{where}: must say why it was set aside", path=where)
+        out.set_aside(entry, listed=False)
     return out
+
+
+def _check(where: str, ref: WaitingRef, seen: ColdWaiting) -> None:
+    problem = _problem(ref, seen)
+    if problem is not None:
+        field, message = problem
+        raise CorruptDocument(f"{where}.{field}: {message}", path=f"{where}.{field}")
 
 
 def _problem(ref: WaitingRef, seen: ColdWaiting) -> tuple[str, str] | None:

@@ -18,6 +18,12 @@ between commits:
   fails with ``Conflict``: its ``old`` reference is gone); running the retry
   again finishes it.  The old object is deleted after its swap commits.
 * **Listing** pages through the document's dead jobs, then the segments'.
+* **Set aside.**  A dead segment whose object is missing or fails its check
+  (size, SHA-256, header, every line) when a listing, retry or purge reads it
+  is set aside (a ``SetAside`` op, as for ready segments): its jobs are
+  neither lost nor listed, retried or purged, its payload objects stay held,
+  and the rest go on.  ``osqueue segments readmit`` puts it back once
+  restored (:meth:`DeadLetterManager.check_restored`, then ``Readmit``).
 
 New objects' keys stay in the segment manager's ``writing`` set until their
 op settles, so the orphan sweep (which lists ``dead/`` and ``segments/``)
@@ -34,9 +40,16 @@ from typing import Any
 
 from osqueue.broker.cold.build import build_objects
 from osqueue.broker.core.retry import StorageRetry
-from osqueue.errors import Conflict, CorruptDocument, NotFound, OsqueueError, StorageError
+from osqueue.errors import (
+    Conflict,
+    CorruptDocument,
+    InvalidInput,
+    NotFound,
+    OsqueueError,
+    StorageError,
+)
 from osqueue.ids import new_id
-from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead
+from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead, SetAside
 from osqueue.state.cold_dead import (
     DeadFilter,
     DeadSpillPlan,
@@ -66,8 +79,8 @@ class DeadCounters:
     spilled_jobs: int = 0
     failed_spills: int = 0
     swaps: int = 0
-    #: dead segments found missing or broken (left referenced, reported)
-    unreadable: int = 0
+    #: dead segments found missing or broken (set aside, reported)
+    set_aside: int = 0
 
 
 class DeadLetterManager:
@@ -103,15 +116,20 @@ class DeadLetterManager:
         self.counters = DeadCounters()
         #: queue -> its SpillDead ops once written (None while being written)
         self.in_flight: dict[str, list[SpillDead] | None] = {}
+        #: key -> its SetAside op until it settles (one per object)
+        self._asides: dict[str, SetAside] = {}
 
     @property
     def busy(self) -> bool:
-        return bool(self.in_flight)
+        return bool(self.in_flight or self._asides)
 
     # ------------------------------------------------------------------ spills
 
     def committed(self, doc: Document, serving: bool) -> None:
         """After a commit: settle the dead spills it took, plan the next ones."""
+        for key, aside in list(self._asides.items()):
+            if not self._pending(aside):
+                del self._asides[key]  # committed (or the reference was gone already)
         for queue, ops in list(self.in_flight.items()):
             if ops is None or any(self._pending(op) for op in ops):
                 continue
@@ -271,8 +289,34 @@ class DeadLetterManager:
 
     def _unreadable(self, ref: DeadRef, exc: OsqueueError) -> None:
         """A dead segment's object could not be read: swapped since (its reference is
-        gone), or missing or broken (reported; its jobs stay referenced)."""
+        gone), or missing or broken: set aside (next commit) and reported."""
         doc = self._document()
-        if doc is not None and doc.dead.find(ref.key) == ref:
-            self.counters.unreadable += 1
-            log.error("a dead segment cannot be read: %s", exc, extra={"key": ref.key})
+        if doc is None or doc.dead.find(ref.key) != ref or ref.key in self._asides:
+            return
+        self.counters.set_aside += 1
+        why = str(exc) if isinstance(exc, CorruptDocument) else "the object is missing"
+        op = SetAside(ref.key, why)
+        self._asides[ref.key] = op
+        log.error(
+            "setting dead segment %s aside (its jobs wait until `osqueue segments readmit`): %s",
+            ref.key,
+            exc,
+            extra={"action": "set_aside", "key": ref.key},
+        )
+        self._submit(op)
+
+    async def check_restored(self, key: str) -> int:
+        """Before a ``Readmit`` of the dead segment ``key``: its object must be back as
+        its reference recorded it (size, SHA-256, header, every line); else
+        ``InvalidInput`` naming ``key``.  Returns the jobs it would readmit."""
+        doc = self._document()
+        entry = doc.dead.aside.get(key) if doc is not None else None
+        if entry is None:
+            raise InvalidInput(f"dead segment {key} is not set aside", field="key")
+        try:
+            await self.read(entry.ref)
+        except NotFound:
+            raise InvalidInput(f"{key} is still missing; restore it first", field="key") from None
+        except CorruptDocument as exc:
+            raise InvalidInput(f"{key} still fails its check: {exc}", field="key") from exc
+        return entry.ref.count

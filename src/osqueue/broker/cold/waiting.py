@@ -18,9 +18,11 @@ hands it every committed :class:`~osqueue.state.Transition`
   One object is read at a time (checked against its size and SHA-256), and
   its ``LoadWaiting`` goes to the next commit; the commit drops the reference
   and the segment manager deletes the object after it.  An object that is
-  missing or fails its check is reported (logged, counted) and left
-  referenced: its jobs stay counted as waiting, it is tried again after
-  :data:`_BROKEN_PAUSE_S`, and the other objects keep loading.
+  missing or fails its check is set aside (a ``SetAside`` op, as for ready
+  segments: logged, counted, its jobs neither lost nor loaded, its parents
+  still struck as they end) and the other objects keep loading;
+  ``osqueue segments readmit`` puts it back once restored
+  (:meth:`WaitingObjects.check_restored`, then ``Readmit``).
 * **Cancel.**  :meth:`WaitingObjects.locate` finds a cold child by reading the
   objects whose id bounds hold it.
 
@@ -38,9 +40,9 @@ from typing import TYPE_CHECKING
 from osqueue.broker.cold.build import build_objects
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
-from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
+from osqueue.errors import CorruptDocument, InvalidInput, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
-from osqueue.state import Cancel, Document, Policy, Transition
+from osqueue.state import Cancel, Document, Policy, SetAside, Transition
 from osqueue.state.cold_waiting import (
     build,
     hot_waiting,
@@ -64,8 +66,6 @@ log = logging.getLogger(__name__)
 
 #: tries of an object write before the spill is given up (planned again later)
 _PUT_ATTEMPTS = 3
-#: an object missing or failing its check is not tried again for this long
-_BROKEN_PAUSE_S = 30.0
 #: an object whose load the commit refused is not tried again for this long
 _REFUSED_PAUSE_S = 1.0
 
@@ -79,8 +79,8 @@ class WaitingCounters:
     loads: int = 0
     loaded_jobs: int = 0
     failed_spills: int = 0
-    #: objects missing or failing their check (left referenced, tried again later)
-    broken: int = 0
+    #: objects missing or failing their check (set aside, reported)
+    set_aside: int = 0
 
 
 class WaitingObjects:
@@ -126,13 +126,16 @@ class WaitingObjects:
         self._reading: str | None = None
         #: key -> monotonic time before which it is not read again
         self._paused: dict[str, float] = {}
+        #: key -> its SetAside op until it settles
+        self._asides: dict[str, SetAside] = {}
         #: set while no spill's objects are being written (the commit loop's hold)
         self._written = asyncio.Event()
         self._written.set()
 
     @property
     def busy(self) -> bool:
-        return self._spilling or self._load is not None or self._reading is not None
+        busy = self._spilling or self._load is not None or self._reading is not None
+        return busy or bool(self._asides)
 
     @property
     def writing(self) -> bool:
@@ -149,6 +152,10 @@ class WaitingObjects:
         doc = t.doc
         if self._spill is not None and not any(self._intake.holds(op) for op in self._spill):
             self._settle_spill(doc, self._spill)
+        for key, aside in list(self._asides.items()):
+            if not self._intake.holds(aside):
+                del self._asides[key]  # committed (or the reference was gone already)
+                self._changed()
         load = self._load
         if load is not None and not self._intake.holds(load):
             self._load = None
@@ -293,18 +300,41 @@ class WaitingObjects:
         self._changed()
 
     def _broken(self, key: str, why: str) -> None:
-        self.counters.broken += 1
+        """``key``'s object is missing or broken: its reference goes aside (next
+        commit); the other objects load as usual."""
+        doc = self._lease.doc
+        if doc is None or key not in doc.waiting_cold.refs or key in self._asides:
+            return
+        self.counters.set_aside += 1
+        op = SetAside(key, why)
+        self._asides[key] = op
         log.error(
-            "object of waiting children %s cannot be loaded (its jobs stay waiting; "
-            "trying again in %gs): %s",
+            "setting object of waiting children %s aside (its jobs wait until "
+            "`osqueue segments readmit`): %s",
             key,
-            _BROKEN_PAUSE_S,
             why,
-            extra={"action": "load", "key": key},
+            extra={"action": "set_aside", "key": key},
         )
-        self._pause(key, why)
+        self._intake.add_internal(op)
 
-    def _pause(self, key: str, why: str, pause_s: float = _BROKEN_PAUSE_S) -> None:
+    async def check_restored(self, key: str) -> int:
+        """Before a ``Readmit`` of the object ``key``: it must be back as its reference
+        recorded it (size, SHA-256, header, every line); else ``InvalidInput``
+        naming ``key``.  Returns the live jobs it would readmit."""
+        doc = self._lease.doc
+        entry = doc.waiting_cold.aside.get(key) if doc is not None else None
+        if entry is None:
+            raise InvalidInput(f"object of waiting children {key} is not set aside", field="key")
+        try:
+            read(entry.ref, await self._get(key))
+        except NotFound:
+            raise InvalidInput(f"{key} is still missing; restore it first", field="key") from None
+        except CorruptDocument as exc:
+            raise InvalidInput(f"{key} still fails its check: {exc}", field="key") from exc
+        self._paused.pop(key, None)
+        return entry.ref.live
+
+    def _pause(self, key: str, why: str, pause_s: float) -> None:
         self._paused[key] = self._clock.monotonic() + pause_s
         log.info("waiting children %s: %s", key, why, extra={"action": "load", "key": key})
 
@@ -320,8 +350,9 @@ class WaitingObjects:
                 continue
             try:
                 jobs = read(ref, await self._get(ref.key))
-            except NotFound:
-                continue  # loaded and deleted meanwhile
+            except NotFound:  # loaded and deleted meanwhile, or missing: set aside
+                self._broken(ref.key, "the object is missing")
+                continue
             except CorruptDocument as exc:
                 self._broken(ref.key, str(exc))
                 continue

@@ -45,10 +45,12 @@ from osqueue.state import (
     stats_of,
     validate,
 )
+from osqueue.state.cold_dead import DEAD_PREFIX
 from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.limits import settings_info
 from osqueue.state.results import Answer
 from osqueue.state.schedules import schedule_info
+from osqueue.state.waiting_refs import WAITING_PREFIX
 
 if TYPE_CHECKING:
     from osqueue.broker.inproc.host import BrokerHost
@@ -250,7 +252,13 @@ class BrokerCalls:
 
     async def readmit(self, key: str) -> int:
         """Put the set-aside segment ``key`` back once its object checks out."""
-        await self.broker.segments.check_restored(key)
+        segments = self.broker.segments
+        if key.startswith(DEAD_PREFIX):  # a dead segment (osqueue.broker.cold.dead)
+            await segments.dead.check_restored(key)
+        elif key.startswith(WAITING_PREFIX):  # waiting children (osqueue.broker.cold.waiting)
+            await segments.waiting.check_restored(key)
+        else:
+            await segments.check_restored(key)
         result = await self.one(Readmit(key))
         assert isinstance(result, Counted)
         return result.n
