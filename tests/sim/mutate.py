@@ -40,7 +40,7 @@ from sim.mutations import MIN_KILLS, MUTATIONS, Mutation
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "osqueue"
 #: ``tests/``, and the packages of it the simulator runs on (copied once per run)
 TESTS_DIR = Path(__file__).resolve().parents[1]
-SIMULATOR = ("sim", "chaos")
+SIMULATOR = ("sim", "chaos", "servers")  # the simulator and what it imports from tests
 DEFAULT_SEEDS = 600  # the sweep of ``make test`` (tests/simulation/conftest.py)
 
 

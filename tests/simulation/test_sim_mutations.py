@@ -4,11 +4,12 @@ planted bug still applies, so ``make mutate`` cannot rot silently as the code mo
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sim.mutate import PACKAGE, DoesNotApply, apply, patched
+from sim.mutate import PACKAGE, SIMULATOR, TESTS_DIR, DoesNotApply, apply, patched, run_one
 from sim.mutations import MUTATIONS, Mutation
 
 
@@ -59,3 +60,16 @@ def test_a_mutation_is_applied_to_a_copy_never_to_the_tree(tmp_path: Path) -> No
     root = apply(mutation, tmp_path)
     assert (root / "osqueue" / mutation.file).read_text(encoding="utf-8") == patched(mutation)
     assert (PACKAGE / mutation.file).read_text(encoding="utf-8") == tree
+
+
+def test_a_mutant_run_imports_the_copies_of_the_package_and_the_simulator(
+    tmp_path: Path,
+) -> None:
+    """``make mutate`` runs each mutant with copies of the simulator's packages (and
+    what they import from tests/) on the path: with none of them missing, a run of
+    no seeds applies the mutation and imports both copies without an error."""
+    simulator = tmp_path / "simulator"
+    for package in SIMULATOR:
+        shutil.copytree(TESTS_DIR / package, simulator / package)
+    outcome = run_one(MUTATIONS[0], range(0), 1, simulator)
+    assert outcome.error is None, outcome.error
