@@ -13,7 +13,7 @@ the keyword arguments every ``push`` takes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Required, TypedDict, Unpack, runtime_checkable
 
@@ -90,6 +90,19 @@ class ClaimOptions(TypedDict, total=False):
 
     max_jobs: int
     wait_s: float
+
+
+class DeadOptions(TypedDict, total=False):
+    """Which dead jobs a retry or purge takes besides ``ids`` (no filter and no ids:
+    all of them), and how it goes: ``progress(jobs, segments_left)`` after each
+    dead segment, ``max_segments`` to stop after that many (call again to go on)."""
+
+    queue: str | None
+    error: str | None
+    since: float | None
+    until: float | None
+    progress: Callable[[int, int], None] | None
+    max_segments: int | None
 
 
 class ScheduleSpec(TypedDict, total=False):

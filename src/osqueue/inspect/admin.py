@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from osqueue.api import ScheduleInfo
+from osqueue.api import DeadOptions, ScheduleInfo
 from osqueue.errors import NotFound, OsqueueError
 
 
@@ -43,15 +43,21 @@ async def on_dead(
         raise OsqueueError(f"this client ({type(client).__name__}) cannot {action.value} dead jobs")
     params = inspect.signature(method).parameters
     kwargs: dict[str, object] = {k: v for k, v in filters._asdict().items() if v is not None}
-    missing = [k for k in kwargs if k not in params]
+    # a method that takes ``**options: Unpack[DeadOptions]`` takes every filter
+    takes = {*params} | ({*DeadOptions.__annotations__} if _var_keyword(params) else set())
+    missing = [k for k in kwargs if k not in takes]
     if missing:
         raise OsqueueError(f"this client ({type(client).__name__}) cannot filter by --{missing[0]}")
-    if progress is not None and "progress" in params:
+    if progress is not None and "progress" in takes:
         kwargs["progress"] = progress
     count = await method(ids, **kwargs)
     if not isinstance(count, int):
         raise OsqueueError(f"{action.value}_dead returned {count!r}, expected a count")
     return count
+
+
+def _var_keyword(params: Mapping[str, inspect.Parameter]) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def spec_of(info: ScheduleInfo) -> dict[str, Any]:

@@ -9,13 +9,14 @@ durable; an op's own error is raised.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Unpack
 
 import msgspec
 
 from osqueue.api import (
     ClaimOptions,
+    DeadOptions,
     Job,
     JobResult,
     NewJob,
@@ -159,50 +160,18 @@ class LocalClient:
         await self.calls.cancel(make.cancel(job_id))
 
     async def retry_dead(
-        self,
-        ids: Sequence[str] | None = None,
-        *,
-        queue: str | None = None,
-        error: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        max_segments: int | None = None,
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
     ) -> int:
         """Queue dead jobs again (see :meth:`DeadCalls.retry_dead
         <osqueue.broker.inproc.dead.DeadCalls.retry_dead>`)."""
-        return await self.calls.dead.retry_dead(
-            make.dead(ids),
-            queue=queue,
-            error=error,
-            since=since,
-            until=until,
-            progress=progress,
-            max_segments=max_segments,
-        )
+        return await self.calls.dead.retry_dead(make.dead(ids), **options)
 
     async def purge_dead(
-        self,
-        ids: Sequence[str] | None = None,
-        *,
-        queue: str | None = None,
-        error: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        max_segments: int | None = None,
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
     ) -> int:
         """Delete dead jobs (see :meth:`DeadCalls.purge_dead
         <osqueue.broker.inproc.dead.DeadCalls.purge_dead>`)."""
-        return await self.calls.dead.purge_dead(
-            make.dead(ids),
-            queue=queue,
-            error=error,
-            since=since,
-            until=until,
-            progress=progress,
-            max_segments=max_segments,
-        )
+        return await self.calls.dead.purge_dead(make.dead(ids), **options)
 
     async def dead_jobs(
         self,

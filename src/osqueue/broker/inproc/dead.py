@@ -12,9 +12,10 @@ run it again to finish).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Unpack
 
+from osqueue.api import DeadOptions
 from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.errors import JobNotFound
 from osqueue.state import Counted, PurgeDead, Removed, RetryDead
@@ -32,35 +33,18 @@ class DeadCalls:
         self.broker = broker
 
     async def retry_dead(
-        self,
-        ids: Sequence[str] | None = None,
-        *,
-        queue: str | None = None,
-        error: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        max_segments: int | None = None,
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
     ) -> int:
         """Queue dead jobs again (attempts 0, ``last_error`` kept): ``ids``, or those
-        the filters admit (none: all).  Each job is retried at most once per call
-        across a crash; ``progress(jobs, segments_left)`` after each segment;
-        ``max_segments`` stops after that many (call again to go on)."""
-        return await self._act(True, ids, queue, error, since, until, progress, max_segments)
+        the filters admit (:class:`~osqueue.api.DeadOptions`; none: all).  Each job
+        is retried at most once per call across a crash."""
+        return await self._act(True, ids, options)
 
     async def purge_dead(
-        self,
-        ids: Sequence[str] | None = None,
-        *,
-        queue: str | None = None,
-        error: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        max_segments: int | None = None,
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
     ) -> int:
         """Delete dead jobs: ``ids``, or those the filters admit (none: all)."""
-        return await self._act(False, ids, queue, error, since, until, progress, max_segments)
+        return await self._act(False, ids, options)
 
     async def dead_jobs(
         self,
@@ -86,18 +70,10 @@ class DeadCalls:
             out.append(job)
         return out
 
-    async def _act(
-        self,
-        retry: bool,
-        ids: Sequence[str] | None,
-        queue: str | None,
-        error: str | None,
-        since: float | None,
-        until: float | None,
-        progress: Callable[[int, int], None] | None,
-        max_segments: int | None,
-    ) -> int:
+    async def _act(self, retry: bool, ids: Sequence[str] | None, options: DeadOptions) -> int:
         doc = self.broker.document
+        queue, error = options.get("queue"), options.get("error")
+        since, until = options.get("since"), options.get("until")
         plain = queue is None and error is None and since is None and until is None
         if ids is not None and plain and (not doc.dead or all(i in doc.jobs for i in ids)):
             op = RetryDead(tuple(ids)) if retry else PurgeDead(tuple(ids))
@@ -112,7 +88,10 @@ class DeadCalls:
             ids=None if ids is None else frozenset(ids),
         )
         n = await self.broker.segments.dead.act(
-            f, retry=retry, progress=progress, max_segments=max_segments
+            f,
+            retry=retry,
+            progress=options.get("progress"),
+            max_segments=options.get("max_segments"),
         )
         if ids is not None and n == 0 and ids:
             raise JobNotFound(f"no dead job {ids[0]}")
