@@ -340,13 +340,19 @@ def background(c: SimConfig, rng: random.Random) -> SimConfig:
 def scheduling(c: SimConfig, rng: random.Random) -> SimConfig:
     """Schedules, queue limits, groups and dependencies, under broker crashes (in
     commits too), lost answers, conflicts and clock steps."""
+    brokers = rng.choice((2, 3))
+    tick_a, tick_b = rng.choice((6.0, 10.0)), rng.choice((9.0, 15.0))
+    rng.choice(("once", "skip"))  # (drawn as before, so the later draws stay)
+    # tick-b skips late ticks in 4 runs of 5 (a side draw): half of them gave
+    # the grace rule too few late ticks to judge once more families shared the seeds
+    catch_up_b = "skip" if _side(c.seed, "tick-b").random() < 0.8 else "once"
     return _mix(
         c,
-        brokers=rng.choice((2, 3)),
+        brokers=brokers,
         # ticks come slower than the limits let jobs through, so the queue drains
         schedules=(
-            ("tick-a", rng.choice((6.0, 10.0)), "once"),
-            ("tick-b", rng.choice((9.0, 15.0)), rng.choice(("once", "skip"))),
+            ("tick-a", tick_a, "once"),
+            ("tick-b", tick_b, catch_up_b),
         ),
         schedule_grace_s=rng.choice((1.0, 3.0, 60.0)),
         rate_per_s=rng.choice((None, 1.0, 2.0, 5.0)),
