@@ -1,5 +1,5 @@
-"""Where the objects of a spill are built: on the commit loop when small, in a thread
-when large.
+"""Where the objects of a spill are built (on the commit loop when small, in a thread
+when large), and how they are stored (whole, retried with backoff).
 
 Building an object is a byte join and a SHA-256 (about 1.6 ms per MB).  A thread
 costs more than that for a few jobs, and a small build on the loop keeps the order of
@@ -14,8 +14,14 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
+from osqueue.broker.core.retry import StorageRetry
+from osqueue.errors import StorageError
+from osqueue.storage.port import Storage
+
 T = TypeVar("T")
 
+#: tries of a cold object's write before its spill is given up (planned again later)
+PUT_ATTEMPTS = 3
 #: a spill of at least this many jobs builds its objects in a thread, off the commit loop
 BUILD_IN_THREAD_JOBS = 5_000
 
@@ -26,3 +32,18 @@ async def build_objects(jobs: int, build: Callable[[], T]) -> T:
     if jobs < BUILD_IN_THREAD_JOBS:
         return build()
     return await asyncio.to_thread(build)
+
+
+async def put_object(storage: Storage, retry: StorageRetry, key: str, data: bytes) -> None:
+    """Store a new cold object whole (``put``), tried :data:`PUT_ATTEMPTS` times with
+    backoff; the last error is raised."""
+    attempt = 0
+    while True:
+        try:
+            await storage.put(key, data)
+            return
+        except StorageError as exc:
+            attempt += 1
+            if attempt >= PUT_ATTEMPTS:
+                raise
+            await retry.wait(attempt - 1, exc)

@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.build import put_object
 from osqueue.broker.cold.cache import SegmentCache
-from osqueue.broker.cold.spill import put_object
 from osqueue.broker.cold.sweep import SegmentCounters
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from osqueue.broker.cold.build import build_objects
+from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import (
     Conflict,
@@ -177,16 +177,7 @@ class DeadLetterManager:
             self._submit(op)
 
     async def _put(self, key: str, data: bytes) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._storage.put(key, data)
-                return
-            except StorageError as exc:
-                attempt += 1
-                if attempt >= 3:
-                    raise
-                await self._retry.wait(attempt - 1, exc)
+        await put_object(self._storage, self._retry, key, data)
 
     # ------------------------------------------------------------------ reading
 

@@ -40,7 +40,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from osqueue.broker.cold.build import build_objects
+from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock, Timer
@@ -69,8 +69,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of an object's write before the spill is given up (planned again later)
-_PUT_ATTEMPTS = 3
 #: an object whose read or load failed is not tried again for this long
 _FAILED_PAUSE_S = 5.0
 
@@ -256,16 +254,7 @@ class DelayedManager:
         self._changed()
 
     async def _put(self, key: str, data: bytes) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._storage.put(key, data)
-                return
-            except StorageError as exc:
-                attempt += 1
-                if attempt >= _PUT_ATTEMPTS:
-                    raise
-                await self._retry.wait(attempt - 1, exc)
+        await put_object(self._storage, self._retry, key, data)
 
     # ------------------------------------------------------------------ loads
 

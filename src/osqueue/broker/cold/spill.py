@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from osqueue.broker.cold.build import build_objects
+from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.cold.sweep import SegmentCounters
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import OsqueueError, StorageError
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of a segment write before the spill is given up (planned again later)
-_PUT_ATTEMPTS = 3
 #: most segments one spill of a stream writes (its whole tail, in a burst)
 _SEGMENTS_PER_SPILL = 64
 
@@ -193,17 +191,3 @@ class SpillWriter:
 
     async def _put(self, key: str, data: bytes) -> None:
         await put_object(self._storage, self._retry, key, data)
-
-
-async def put_object(storage: Storage, retry: StorageRetry, key: str, data: bytes) -> None:
-    """Store a new cold object whole (``put``), tried ``_PUT_ATTEMPTS`` times with backoff."""
-    attempt = 0
-    while True:
-        try:
-            await storage.put(key, data)
-            return
-        except StorageError as exc:
-            attempt += 1
-            if attempt >= _PUT_ATTEMPTS:
-                raise
-            await retry.wait(attempt - 1, exc)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from osqueue.broker.cold.build import build_objects
+from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound, OsqueueError, StorageError
@@ -64,8 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of an object write before the spill is given up (planned again later)
-_PUT_ATTEMPTS = 3
 #: an object whose load the commit refused is not tried again for this long
 _REFUSED_PAUSE_S = 1.0
 
@@ -246,16 +244,7 @@ class WaitingObjects:
         self._changed()
 
     async def _put(self, key: str, data: bytes) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._storage.put(key, data)
-                return
-            except StorageError as exc:
-                attempt += 1
-                if attempt >= _PUT_ATTEMPTS:
-                    raise
-                await self._retry.wait(attempt - 1, exc)
+        await put_object(self._storage, self._retry, key, data)
 
     # ------------------------------------------------------------------ loads
 
