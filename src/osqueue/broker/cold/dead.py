@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from osqueue.broker.cold.asides import PendingAsides
 from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import (
@@ -49,7 +50,7 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.ids import new_id
-from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead, SetAside
+from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result, RetryDead
 from osqueue.state.cold_dead import (
     DeadFilter,
     DeadSpillPlan,
@@ -117,7 +118,7 @@ class DeadLetterManager:
         #: queue -> its SpillDead ops once written (None while being written)
         self.in_flight: dict[str, list[SpillDead] | None] = {}
         #: key -> its SetAside op until it settles (one per object)
-        self._asides: dict[str, SetAside] = {}
+        self._asides = PendingAsides(submit, pending, log)
 
     @property
     def busy(self) -> bool:
@@ -127,9 +128,7 @@ class DeadLetterManager:
 
     def committed(self, doc: Document, serving: bool) -> None:
         """After a commit: settle the dead spills it took, plan the next ones."""
-        for key, aside in list(self._asides.items()):
-            if not self._pending(aside):
-                del self._asides[key]  # committed (or the reference was gone already)
+        self._asides.settle()
         for queue, ops in list(self.in_flight.items()):
             if ops is None or any(self._pending(op) for op in ops):
                 continue
@@ -282,19 +281,14 @@ class DeadLetterManager:
         """A dead segment's object could not be read: swapped since (its reference is
         gone), or missing or broken: set aside (next commit) and reported."""
         doc = self._document()
-        if doc is None or doc.dead.find(ref.key) != ref or ref.key in self._asides:
+        if doc is None or doc.dead.find(ref.key) != ref:
             return
-        self.counters.set_aside += 1
         why = str(exc) if isinstance(exc, CorruptDocument) else "the object is missing"
-        op = SetAside(ref.key, why)
-        self._asides[ref.key] = op
-        log.error(
-            "setting dead segment %s aside (its jobs wait until `osqueue segments readmit`): %s",
-            ref.key,
-            exc,
-            extra={"action": "set_aside", "key": ref.key},
+        message = (
+            "setting dead segment %s aside (its jobs wait until `osqueue segments readmit`): %s"
         )
-        self._submit(op)
+        if self._asides.add(ref.key, why, message, exc):
+            self.counters.set_aside += 1
 
     async def check_restored(self, key: str) -> int:
         """Before a ``Readmit`` of the dead segment ``key``: its object must be back as

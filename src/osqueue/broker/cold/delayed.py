@@ -40,13 +40,14 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from osqueue.broker.cold.asides import PendingAsides
 from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock, Timer
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
-from osqueue.state import Cancel, Document, Policy, SetAside, Transition
+from osqueue.state import Cancel, Document, Policy, Transition
 from osqueue.state.delayed_plan import (
     DelayedSpillPlan,
     delayed_cancel_op,
@@ -137,7 +138,7 @@ class DelayedManager:
         #: key -> monotonic time before which a failed object is not tried again
         self._failed: dict[str, float] = {}
         #: key -> the SetAside submitted for its broken object, until a commit took it
-        self._asides: dict[str, SetAside] = {}
+        self._asides = PendingAsides(intake.add_internal, intake.holds, log)
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         #: set while no spill's objects are being written
@@ -182,9 +183,7 @@ class DelayedManager:
             self._plan_loads(doc, now)
 
     def _settle(self, doc: Document) -> None:
-        for key, aside in list(self._asides.items()):
-            if not self._intake.holds(aside):
-                del self._asides[key]  # committed (or the reference was gone already)
+        self._asides.settle()
         for key, load in list(self._loads.items()):
             if self._intake.holds(load):
                 continue
@@ -348,18 +347,11 @@ class DelayedManager:
         commit); the other objects load as usual.  ``osqueue segments readmit``
         puts it back once restored (:meth:`check_restored`)."""
         self._cache.evict(key)
-        if key in self._asides:
-            return
-        self.counters.set_aside += 1
-        op = SetAside(key, why)
-        self._asides[key] = op
-        log.error(
-            "setting delayed object %s aside (its jobs wait until `osqueue segments readmit`): %s",
-            key,
-            why,
-            extra={"action": "set_aside", "key": key},
+        message = (
+            "setting delayed object %s aside (its jobs wait until `osqueue segments readmit`): %s"
         )
-        self._intake.add_internal(op)
+        if self._asides.add(key, why, message):
+            self.counters.set_aside += 1
 
     async def check_restored(self, key: str) -> int:
         """Before a ``Readmit`` of the delayed object ``key``: it must be back as its

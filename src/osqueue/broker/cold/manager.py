@@ -50,6 +50,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.asides import PendingAsides
 from osqueue.broker.cold.cache import SegmentCache
 from osqueue.broker.cold.compact import Compactor
 from osqueue.broker.cold.dead import DeadLetterManager
@@ -68,7 +69,6 @@ from osqueue.state import (
     Document,
     Load,
     SegmentRef,
-    SetAside,
     Stream,
     Transition,
     jobs_ahead,
@@ -131,7 +131,7 @@ class SegmentManager:
         #: key -> monotonic time before which a refused load is not tried again
         self._failed: dict[str, float] = {}
         #: key -> the SetAside submitted for its broken object, until a commit took it
-        self._asides: dict[str, SetAside] = {}
+        self._asides = PendingAsides(intake.add_internal, intake.holds, log)
         #: objects written or being written whose Spill has not committed (or failed) yet
         self.writing: set[str] = set()
         #: deletes after commits, and the orphan sweep
@@ -174,7 +174,7 @@ class SegmentManager:
         if self._loads or self.spills.busy or self.compactor.busy:
             self._settle(doc)
         if self._asides:
-            self._settle_asides()
+            self._asides.settle()
         for key in t.dropped_segments:
             self.counters.deleted += 1
             self._delete(key)
@@ -376,24 +376,12 @@ class SegmentManager:
         """``key``'s object is missing or broken: set its reference aside (next
         commit) so the stream goes on without it; it is not read again."""
         self.cache.evict(key)
-        if key in self._asides:
-            return
-        self.counters.set_aside += 1
-        op = SetAside(key, why)
-        self._asides[key] = op
-        log.error(
+        message = (
             "setting segment %s aside (its queue goes on without its jobs until "
-            "`osqueue segments readmit`): %s",
-            key,
-            why,
-            extra={"action": "set_aside", "key": key},
+            "`osqueue segments readmit`): %s"
         )
-        self._intake.add_internal(op)
-
-    def _settle_asides(self) -> None:
-        for key, op in list(self._asides.items()):
-            if not self._intake.holds(op):
-                del self._asides[key]  # committed (or the reference was gone already)
+        if self._asides.add(key, why, message):
+            self.counters.set_aside += 1
 
     async def check_restored(self, key: str) -> int:
         """Before a ``Readmit`` of ``key``: its object must be back as its set-aside

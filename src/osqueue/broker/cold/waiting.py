@@ -37,12 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from osqueue.broker.cold.asides import PendingAsides
 from osqueue.broker.cold.build import build_objects, put_object
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import Clock
 from osqueue.errors import CorruptDocument, InvalidInput, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
-from osqueue.state import Cancel, Document, Policy, SetAside, Transition
+from osqueue.state import Cancel, Document, Policy, Transition
 from osqueue.state.cold_waiting import (
     build,
     hot_waiting,
@@ -125,7 +126,7 @@ class WaitingObjects:
         #: key -> monotonic time before which it is not read again
         self._paused: dict[str, float] = {}
         #: key -> its SetAside op until it settles
-        self._asides: dict[str, SetAside] = {}
+        self._asides = PendingAsides(intake.add_internal, intake.holds, log)
         #: set while no spill's objects are being written (the commit loop's hold)
         self._written = asyncio.Event()
         self._written.set()
@@ -150,10 +151,8 @@ class WaitingObjects:
         doc = t.doc
         if self._spill is not None and not any(self._intake.holds(op) for op in self._spill):
             self._settle_spill(doc, self._spill)
-        for key, aside in list(self._asides.items()):
-            if not self._intake.holds(aside):
-                del self._asides[key]  # committed (or the reference was gone already)
-                self._changed()
+        if self._asides.settle():
+            self._changed()
         load = self._load
         if load is not None and not self._intake.holds(load):
             self._load = None
@@ -292,19 +291,14 @@ class WaitingObjects:
         """``key``'s object is missing or broken: its reference goes aside (next
         commit); the other objects load as usual."""
         doc = self._lease.doc
-        if doc is None or key not in doc.waiting_cold.refs or key in self._asides:
+        if doc is None or key not in doc.waiting_cold.refs:
             return
-        self.counters.set_aside += 1
-        op = SetAside(key, why)
-        self._asides[key] = op
-        log.error(
+        message = (
             "setting object of waiting children %s aside (its jobs wait until "
-            "`osqueue segments readmit`): %s",
-            key,
-            why,
-            extra={"action": "set_aside", "key": key},
+            "`osqueue segments readmit`): %s"
         )
-        self._intake.add_internal(op)
+        if self._asides.add(key, why, message):
+            self.counters.set_aside += 1
 
     async def check_restored(self, key: str) -> int:
         """Before a ``Readmit`` of the object ``key``: it must be back as its reference
