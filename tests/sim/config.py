@@ -460,7 +460,8 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
         jobs_per_producer=side.randint(20, 40),
         dead_keep_jobs=side.choice((1, 2)),
         dead_spill_jobs=side.choice((1, 2)),
-        dead_retries=side.choice((2, 3)),
+        # one retry more than drawn: the damage below sets some segments aside from them
+        dead_retries=side.choice((2, 3)) + 1,
         # a dead segment lost or corrupted two or three times (a side draw of its own)
         damage=("dead/",),
         damages=_side(c.seed, "damage").choice((2, 3)),

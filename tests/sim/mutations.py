@@ -254,6 +254,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         models="an object of waiting children is released when any one of its parents ends",
     ),
     Mutation(
+        name="waiting-load-keeps-its-object",
+        file="state/cold_waiting.py",
+        original="    doc.waiting_cold.remove(key)\n    host.dropped_segments.append(key)\n",
+        replacement="    host.dropped_segments.append(key)\n",
+        family="waiting children in objects",
+        models="a load of waiting children takes them into the document and keeps the "
+        "object's reference (each child in two places)",
+    ),
+    Mutation(
         name="seal-writes-entries-without-results",
         file="state/finished_objects.py",
         original='    data = b"".join(_encode(e) + b"\\n" for e in entries)\n',
