@@ -171,6 +171,7 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
             )
         taken -= keep.count
     ready = _check_ready(doc, op, taken)
+    _forget_retried(doc, op, ready)
     doc.dead.replace(old, keep)
     for ref in ready:
         doc.segments.append(ref)
@@ -178,6 +179,25 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
         doc.next_seq = max(doc.next_seq, max(ref.last_seq for ref in ready) + 1)
     tx.dropped_segments.append(old.key)
     return Counted(taken)
+
+
+def _forget_retried(doc: Document, op: SwapDead, ready: Sequence[SegmentRef]) -> None:
+    """The retried jobs are live again: their ``dead`` entries in the record of
+    finished jobs go, as ``RetryDead`` drops those of the document's dead jobs
+    (``retried`` must name exactly as many jobs as ``ready`` holds, within
+    ``old``'s id bounds)."""
+    ids, old = op.retried, op.old
+    if not isinstance(ids, tuple | list) or len(ids) != sum(ref.count for ref in ready):
+        raise InvalidInput("must name each job the ready segments hold", field="retried")
+    for i, job_id in enumerate(ids):
+        if not isinstance(job_id, str) or not old.min_id <= job_id <= old.max_id:
+            raise InvalidInput(f"{job_id!r} is not a job of {old.key}", field=f"retried[{i}]")
+    record = doc.finished
+    if record:
+        for job_id in ids:
+            entry = record.get(job_id)
+            if entry is not None and entry.status == "dead":
+                record.remove(job_id)
 
 
 def set_aside_dead(dead: DeadLetters, op: SetAside, now: float) -> Ok:
@@ -377,7 +397,8 @@ def plan_swap(
             ref, data = build_segment(reset, unique())
             ready.append(ref)
             objects.append((ref.key, data))
-    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0)
+    retried = tuple(job.id for job in taken) if retry else ()
+    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0, retried)
     return Swap(op, tuple(objects), tuple(taken))
 
 
