@@ -383,10 +383,12 @@ class QueueService:
     # ------------------------------------------------------------------ administration
 
     async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        return pb.CountResponse(count=await self.calls.dead.retry_dead(self.check.dead(request)))
+        f, pages = self.check.dead(request)
+        return pb.CountResponse(count=await self.calls.dead.act(f, retry=True, max_segments=pages))
 
     async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        return pb.CountResponse(count=await self.calls.dead.purge_dead(self.check.dead(request)))
+        f, pages = self.check.dead(request)
+        return pb.CountResponse(count=await self.calls.dead.act(f, retry=False, max_segments=pages))
 
     async def readmit(
         self, request: pb.ReadmitSegmentRequest, context: Context

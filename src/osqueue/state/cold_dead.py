@@ -471,5 +471,12 @@ class DeadFilter:
         return self.until is None or died < self.until
 
     @property
+    def plain(self) -> bool:
+        """No filter but (maybe) ``ids``: any queue, error and time of death."""
+        return (
+            self.queue is None and self.error is None and self.since is None and self.until is None
+        )
+
+    @property
     def everything(self) -> bool:
         return self.error is None and self.since is None and self.until is None and self.ids is None

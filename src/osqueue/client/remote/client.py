@@ -32,6 +32,7 @@ from google.protobuf.message import Message
 
 from osqueue.api import (
     ClaimOptions,
+    DeadOptions,
     Job,
     JobResult,
     NewJob,
@@ -52,6 +53,7 @@ from osqueue.client.remote.requests import (
     claim_request,
     completion_ref,
     completion_refs,
+    dead_count,
     dead_request,
     fail_item,
     holder_ref,
@@ -375,13 +377,18 @@ class RemoteClient:
     async def stats(self) -> Stats:
         return stats_from_pb(await self._rpc("Stats", pb.StatsRequest()))
 
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
-        return int((await self._rpc("RetryDead", dead_request(ids))).count)
+    async def retry_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Put dead jobs back in their queues: ``ids``, or those the filters admit
+        (:class:`~osqueue.api.DeadOptions`; none: all of them)."""
+        return dead_count(await self._rpc("RetryDead", dead_request(ids, options)), options)
 
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Delete dead jobs (all of them when ``ids`` is None)."""
-        return int((await self._rpc("PurgeDead", dead_request(ids))).count)
+    async def purge_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Delete dead jobs: ``ids``, or those the filters admit (none: all)."""
+        return dead_count(await self._rpc("PurgeDead", dead_request(ids, options)), options)
 
     async def readmit_segment(self, key: str) -> int:
         """Put the set-aside segment ``key`` back once its object is restored (the
