@@ -51,6 +51,7 @@ from osqueue.state.segment_codec import (
     decode_checked,
     encode_segment,
     object_key,
+    priority_bounds,
 )
 from osqueue.storage.keys import check_key
 
@@ -81,6 +82,7 @@ def make_dead_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: 
     """The reference to a dead segment ``key`` holding ``jobs`` (seq order)."""
     ids = [job.id for job in jobs]
     times = [died_at(job) for job in jobs]
+    low, high = priority_bounds(jobs)
     return DeadRef(
         key=key,
         queue=jobs[0].queue,
@@ -94,6 +96,8 @@ def make_dead_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: 
         died_from=min(times),
         died_to=max(times),
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+        min_priority=low,
+        max_priority=high,
     )
 
 

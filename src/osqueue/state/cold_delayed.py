@@ -46,6 +46,7 @@ from osqueue.state.segment_codec import (
     DelayedHeader,
     dedupe_fields,
     join_lines,
+    priority_bounds,
     segment_key,
 )
 from osqueue.storage.keys import check_key
@@ -80,6 +81,7 @@ def make_delayed_ref(
     assert first.run_at is not None
     assert last.run_at is not None
     ids = [job.id for job in jobs]
+    low, high = priority_bounds(jobs)
     return DelayedRef(
         key=key,
         queue=first.queue,
@@ -94,8 +96,8 @@ def make_delayed_ref(
         max_id=max(ids),
         min_seq=min(job.seq for job in jobs),
         max_seq=max(job.seq for job in jobs),
-        min_priority=min(job.priority for job in jobs),
-        max_priority=max(job.priority for job in jobs),
+        min_priority=low,
+        max_priority=high,
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
         **dedupe_fields(jobs),

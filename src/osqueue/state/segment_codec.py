@@ -188,6 +188,13 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
     )
 
 
+def priority_bounds(jobs: Sequence[StoredJob]) -> tuple[int, int]:
+    """The ``min_priority``/``max_priority`` of a cold object's reference holding
+    ``jobs`` (with its seqs, the claim-order bounds a listing pages by)."""
+    priorities = [job.priority for job in jobs]
+    return min(priorities), max(priorities)
+
+
 def dedupe_fields(jobs: Sequence[StoredJob]) -> dict[str, Any]:
     """A reference's filter of the ids of ``jobs``' dedupe jobs (none: no fields),
     for any kind of cold object (:mod:`osqueue.state.dedupe_filter`)."""
