@@ -38,6 +38,7 @@ from osqueue.state.delayed_plan import (
     plan_delayed_spills,
 )
 from osqueue.state.ops import LoadDelayed, SpillDelayed
+from osqueue.state.results import answer
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.state.stats import stats_of
 
@@ -318,3 +319,14 @@ def test_a_delayed_filter_answers_as_long_as_tombstones_would_and_then_leaves() 
     assert all(r.id_filter == () and r.dedupe_created is None for r in doc.delayed)
     doc, (res,) = _apply(doc, [Push(ref.min_id, b"x", delay_s=1.0)], late)
     assert res == Pushed(ref.min_id, True)  # as for any id past its window
+
+
+def test_result_answers_a_spilled_delayed_job_as_queued() -> None:
+    doc, _ = spilled(pushed([1000.0, 1010.0, 1020.0, 1030.0, 1040.0]))
+    cold = [f"j{i:02d}" for i in range(5) if f"j{i:02d}" not in doc.jobs]
+    assert cold
+    for job_id in cold:
+        found = answer(doc, job_id, T0)
+        assert found is not None
+        assert found.result.status == "queued"  # live, as it would in the document
+    assert answer(doc, "zz-never-pushed", T0) is None
