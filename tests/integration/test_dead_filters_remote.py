@@ -13,11 +13,14 @@ import pytest
 from remote_helpers import fast_config, quiet_broker_config
 
 from osqueue.client.remote import RemoteClient, connect
+from osqueue.client.remote import dead as remote_dead
 from osqueue.errors import InvalidInput
 from osqueue.inspect.admin import DeadAction, DeadFilters, on_dead
 from osqueue.server.runner import BrokerServer
 from osqueue.server.server import ServerConfig
 from osqueue.state.cold_dead import died_at
+from osqueue.state.dead_letters import DeadRef
+from osqueue.state.model import StoredJob
 from osqueue.wire._pb import queue_pb2 as pb
 
 QUEUES = ("a", "b")
@@ -93,7 +96,8 @@ async def test_the_cli_path_filters_through_the_remote_client(
         remote, DeadAction.retry, None, DeadFilters(queue="b"), progress=lambda *a: heard.append(a)
     )
     assert n == 12
-    assert heard == [(12, 0)]
+    assert heard[-1] == (12, 0)  # a line per page of segments
+    assert [left for _, left in heard] == sorted((left for _, left in heard), reverse=True)
     assert await depths(remote) == {"a": (12, 0), "b": (0, 12)}
 
 
@@ -146,3 +150,29 @@ async def test_no_ids_no_all_and_no_filter_takes_no_job(
     _, remote = served  # what a client sends with an empty list of ids
     assert (await remote._rpc("RetryDead", pb.DeadRequest())).count == 0
     assert (await remote.stats()).dead == 24
+
+
+async def test_a_whole_run_goes_a_page_of_segments_per_call_each_segment_once(
+    served: tuple[BrokerServer, RemoteClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, remote = served
+    monkeypatch.setattr(remote_dead, "PAGE_SEGMENTS", 1)
+    reads: list[str] = []
+    dead = server.broker.segments.dead
+    read = dead.read
+
+    async def counted(ref: DeadRef) -> list[StoredJob]:
+        reads.append(ref.key)
+        return await read(ref)
+
+    monkeypatch.setattr(dead, "read", counted)
+    segments = [r.key for r in server.broker.document.dead if r.queue == "a"]
+    assert len(segments) >= 3
+    heard: list[tuple[int, int]] = []
+    n = await remote.retry_dead(queue="a", error="e1", progress=lambda *a: heard.append(a))
+    assert n == 4
+    assert sorted(reads) == sorted(segments)  # each once: the kept ones are passed over
+    assert [left for _, left in heard] == list(range(len(segments) - 1, -1, -1))
+    assert heard[-1] == (4, 0)
+    assert await depths(remote) == {"a": (8, 4), "b": (12, 0)}
+    assert await remote.purge_dead(queue="b") == 12  # every segment dropped: nothing passed

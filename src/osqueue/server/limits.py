@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from osqueue.errors import InvalidInput, ResourceExhausted
 from osqueue.state import ClaimOp, make, validate
 from osqueue.state.cold_dead import DeadFilter
+from osqueue.storage.keys import check_key
 from osqueue.wire._pb import queue_pb2 as pb
 from osqueue.wire.convert import from_pb
 
@@ -157,10 +158,10 @@ class RequestChecker:
     def token(self, value: int, field: str) -> int:
         return validate.token(value, field)
 
-    def dead(self, request: pb.DeadRequest) -> tuple[DeadFilter, int | None]:
+    def dead(self, request: pb.DeadRequest) -> tuple[DeadFilter, int | None, frozenset[str]]:
         """Which dead jobs a RetryDead/PurgeDead request takes (its ids, else every
-        dead job when ``all`` or a filter is set; none: no job), and its page of
-        dead segments (None: all)."""
+        dead job when ``all`` or a filter is set; none: no job), its page of dead
+        segments (None: all), and the segments earlier pages passed."""
         if request.all and request.ids:
             raise InvalidInput("give ids or all, not both", field="ids")
         sent = from_pb(request, DeadFilter)  # the filters the wire carries (by the table)
@@ -178,7 +179,8 @@ class RequestChecker:
             ids, queue=sent.queue, error=sent.error, since=sent.since, until=sent.until
         )
         pages = request.max_segments if request.HasField("max_segments") else None
-        return f, make.max_segments(pages)
+        passed = frozenset(check_key(k, f"passed[{i}]") for i, k in enumerate(request.passed))
+        return f, make.max_segments(pages), passed
 
     # ---------------------------------------------------------------- items
 

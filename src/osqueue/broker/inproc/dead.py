@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
 from osqueue.api import DeadOptions
+from osqueue.broker.cold.dead import DeadPage
 from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.errors import JobNotFound
 from osqueue.state import Counted, PurgeDead, Removed, RetryDead, make
@@ -88,9 +89,11 @@ class DeadCalls:
         retry: bool,
         progress: Callable[[int, int], None] | None = None,
         max_segments: int | None = None,
+        page: DeadPage | None = None,
     ) -> int:
         """Retry (or purge) the dead jobs ``f`` admits (checked: :func:`make.dead_filter
-        <osqueue.state.make.dead_filter>`); how many.  The gRPC service's entry."""
+        <osqueue.state.make.dead_filter>`); how many.  The gRPC service's entry
+        (``page``: a page of a paged run, :class:`~osqueue.broker.cold.dead.DeadPage`)."""
         doc = self.broker.document
         ids = f.ids
         if ids is not None and f.plain and (not doc.dead or all(i in doc.jobs for i in ids)):
@@ -100,7 +103,7 @@ class DeadCalls:
             assert isinstance(result, Counted | Removed)
             return result.n if isinstance(result, Counted) else len(result.jobs)
         n = await self.broker.segments.dead.act(
-            f, retry=retry, progress=progress, max_segments=max_segments
+            f, retry=retry, progress=progress, max_segments=max_segments, page=page
         )
         if ids and n == 0:
             raise JobNotFound(f"no dead job {min(ids)}")

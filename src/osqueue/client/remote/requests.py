@@ -86,14 +86,3 @@ def dead_request(ids: Sequence[str] | None, options: DeadOptions) -> pb.DeadRequ
     pages = make.max_segments(options.get("max_segments"))
     extra = {} if pages is None else {"max_segments": pages}
     return to_pb(f, pb.DeadRequest, all=f.ids is None and f.plain, **extra)
-
-
-def dead_count(response: pb.CountResponse, options: DeadOptions) -> int:
-    """A retry's or purge's answer: the jobs it took.  One call does every dead
-    segment the filters reach (or a page of ``max_segments``), so ``progress``
-    hears once, at the end of a whole run."""
-    count = int(response.count)
-    progress = options.get("progress")
-    if progress is not None and options.get("max_segments") is None:
-        progress(count, 0)
-    return count
