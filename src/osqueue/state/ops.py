@@ -296,12 +296,15 @@ class SwapDead(msgspec.Struct, frozen=True):
     reset to queued, with fresh seqs from ``first_seq`` on (the commit reserves
     them: ``next_seq`` moves past them).  Jobs in neither are purged.  Fails alone
     (``Conflict``) if ``old`` is not referenced as given or ``first_seq`` is
-    behind ``next_seq``, so each job is retried at most once."""
+    behind ``next_seq``, so each job is retried at most once.  ``retried`` names
+    the jobs ``ready`` holds: their entries in the record of finished jobs (``dead``)
+    are dropped, so ``result()`` answers them as live again."""
 
     old: DeadRef
     keep: DeadRef | None = None
     ready: tuple[SegmentRef, ...] = ()
     first_seq: int = 0
+    retried: tuple[str, ...] = ()
 
 
 class SpillDelayed(msgspec.Struct, frozen=True):

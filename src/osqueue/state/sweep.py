@@ -77,9 +77,11 @@ def _reclaim_expired(tx: SweepTx, cutoff: datetime, timeout: float) -> None:
 
 def _prune_recent(tx: SweepTx) -> None:
     doc = tx.doc
-    floor = doc.segments.filter_floor  # filters last as long as tombstones at least:
-    if floor is not None and floor < tx.now - 1.25 * tx.policy.dedupe_window_s - 1:
-        dedupe_filter.prune(doc.segments, tx.now - 1.25 * tx.policy.dedupe_window_s - 1)
+    cutoff = tx.now - 1.25 * tx.policy.dedupe_window_s - 1
+    for holder in (doc.segments, doc.delayed):  # filters last as long as tombstones at least
+        floor = holder.filter_floor
+        if floor is not None and floor < cutoff:
+            dedupe_filter.prune(holder, cutoff)
     recent = doc.recent
     if not recent:
         return

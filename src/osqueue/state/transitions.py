@@ -269,7 +269,7 @@ class _Tx:
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
-        dedupe_filter.check(doc.segments.filtered, op, self.now, self.policy)  # cold ids
+        dedupe_filter.check(doc, op, self.now, self.policy)  # cold ids
         if op.key is not None:
             holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:

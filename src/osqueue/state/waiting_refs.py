@@ -63,6 +63,12 @@ class WaitingRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     cancelled: tuple[str, ...] = ()
     #: payload objects of the jobs (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: bounds of the jobs' seqs and priorities: the claim-order bounds a listing
+    #: pages by (None: a reference written before they were recorded)
+    min_seq: int | None = None
+    max_seq: int | None = None
+    min_priority: int | None = None
+    max_priority: int | None = None
 
     @property
     def due(self) -> bool:
