@@ -75,6 +75,10 @@ class FinishedJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     error: str | None = None
     #: a completed job's result, if its completion carried one
     result: ResultData | None = None
+    #: kept only for the children that may name the job as a parent (no result and
+    #: no TTL of its own): sealed, such entries are bounded by ``max_finished_jobs``
+    #: (:mod:`osqueue.state.finished_objects`)
+    held: bool = False
 
     @property
     def expires_at(self) -> float:

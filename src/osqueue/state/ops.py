@@ -12,7 +12,7 @@ from datetime import datetime
 
 import msgspec
 
-from osqueue.api import CatchUp, ParentFailure
+from osqueue.api import CatchUp, FinishedStatus, ParentFailure
 from osqueue.errors import OsqueueError
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob, ResultData
@@ -118,6 +118,19 @@ class Policy:
 # --------------------------------------------------------------------------- ops
 
 
+class ParentRead(msgspec.Struct, frozen=True, gc=False):
+    """A parent a push names, as the broker read it in sealed objects of the record
+    of finished jobs (:mod:`osqueue.state.finished_objects`): the push's first
+    try failed with ``ReadToConfirm`` naming the objects, and the broker read
+    them (``keys``) between commits.  Set by the broker only, never on the wire."""
+
+    id: str
+    #: how the parent finished, as an object held it (None: none of ``keys`` did)
+    status: FinishedStatus | None
+    #: the objects read
+    keys: tuple[str, ...] = ()
+
+
 class Push(msgspec.Struct, frozen=True, gc=False):
     id: str
     payload: bytes | None
@@ -145,6 +158,9 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     #: cold objects the broker read and found without this id (their filters said
     #: it might be there: osqueue.state.dedupe_filter)
     absent_from: tuple[str, ...] = ()
+    #: parents the broker read in sealed objects of the record of finished jobs
+    #: (the pure push said "read to confirm" for them)
+    sealed_parents: tuple[ParentRead, ...] = ()
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):
@@ -352,7 +368,7 @@ class SealFinished(msgspec.Struct, frozen=True):
     """The broker wrote ``ref``'s object holding ``entries`` (``done`` entries of the
     record of finished jobs): drop them from the document and reference the
     object (:mod:`osqueue.state.finished_objects`).  Fails alone (``Conflict``)
-    if an entry changed or dependencies came into use since the snapshot."""
+    if an entry changed since the snapshot."""
 
     ref: FinishedRef
     entries: tuple[FinishedJob, ...]
