@@ -3,10 +3,11 @@
 The transition asks (``ReadToConfirm`` naming the parents and the objects),
 the broker reads and sends the push again with what it found
 (``Push.sealed_parents``); entries kept only for children (``held``) are
-sealed into objects of their own, with a filter, bounded by
-``max_finished_jobs``."""
+sealed into objects of their own, bounded by ``max_finished_jobs``."""
 
 from __future__ import annotations
+
+import msgspec
 
 from osqueue.errors import JobNotFound
 from osqueue.state import (
@@ -75,7 +76,6 @@ def test_a_push_naming_a_sealed_parent_asks_the_broker_and_changes_nothing() -> 
     doc = seal(doc, HELD, "u1")
     (ref,) = doc.finished.sealed
     assert ref.held
-    assert ref.id_filter
     assert "a2" not in doc.finished
     assert "a2" not in doc.jobs
     after, (asked,) = apply(doc, [Push(id="c", payload=b"", after=("zp", "a2"))], T0, HELD)
@@ -119,15 +119,21 @@ def test_a_parent_read_as_cancelled_cancels_the_child_and_one_not_found_is_refus
     assert isinstance(refused, JobNotFound)
 
 
-def test_an_id_no_sealed_object_may_hold_is_refused_without_a_read() -> None:
+def test_an_id_out_of_every_sealed_objects_bounds_is_refused_without_a_read() -> None:
     doc = finish(use_dependencies(Document.empty(), HELD), ["a1", "a3", "a5"], HELD)
     doc = seal(doc, HELD, "u1")
+    (ref,) = doc.finished.sealed
     outside = Push(id="c", payload=b"", after=("b9",))  # beyond the id bounds
     _, (res,) = apply(doc, [outside], T0, HELD)
     assert isinstance(res, JobNotFound)
-    inside = Push(id="c", payload=b"", after=("a4",))  # in bounds; the filter says no
+    inside = Push(id="c", payload=b"", after=("a4",))  # in bounds: read, and not there
     _, (res,) = apply(doc, [inside], T0, HELD)
+    assert isinstance(res, ReadToConfirm)
+    read = msgspec.structs.replace(inside, sealed_parents=(ParentRead("a4", None, (ref.key,)),))
+    _, (res,) = apply(doc, [read], T0, HELD)
     assert isinstance(res, JobNotFound)
+    expired = apply(doc, [inside], T0 + HELD.dependency_window_s + 1, HELD)[1][0]
+    assert isinstance(expired, JobNotFound)  # an expired object is not asked
 
 
 def test_a_parent_sealed_before_dependencies_came_into_use_is_found() -> None:
@@ -137,7 +143,6 @@ def test_a_parent_sealed_before_dependencies_came_into_use_is_found() -> None:
     doc = seal(doc, KEPT, "u1")
     (ref,) = doc.finished.sealed
     assert not ref.held
-    assert not ref.id_filter
     assert doc.dependencies_at is None
     _, (asked,) = apply(doc, [Push(id="c", payload=b"", after=("a2",))], T0, KEPT)
     assert isinstance(asked, ReadToConfirm)
@@ -157,9 +162,7 @@ def test_sealing_goes_on_while_dependencies_are_in_use_held_and_results_apart() 
     doc = seal(doc, policy, "u2")
     held, kept = doc.finished.sealed
     assert held.held
-    assert held.id_filter
     assert not kept.held
-    assert not kept.id_filter
     assert decode(encode(doc)) == doc
 
 

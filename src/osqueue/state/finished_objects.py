@@ -24,22 +24,26 @@ What stays in the document: entries that ended ``dead`` or ``cancelled`` (a
 dead job can be retried, which drops its entry).  A ``done`` entry is sealed
 whether or not dependencies are in use: a push naming a parent that is
 neither live nor in the document's record asks the sealed objects
-(:func:`parent_keys`: those whose id bounds hold it, unexpired, and whose
-filter may hold it) and, if any may, fails alone with ``ReadToConfirm``
-naming the parents and the objects.  The broker reads them between commits
-and sends the push again with what it found (``Push.sealed_parents``: done,
-or not there), so the transition stays pure and a parent sealed before
-dependencies came into use is found too.
+(:func:`parent_keys`: those whose id bounds hold it, unexpired) and, if any
+may, fails alone with ``ReadToConfirm`` naming the parents and the objects.
+The broker reads them between commits (through its cache) and sends the
+push again with what it found (``Push.sealed_parents``: how the parent
+finished, or not there), so the transition stays pure and a parent sealed
+before dependencies came into use is found too.
 
 The entries kept only for such children (``held``: no result, no TTL of
 their own; every job finishing while dependencies are in use gets one for
-``dependency_window_s``) are sealed into objects of their own, each
-carrying a filter of its ids (:mod:`osqueue.state.dedupe_filter`, about
-1.7 bytes an entry), and bounded like the document's record: past
-``max_finished_jobs`` held entries in objects, the oldest held objects are
-dropped (counted in ``finished_evicted``).  Objects of entries with results
-carry no filter (they are many for a long TTL, and a push naming one of
-their jobs reads by id bounds).
+``dependency_window_s``) are sealed into objects of their own, bounded like
+the document's record: past ``max_finished_jobs`` held entries in objects,
+the oldest held objects are dropped (counted in ``finished_evicted``), so
+the references stay a handful however fast jobs finish.
+
+The references carry no filter of their ids (the per-object Bloom filter of
+:mod:`osqueue.state.dedupe_filter` was tried: building it cost 7 to 10 µs of
+the broker's CPU per finishing job in Python, near a tenth of a closed
+loop's whole cost per job, paid by every job while dependencies are in use,
+to save reads that only a push naming a parent gone from the document
+makes; held objects are few and the broker caches the objects it reads).
 """
 
 from __future__ import annotations
@@ -52,7 +56,6 @@ import msgspec
 
 from osqueue.api import FinishedStatus
 from osqueue.errors import Conflict, CorruptDocument, InvalidInput
-from osqueue.state import dedupe_filter
 from osqueue.state.document import Document
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_refs import FINISHED_PREFIX, FinishedRef
@@ -108,7 +111,6 @@ def make_ref(key: str, entries: Sequence[FinishedJob], data: bytes) -> FinishedR
         expires_at=max(e.expires_at for e in entries),
         result_refs=tuple(e.result.ref for e in entries if e.result and e.result.ref),
         held=held,
-        id_filter=dedupe_filter.build(ids) if held else "",
     )
 
 
@@ -174,8 +176,8 @@ def parent_keys(
 ) -> tuple[FinishedStatus | None, list[str]]:
     """How ``parent`` (neither live nor in the document's record) finished as the
     broker read it in sealed objects (``read``), or the sealed objects still to
-    read that may hold it: unexpired, their id bounds holding it, and their
-    filter (if any) may.  ``(None, [])``: no sealed object knows it."""
+    read that may hold it: unexpired, their id bounds holding it.  ``(None, [])``:
+    no sealed object knows it."""
     sealed = doc.finished.sealed
     done: tuple[str, ...] = ()
     for seen in read:
@@ -185,11 +187,7 @@ def parent_keys(
             done = seen.keys
     if not sealed:
         return None, []
-    keys = [
-        r.key
-        for r in sealed.candidates(parent, now)
-        if r.key not in done and (not r.id_filter or dedupe_filter.may_hold(r.id_filter, parent))
-    ]
+    keys = [r.key for r in sealed.candidates(parent, now) if r.key not in done]
     return None, keys
 
 

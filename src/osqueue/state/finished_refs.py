@@ -33,9 +33,6 @@ class FinishedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     #: every entry is ``held`` (kept only for the children that may name it): such
     #: objects are bounded by ``max_finished_jobs``, oldest dropped first
     held: bool = False
-    #: a filter of the entries' ids (:mod:`osqueue.state.dedupe_filter`; a held
-    #: object's only): a push naming a parent reads the object only if it may hold it
-    id_filter: str = ""
 
 
 class SealedRecord:
