@@ -102,3 +102,11 @@ def test_a_broken_object_or_reference_is_named() -> None:
     with pytest.raises(CorruptDocument) as err:
         decode(msgspec.json.encode(raw))
     assert err.value.path == "$.finished_objects[0].key"
+
+
+def test_an_object_built_from_the_records_encodings_is_the_same_object() -> None:
+    doc = done_jobs(4)
+    entries = plan_seal(doc, T0, POLICY)
+    op, data = build(entries, "u1")
+    again, same = build(entries, "u1", [doc.finished.encoded(e.id) for e in entries])
+    assert (again, same) == (op, data)

@@ -152,6 +152,10 @@ class FinishedRecord:
     def __repr__(self) -> str:
         return f"FinishedRecord({len(self.entries)} entries, {self.size_bytes()} bytes)"
 
+    def encoded(self, job_id: str) -> bytes:
+        """The entry's encoding as the document holds it (kept since it was added)."""
+        return self._frags[job_id]
+
     def refs(self) -> set[str]:
         """The result objects the entries reference (the result sweep keeps them)."""
         return {e.result.ref for e in self.entries.values() if e.result and e.result.ref}

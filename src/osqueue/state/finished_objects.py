@@ -91,9 +91,13 @@ def plan_seal(doc: Document, now: float, policy: Policy) -> list[FinishedJob]:
     return []
 
 
-def build(entries: Sequence[FinishedJob], unique: str) -> tuple[SealFinished, bytes]:
-    """The object holding ``entries`` (one per line) and the op referencing it."""
-    data = b"".join(_encode(e) + b"\n" for e in entries)
+def build(
+    entries: Sequence[FinishedJob], unique: str, lines: Sequence[bytes] | None = None
+) -> tuple[SealFinished, bytes]:
+    """The object holding ``entries`` (one per line) and the op referencing it
+    (``lines``: the record's encodings of them, :meth:`FinishedRecord.encoded`)."""
+    encoded = lines if lines is not None else [_encode(e) for e in entries]
+    data = b"\n".join(encoded) + b"\n"
     key = check_key(f"{FINISHED_PREFIX}{unique}.jsonl", "key")
     return SealFinished(make_ref(key, entries, data), tuple(entries)), data
 

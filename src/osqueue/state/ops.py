@@ -76,7 +76,8 @@ class Policy:
     result_inline_max_bytes: int = 1024
     #: the largest result accepted at all
     max_result_bytes: int = 64 * 1024 * 1024
-    #: the record holds at most this many finished jobs (the soonest to expire go first)
+    #: the record holds at most this many finished jobs in the document (the soonest
+    #: to expire go first), and sealed objects at most this many held entries
     max_finished_jobs: int = 10_000
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)

@@ -2,8 +2,8 @@
 
 :mod:`osqueue.state.finished_objects` decides; this writes and reads between
 commits.  After each commit (:meth:`FinishedObjects.committed`): once
-``finished_seal_above_entries`` ``done`` entries sit in the document (and no
-dependencies are in use), a side task writes them whole to a new object and
+``finished_seal_above_entries`` ``done`` entries sit in the document (all
+kept only for children, or none: ``held``), a side task writes them whole to a new object and
 then submits the ``SealFinished`` that references it (its key is in the
 segment manager's ``writing`` set until then, so the orphan sweep leaves it;
 a seal that did not apply leaves an object nothing names, deleted at once).
@@ -127,10 +127,11 @@ class FinishedObjects:
         entries = plan_seal(doc, self._clock.now(), self._policy)
         if entries:
             self._sealing = True
-            self._tasks.spawn(self._write(entries), "osqueue-finished-seal")
+            lines = [doc.finished.encoded(e.id) for e in entries]
+            self._tasks.spawn(self._write(entries, lines), "osqueue-finished-seal")
 
-    async def _write(self, entries: list[FinishedJob]) -> None:
-        op, data = build(entries, new_id())
+    async def _write(self, entries: list[FinishedJob], lines: list[bytes]) -> None:
+        op, data = build(entries, new_id(), lines)
         key = op.ref.key
         self._writing.add(key)
         try:
