@@ -15,8 +15,10 @@ import pytest
 from backends import BACKENDS, Wrapped, backend_url
 from segment_helpers import config
 
+from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.errors import JobNotFound
+from osqueue.ids import new_id
 from osqueue.state.finished_refs import FINISHED_PREFIX
 from osqueue.storage import from_url
 from osqueue.storage.port import Storage
@@ -108,3 +110,24 @@ async def test_an_unreadable_object_finds_no_parent(url: str) -> None:
             await broker.client().push(b"child", queue="c", after=[sealed[0]])
         assert broker.segments.finished.counters.broken >= 1
     await storage.close()
+
+
+async def test_a_batch_naming_a_sealed_parent_and_its_own_children_is_placed_whole(
+    url: str,
+) -> None:
+    async with Broker(url, sealing()) as broker:
+        done = await finish(broker, 10, result=True)
+        sealed = sealed_ids(broker, done)
+        assert sealed
+        q = broker.client()
+        head, middle, tail = new_id(), new_id(), new_id()
+        jobs = [
+            NewJob(b"head", id=head, queue="c", after=[sealed[0]]),
+            NewJob(b"middle", id=middle, queue="c", after=[head]),
+            NewJob(b"tail", id=tail, queue="c", after=[middle, sealed[-1]]),
+        ]
+        assert await q.push_many(jobs) == [head, middle, tail]
+        jobs_now = broker.document.jobs
+        assert jobs_now[head].status == "queued"
+        assert jobs_now[middle].after == (head,)
+        assert jobs_now[tail].after == (middle,)

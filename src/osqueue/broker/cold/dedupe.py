@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from osqueue.errors import JobNotFound
 from osqueue.state import Push, Pushed, Result
 from osqueue.state.dedupe_filter import ReadToConfirm
 
@@ -36,13 +37,25 @@ _ROUNDS = 4
 async def confirm_pushes(
     broker: BrokerHost, ops: Sequence[Push], results: Sequence[Result]
 ) -> Sequence[Result]:
-    """``results`` (one per op of ``ops``) with every ``ReadToConfirm`` settled."""
+    """``results`` (one per op of ``ops``) with every ``ReadToConfirm`` settled.
+
+    A push that named, as a parent, a job of the same batch that had to be
+    confirmed first (so was not in the document yet: ``JobNotFound``) is
+    submitted again once that job is in, in the batch's order."""
     if not any(type(r) is ReadToConfirm for r in results):
         return results
     out = list(results)
+    late: set[str] = set()  # the batch's jobs placed only after a confirmation
     for i, result in enumerate(out):
+        op = ops[i]
+        again = isinstance(result, JobNotFound) and bool(late.intersection(op.after))
+        if again:
+            result = await broker.add_op(op)
         if isinstance(result, ReadToConfirm):
-            out[i] = await _confirm(broker, ops[i], result)
+            again, result = True, await _confirm(broker, op, result)
+        if again and isinstance(result, Pushed):
+            late.add(op.id)
+        out[i] = result
     return out
 
 
