@@ -27,6 +27,7 @@ from osqueue.state import (
 from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.finished_objects import build, plan_seal
 from osqueue.state.ops import ParentRead
+from osqueue.state.waiting_refs import WaitingRef
 
 T0 = 1_800_000_000.0
 #: no TTL anywhere: an entry is kept only for the children that may name it (held)
@@ -179,3 +180,35 @@ def test_held_objects_past_max_finished_jobs_are_dropped_oldest_first() -> None:
     assert doc.stats.finished_evicted == 8
     _, (res,) = apply(doc, [Push(id="c", payload=b"", after=("h00",))], T0, HELD)
     assert isinstance(res, JobNotFound)  # evicted, as an entry past the cap always was
+
+
+def test_a_sealed_parent_within_a_cold_objects_id_bounds_is_read_not_taken_for_pending() -> None:
+    """A waiting object whose id bounds happen to hold a finished parent: the id
+    bounds alone said "maybe live", and the child waited for a parent that had
+    long finished (found by the waiting-cold seeds 15, 36 and 37)."""
+    doc = finish(use_dependencies(Document.empty(), HELD), ["a1", "a2", "a3"], HELD)
+    doc = seal(doc, HELD, "u1")
+    (ref,) = doc.finished.sealed
+    doc.waiting_cold.add(
+        WaitingRef(
+            key="waiting/w.jsonl",
+            count=1,
+            size_bytes=10,
+            sha256="0" * 64,
+            min_id="a0",
+            max_id="a9",
+            queue="q",
+            after=("zp",),
+        )
+    )
+    child = Push(id="c", payload=b"", after=("a2",))
+    _, (asked,) = apply(doc, [child], T0, HELD)
+    assert isinstance(asked, ReadToConfirm)
+    found = msgspec.structs.replace(child, sealed_parents=(ParentRead("a2", "done", (ref.key,)),))
+    doc2, (res,) = apply(doc, [found], T0, HELD)
+    assert isinstance(res, Pushed)
+    assert doc2.jobs["c"].status == "queued"
+    absent = msgspec.structs.replace(child, sealed_parents=(ParentRead("a2", None, (ref.key,)),))
+    doc3, (res,) = apply(doc, [absent], T0, HELD)
+    assert isinstance(res, Pushed)  # not in the sealed record: maybe live in the object
+    assert doc3.jobs["c"].after == ("a2",)

@@ -69,14 +69,17 @@ def check(after: Sequence[str], on_parent_failure: str, job_id: str | None) -> t
 
 
 def parent_outcome(doc: Document, parent: str) -> Standing | None:
-    """How ``parent`` stands: ``done``, ``failed`` (dead or cancelled), ``pending``
-    (live, or in a segment), or None when nothing knows the id."""
+    """How ``parent`` stands as the document alone says: ``done``, ``failed`` (dead
+    or cancelled), ``pending`` (live in the document), or None (not there: it may
+    be in a sealed object of the record, or in a segment)."""
     ended = finished(doc, parent)
     if ended is not None:
-        return "done" if ended == "done" else "failed"
-    if parent in doc.jobs or maybe_spilled(doc, parent):
-        return "pending"
-    return None
+        return _standing(ended)
+    return "pending" if parent in doc.jobs else None
+
+
+def _standing(ended: FinishedStatus) -> Standing:
+    return "done" if ended == "done" else "failed"
 
 
 def place(
@@ -97,14 +100,17 @@ def place(
     keys: dict[str, None] = {}
     for i, parent in enumerate(job.after):
         standing = parent_outcome(doc, parent)
-        if standing is None and (doc.finished.sealed or read):
+        if standing is None and (doc.finished.sealed or read):  # finished, sealed?
             ended, unread = finished_objects.parent_keys(doc, parent, now, read)
             if unread:
                 asked[parent] = None
                 keys.update(dict.fromkeys(unread))
                 continue
             if ended is not None:
-                standing = "done" if ended == "done" else "failed"
+                standing = _standing(ended)
+        # asked after the sealed record: a segment's id bounds may hold a finished job
+        if standing is None and maybe_spilled(doc, parent):
+            standing = "pending"
         if standing is None:
             raise JobNotFound(
                 f"after[{i}]: no job {parent} (not live, and not among the jobs the "
