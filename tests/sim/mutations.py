@@ -230,7 +230,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="seal-writes-entries-without-results",
         file="state/finished_objects.py",
         original="    encoded = lines if lines is not None else [_encode(e) for e in entries]\n",
-        replacement="    encoded = [_encode(msgspec.structs.replace(e, result=None)) for e in entries]\n",
+        replacement=(
+            "    encoded = [_encode(msgspec.structs.replace(e, result=None)) for e in entries]\n"
+        ),
         family="results: the sealed record",
         models="a seal writes the record's entries to its object without their results",
     ),
