@@ -131,3 +131,30 @@ async def test_a_batch_naming_a_sealed_parent_and_its_own_children_is_placed_who
         assert jobs_now[head].status == "queued"
         assert jobs_now[middle].after == (head,)
         assert jobs_now[tail].after == (middle,)
+
+
+async def test_a_sealed_result_within_a_waiting_objects_id_bounds_is_read(url: str) -> None:
+    """``result()`` of a job whose entry was sealed, its id inside the id bounds of
+    an object of waiting children: those bounds said "maybe queued" and the
+    sealed object was not asked."""
+    config = sealing(waiting_spill_above_jobs=3, waiting_object_jobs=10)
+    async with Broker(url, config) as broker:
+        q = broker.client()
+        await q.push(b"parent", id="par", queue="parents")
+        for n in range(6):
+            await q.push(b"child", id=f"k{n}", queue="kids", after=["par"])
+        await broker.segments.settled()
+        assert broker.document.waiting_cold.refs
+        for n in range(8):  # ids inside those bounds, finished with a result, sealed
+            await q.push(b"x", id=f"k1-{n}", queue="w")
+            (job,) = await q.claim("w", queues=("w",))
+            await q.complete(job, result={"n": n})
+        await broker.segments.settled()
+        doc = broker.document
+        sealed = [f"k1-{n}" for n in range(8) if f"k1-{n}" not in doc.finished]
+        assert sealed
+        assert doc.waiting_cold.may_hold(sealed[0])  # the bounds hold it
+        assert sealed[0] not in doc.jobs
+        found = await q.result(sealed[0])
+        assert found.status == "done"
+        assert found.value == {"n": int(sealed[0][-1])}
