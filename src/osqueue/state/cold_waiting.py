@@ -161,8 +161,10 @@ def plan_loads(doc: Document, policy: Policy, busy: set[str]) -> list[WaitingRef
     jobs in the document are fewer than ``waiting_load_below_queued`` (a queue
     that does not drain, paused or capped, holds back its own children only)."""
     bound, count = policy.waiting_load_below_queued, doc.index.count
-    for ref in doc.waiting_cold:
-        if ref.due and ref.key not in busy and count(ref.queue, "queued") < bound:
+    cold = doc.waiting_cold
+    for key in cold.due:  # (the due ones only: a commit pays nothing for the others)
+        ref = cold.refs[key]
+        if key not in busy and count(ref.queue, "queued") < bound:
             return [ref]
     return []
 

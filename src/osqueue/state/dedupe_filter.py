@@ -86,12 +86,16 @@ class ColdKinds(Protocol):
 class ReadToConfirm(Conflict):
     """A push's id may be held by the cold objects ``keys``: the broker reads them
     and answers, or sends the push again with ``absent_from`` (never seen by a
-    caller)."""
+    caller).  With ``parents``: those parents the push names may have finished
+    in the sealed objects ``keys`` of the record of finished jobs; the broker
+    reads them and sends the push again with what it found (``sealed_parents``)."""
 
-    def __init__(self, job_id: str, keys: Sequence[str]) -> None:
-        super().__init__(f"id {job_id} may be held by a cold object: read {', '.join(keys)}")
+    def __init__(self, job_id: str, keys: Sequence[str], parents: Sequence[str] = ()) -> None:
+        what = f"parents {', '.join(parents)} of {job_id}" if parents else f"id {job_id}"
+        super().__init__(f"{what} may be held by a cold object: read {', '.join(keys)}")
         self.job_id = job_id
         self.keys = tuple(keys)
+        self.parents = tuple(parents)
 
 
 def _hashes(job_id: str) -> tuple[int, int]:

@@ -270,7 +270,8 @@ def record(
         return
     ttl_s = kept_for(tx.doc, job, policy, has_result=result is not None)
     hold_s = dependency_hold(tx.doc, job.id, tx.now, policy)
-    if ttl_s <= 0:
+    held = ttl_s <= 0
+    if held:
         if hold_s <= 0:
             return
         result = None  # kept for its children only
@@ -285,6 +286,7 @@ def record(
             attempts=job.attempts,
             error=error,
             result=result,
+            held=held,
         )
     )
 
