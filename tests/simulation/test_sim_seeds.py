@@ -54,6 +54,7 @@ FAMILY_EXERCISED = {
     "waiting objects": "waiting-cold",
     "sealed entries": "finished-seal",
     "sealed objects": "finished-seal",
+    "children of sealed parents": "waiting-cold",
     "dead jobs retried": "dead-segments",
     "dead objects set aside": "dead-segments",
     "dead objects readmitted": "dead-segments",
