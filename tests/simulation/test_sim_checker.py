@@ -731,6 +731,33 @@ def parents_first() -> Story:
     return s
 
 
+def test_a_parent_cancelled_in_the_commit_that_pushed_it_has_ended() -> None:
+    """p is pushed and cancelled in one commit (it never enters the document's jobs,
+    only the record of finished jobs); its on_parent_failure="run" child c is
+    claimed after: fine.  The same claim while p still waits is PARENTS_FIRST."""
+    s = Story()
+    s.said(Kind.CANCEL_SENT, "p", "p")
+    s.apply(
+        Push(id="p", payload=b"x"),
+        Push(id="c", payload=b"y", after=("p",), on_parent_failure="run"),
+        Cancel("p"),
+    )
+    s.pushed("p", acked=False)
+    s.history.add(s.t - T0, Kind.PUSH_SENT, "p", "c", after=("p",), on_parent_failure="run")
+    assert "p" not in s.doc.jobs
+    assert s.job("c").status == "queued"
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "c", 1)
+    assert s.rules() == set()
+    s = Story()
+    s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", priority=-1, after=("p",)))
+    s.pushed("p", acked=False)
+    s.history.add(s.t - T0, Kind.PUSH_SENT, "p", "c", after=("p",), on_parent_failure="run")
+    s.forge(_replace(_claimed(s.job("c"), 1, 2.0), after=()))  # claimed while p is queued
+    s.said(Kind.CLAIMED, "w", "c", 1)
+    assert s.rules() == {Rule.PARENTS_FIRST}
+
+
 def parent_failure() -> Story:
     s = Story()
     s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", after=("p",)))
