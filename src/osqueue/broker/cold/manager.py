@@ -74,6 +74,7 @@ from osqueue.state import (
     jobs_ahead,
 )
 from osqueue.state.cold_delayed import DELAYED_PREFIX
+from osqueue.state.planning import cold_idle
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -170,6 +171,10 @@ class SegmentManager:
     def committed(self, t: Transition) -> None:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
+        quiet = not (t.dropped_segments or self.deletes.doomed or self._ahead or self._due)
+        if quiet and cold_idle(t.doc, self._policy) and not self.busy:
+            self._quiet_commit(t)  # the common case: no part has anything to do
+            return
         doc = t.doc
         if self._loads or self.spills.busy or self.compactor.busy:
             self._settle(doc)
@@ -187,12 +192,9 @@ class SegmentManager:
         self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
-        claimed = t.claimed
-        if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
-            self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
-            doc.spill_scanned.clear()
+        self._count_claims(t)
         if doc.segments.streams:
-            self._plan_loads(doc, t.starved, claimed)
+            self._plan_loads(doc, t.starved, t.claimed)
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
@@ -203,12 +205,23 @@ class SegmentManager:
         self.delayed.committed(t)
         self._check_quiet()
 
+    def _quiet_commit(self, t: Transition) -> None:
+        """After a commit that leaves no part anything to do: count its claims."""
+        self._count_claims(t)
+        self._quiet.set()
+
+    def _count_claims(self, t: Transition) -> None:
+        """The claim demand after ``t`` (a rise changes the sizes: the spill memos are void)."""
+        if self._demand.after_commit(t.claimed):
+            self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
+            t.doc.spill_scanned.clear()
+
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        parts = (self.dead, self.waiting, self.finished, self.delayed, self.compactor)
-        writing = self.spills.busy or self.deletes.deleting or any(p.busy for p in parts)
-        return bool(writing or self._loads or self._reading or self._asides)
+        if self._loads or self._reading or self._asides.ops or self.spills.in_flight:
+            return True
+        return bool(self.deletes.deleting) or _parts_busy(self)
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -457,6 +470,12 @@ def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
         changed=m._check_quiet,
     )
     return waiting, finished
+
+
+def _parts_busy(m: SegmentManager) -> bool:
+    """A part of ``m`` has work in flight (its dead segments, waiting children,
+    finished record, delayed objects or a compaction)."""
+    return m.dead.busy or m.waiting.busy or m.finished.busy or m.delayed.busy or m.compactor.busy
 
 
 def _compactor(m: SegmentManager) -> Compactor:
