@@ -10,13 +10,20 @@ claims of a recent commit: :class:`ClaimDemand` tracks that demand (the
 largest claim count of a commit, decaying by a tenth a commit, rounded up to
 a power of two so the sizes change seldom) and gives the policy to plan with.
 A queue claimed a few hundred jobs at a time keeps the configured sizes.
+
+What the demand adds is bounded in bytes: a stream's head and its loads grow
+to ``head_max_bytes`` of its jobs at most (:meth:`ClaimDemand.sizes`, by the
+average job of its first segment), never below the configured sizes.  So a
+client claiming 10,000 jobs at a time costs the document that much of its
+head, not four times its claims (``2 * head_jobs`` with a load in flight):
+its claims stop at the barrier more often, and the load then goes at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from osqueue.state import Policy
+from osqueue.state import Policy, SegmentRef
 
 #: per commit, the remembered demand keeps this share of itself
 _DECAY = 0.9
@@ -25,8 +32,9 @@ _DECAY = 0.9
 class ClaimDemand:
     """The claims per commit a deep queue's head must cover, and the policy for it."""
 
-    def __init__(self, configured: Policy) -> None:
+    def __init__(self, configured: Policy, max_bytes: int | None = None) -> None:
         self._configured = configured
+        self._max_bytes = max_bytes
         self._demand = 0.0
         self.policy = configured
         #: the largest claim per commit whose demand the configured ``head_jobs`` covers
@@ -54,6 +62,18 @@ class ClaimDemand:
             spill_above_jobs=None if above is None else max(above, want),
         )
         return True
+
+    def sizes(self, first: SegmentRef) -> tuple[int, int]:
+        """``(head_jobs, load_jobs)`` for the stream whose first segment is ``first``:
+        the demand's, but at most ``max_bytes`` of jobs the size of ``first``'s
+        average one (and never below the configured sizes)."""
+        policy, max_bytes = self.policy, self._max_bytes
+        head, load = policy.head_jobs, policy.load_jobs
+        if max_bytes is None or policy is self._configured:
+            return head, load
+        cap = max_bytes * max(1, first.count) // max(1, first.size_bytes)
+        base = self._configured
+        return max(base.head_jobs, min(head, cap)), max(base.load_jobs, min(load, cap))
 
 
 def _power_of_two(n: int) -> int:

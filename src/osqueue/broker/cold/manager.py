@@ -110,9 +110,8 @@ class SegmentManager:
         life: Lifecycle,
     ) -> None:
         self._storage = storage
-        self._demand = ClaimDemand(config.policy())
-        self._policy = policy = self._demand.policy
-        self._head = policy.head_jobs
+        self._demand = ClaimDemand(config.policy(), config.head_max_bytes)
+        self._policy = self._demand.policy
         self._clock = clock
         self._retry = retry
         self._tasks = tasks
@@ -189,7 +188,7 @@ class SegmentManager:
             return
         claimed = t.claimed
         if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
-            self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
+            self._policy = self._demand.policy
             doc.spill_scanned.clear()
         if doc.segments.streams:
             self._plan_loads(doc, t.starved, claimed)
@@ -255,7 +254,6 @@ class SegmentManager:
     # ------------------------------------------------------------------ loads
 
     def _plan_loads(self, doc: Document, starved: set[Stream], claimed: int) -> None:
-        head = self._head
         due: set[Stream] = set()
         streams = doc.segments.streams
         for stream, refs in streams.items():
@@ -265,7 +263,8 @@ class SegmentManager:
             if stream in starved:
                 now_due = True
             else:
-                ahead = self._jobs_ahead(doc, stream, first, claimed)
+                head = self._demand.sizes(first)[0]
+                ahead = self._jobs_ahead(doc, stream, first, claimed, head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -277,15 +276,16 @@ class SegmentManager:
             for stream in [s for s in self._ahead if s not in streams]:
                 del self._ahead[stream]
 
-    def _jobs_ahead(self, doc: Document, stream: Stream, first: SegmentRef, claimed: int) -> int:
-        """The ready jobs before ``stream``'s barrier, at least ``head_jobs`` or
+    def _jobs_ahead(
+        self, doc: Document, stream: Stream, first: SegmentRef, claimed: int, head: int
+    ) -> int:
+        """The ready jobs before ``stream``'s barrier, at least ``head`` or
         exactly.  An estimate lowered by every commit's claims and raised by the
         loads is kept (so a commit walks no heap); only once it falls below
         ``head_jobs`` are they counted (a load is due if they are that few).
         Jobs put back or coming due make the estimate low, which only counts
         sooner; a queued job cancelled makes it high, and a claim that then
         stops at the barrier loads at once."""
-        head = self._head
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
@@ -339,7 +339,7 @@ class SegmentManager:
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start = ref.loaded
-        end = min(start + self._policy.load_jobs, ref.count)
+        end = min(start + self._demand.sizes(ref)[1], ref.count)
         try:
             jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:
