@@ -63,11 +63,15 @@ class ClaimDemand:
         )
         return True
 
-    def sizes(self, first: SegmentRef) -> tuple[int, int]:
+    def sizes(self, first: SegmentRef, claimed: bool = True) -> tuple[int, int]:
         """``(head_jobs, load_jobs)`` for the stream whose first segment is ``first``:
         the demand's, but at most ``max_bytes`` of jobs the size of ``first``'s
-        average one (and never below the configured sizes)."""
+        average one (and never below the configured sizes).  ``claimed``: its
+        queue has jobs claimed; one that has none is claimed by nobody now, and
+        keeps the configured sizes (the demand is the broker's, not its)."""
         policy, max_bytes = self.policy, self._max_bytes
+        if not claimed:
+            policy = self._configured
         head, load = policy.head_jobs, policy.load_jobs
         if max_bytes is None or policy is self._configured:
             return head, load

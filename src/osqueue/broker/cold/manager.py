@@ -256,6 +256,7 @@ class SegmentManager:
     def _plan_loads(self, doc: Document, starved: set[Stream], claimed: int) -> None:
         due: set[Stream] = set()
         streams = doc.segments.streams
+        counts = doc.index.counts
         for stream, refs in streams.items():
             if stream in self._loads:
                 continue  # decided again once it has committed
@@ -263,8 +264,12 @@ class SegmentManager:
             if stream in starved:
                 now_due = True
             else:
-                head = self._demand.sizes(first)[0]
-                ahead = self._jobs_ahead(doc, stream, first, claimed, head)
+                # A queue with no job claimed after the commit had none claimed in
+                # it: its jobs ahead are as many as before (a cancel makes the
+                # estimate high, and the claim that then stops loads at once).
+                held = (stream[0], "claimed") in counts
+                head = self._demand.sizes(first, held)[0]
+                ahead = self._jobs_ahead(doc, stream, first, claimed if held else 0, head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -339,7 +344,9 @@ class SegmentManager:
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start = ref.loaded
-        end = min(start + self._demand.sizes(ref)[1], ref.count)
+        doc = self._lease.doc
+        held = doc is None or (stream[0], "claimed") in doc.index.counts
+        end = min(start + self._demand.sizes(ref, held)[1], ref.count)
         try:
             jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:
