@@ -45,7 +45,7 @@ def claim_one(doc: Document, now: float = T0, **kw: object) -> tuple[Document, C
 
 def test_version_grows_by_one_per_apply_even_when_every_op_fails() -> None:
     doc = Document.empty()
-    doc, res = apply(doc, [ClaimOp("")], T0)
+    doc, res = apply(doc, [Heartbeat("a", 0)], T0)
     assert doc.version == 1
     assert isinstance(res[0], InvalidInput)
     doc, _ = apply(doc, [], T0)
@@ -169,11 +169,11 @@ def test_idempotency_key_rejects_a_second_live_job() -> None:
 
 
 def test_one_bad_op_fails_alone() -> None:
-    ops = [push(1), ClaimOp("w", ("bad queue",)), push(3), Complete("nope", 1)]
+    ops = [push(1), Fail("j1", 1, retry_after_s=-3.0), push(3), Complete("nope", 1)]
     doc, res = apply(Document.empty(), ops, T0)
     assert isinstance(res[0], Pushed)
     assert isinstance(res[1], InvalidInput)
-    assert res[1].field == "queues[0]"
+    assert res[1].field == "retry_after_s"
     assert isinstance(res[2], Pushed)
     assert isinstance(res[3], LeaseLost)
     assert set(doc.jobs) == {"j1", "j3"}
@@ -182,11 +182,7 @@ def test_one_bad_op_fails_alone() -> None:
 @pytest.mark.parametrize(
     ("op", "field"),
     [
-        (Push(id="a", payload=b"x" * 300_000), "payload"),
-        (ClaimOp("", ("q",)), "worker"),
-        (ClaimOp("w", ()), "queues"),
-        (ClaimOp("w", ("bad queue",)), "queues[0]"),
-        (ClaimOp("w", ("q",), max_jobs=0), "max_jobs"),
+        (Push(id="a", payload=b"x" * 300_000), "payload"),  # (a claim: test_make.py)
         (Fail("a", 1, retry_after_s=-3.0), "retry_after_s"),
         (Heartbeat("a", 0), "token"),
     ],

@@ -44,6 +44,8 @@ class Index:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     heartbeat_floor: datetime | None = None
     queued: int = 0
+    #: dead jobs in the document (the dead spill's one check: broker/cold/dead.py)
+    dead: int = 0
     group_claimed: dict[tuple[str, str], int] = field(default_factory=dict)
     held: dict[tuple[str, str], list[ReadyEntry]] = field(default_factory=dict)
     children: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -70,6 +72,8 @@ class Index:
                     index.keys[job.key] = job.id
             elif job.status == "done":
                 index.done.add(job.id)
+            elif job.status == "dead":
+                index.dead += 1
         for heap in index.ready.values():
             heapq.heapify(heap)
         heapq.heapify(index.delayed)
@@ -85,6 +89,7 @@ class Index:
             counts=dict(self.counts),
             heartbeat_floor=self.heartbeat_floor,
             queued=self.queued,
+            dead=self.dead,
             group_claimed=dict(self.group_claimed),
             held={k: list(h) for k, h in self.held.items()},
             children={k: dict(v) for k, v in self.children.items()},
@@ -153,6 +158,8 @@ class Index:
             self.claimed.discard(job.id)
         elif status == "done":
             self.done.discard(job.id)
+        elif status == "dead":
+            self.dead -= 1
         key = job.key
         if key is not None and self.keys.get(key) == job.id:
             del self.keys[key]
@@ -204,6 +211,8 @@ class Index:
                 self.keys[job.key] = job.id
         elif status == "done":
             self.done.add(job.id)
+        elif status == "dead":
+            self.dead += 1
         if job.group is not None or status == "waiting":
             self._extend(job, 1)
 

@@ -265,3 +265,26 @@ def cancel_op(ref: SegmentRef, jobs: Sequence[StoredJob], job_id: str) -> Cancel
         if job.id == job_id:
             return Cancel(job_id, segment=ref.key, seq=job.seq)
     return None
+
+
+def cold_idle(doc: Document, policy: Policy) -> bool:
+    """No cold reference to load from, and ``doc`` below every spill and seal
+    threshold: after its commit no kind of cold state has anything to plan
+    (each kind's own first check, in one place, so a queue that uses none of
+    them pays this look per commit and not a call into every kind).  Ready
+    segments, delayed objects, waiting children, dead letters, the finished
+    record."""
+    if doc.segments or doc.delayed:
+        return False
+    index = doc.index
+    if index.children or doc.waiting_cold.refs:
+        return False
+    if (above := policy.spill_above_jobs) is not None and index.queued >= above:
+        return False
+    if (above := policy.delay_spill_above_jobs) is not None and len(index.delayed) > above:
+        return False
+    keep = policy.dead_keep_jobs
+    if keep is not None and index.dead >= keep + max(1, policy.dead_spill_jobs):
+        return False
+    above = policy.finished_seal_above_entries
+    return above is None or len(doc.finished.entries) < above

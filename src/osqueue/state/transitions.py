@@ -314,12 +314,8 @@ class _Tx:
         return Pushed(op.id, True)
 
     def claim(self, op: ClaimOp) -> OpResult:
-        validate.worker_name(op.worker)
-        queues = validate.queue_names(op.queues)
-        max_jobs = op.max_jobs
-        # the fast path: a plain int in range needs no full check (bool is not int here)
-        if type(max_jobs) is not int or not 0 < max_jobs <= validate.MAX_CLAIM:
-            validate.count(max_jobs, "max_jobs", maximum=validate.MAX_CLAIM)
+        # checked where it was made (osqueue.state.make.claim), not again here
+        queues, max_jobs = op.queues, op.max_jobs
         doc, index, jobs = self.doc, self.doc.index, self.doc.jobs
         if index.delayed:
             index.promote_due(jobs, self.now)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from osqueue.state import Policy, SegmentRef
+from osqueue.state import Document, Policy, SegmentRef
 
 #: per commit, the remembered demand keeps this share of itself
 _DECAY = 0.9
@@ -78,6 +78,22 @@ class ClaimDemand:
         cap = max_bytes * max(1, first.count) // max(1, first.size_bytes)
         base = self._configured
         return max(base.head_jobs, min(head, cap)), max(base.load_jobs, min(load, cap))
+
+    def head_of(self, doc: Document, first: SegmentRef, claimed: int) -> tuple[int, int]:
+        """``(taken, head_jobs)`` for the stream of ``first`` after a commit that
+        claimed ``claimed`` jobs: a queue with no job claimed after the commit had
+        none claimed in it (``taken`` 0: its jobs ahead are as many as before; a
+        cancel makes that high, and the claim that then stops loads at once)."""
+        held = _claims_held(doc, first.queue)
+        return (claimed if held else 0), self.sizes(first, held)[0]
+
+    def load_of(self, doc: Document | None, ref: SegmentRef) -> int:
+        """The jobs the next ``Load`` of ``ref`` puts back."""
+        return self.sizes(ref, doc is None or _claims_held(doc, ref.queue))[1]
+
+
+def _claims_held(doc: Document, queue: str) -> bool:
+    return (queue, "claimed") in doc.index.counts
 
 
 def _power_of_two(n: int) -> int:

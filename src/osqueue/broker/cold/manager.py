@@ -74,6 +74,7 @@ from osqueue.state import (
     jobs_ahead,
 )
 from osqueue.state.cold_delayed import DELAYED_PREFIX
+from osqueue.state.planning import cold_idle
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -169,6 +170,10 @@ class SegmentManager:
     def committed(self, t: Transition) -> None:
         """The commit of ``t`` is durable: settle its segment ops, delete what it
         dropped, and plan the next spills and loads."""
+        quiet = not (t.dropped_segments or self.deletes.doomed or self._ahead or self._due)
+        if quiet and cold_idle(t.doc, self._policy) and not self.busy:
+            self._quiet_commit(t)  # the common case: no part has anything to do
+            return
         doc = t.doc
         if self._loads or self.spills.busy or self.compactor.busy:
             self._settle(doc)
@@ -186,12 +191,9 @@ class SegmentManager:
         self.dead.committed(doc, life.serving and not life.closing)
         if not life.serving or life.closing:
             return
-        claimed = t.claimed
-        if self._demand.after_commit(claimed):  # other sizes: the spill memos are void
-            self._policy = self._demand.policy
-            doc.spill_scanned.clear()
+        self._count_claims(t)
         if doc.segments.streams:
-            self._plan_loads(doc, t.starved, claimed)
+            self._plan_loads(doc, t.starved, t.claimed)
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
@@ -202,12 +204,23 @@ class SegmentManager:
         self.delayed.committed(t)
         self._check_quiet()
 
+    def _quiet_commit(self, t: Transition) -> None:
+        """After a commit that leaves no part anything to do: count its claims."""
+        self._count_claims(t)
+        self._quiet.set()
+
+    def _count_claims(self, t: Transition) -> None:
+        """The claim demand after ``t`` (a rise changes the sizes: the spill memos are void)."""
+        if self._demand.after_commit(t.claimed):
+            self._policy = self._demand.policy
+            t.doc.spill_scanned.clear()
+
     @property
     def busy(self) -> bool:
         """A spill, load, read or delete is in flight."""
-        parts = (self.dead, self.waiting, self.finished, self.delayed, self.compactor)
-        writing = self.spills.busy or self.deletes.deleting or any(p.busy for p in parts)
-        return bool(writing or self._loads or self._reading or self._asides)
+        if self._loads or self._reading or self._asides.ops or self.spills.in_flight:
+            return True
+        return bool(self.deletes.deleting) or _parts_busy(self)
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -256,7 +269,6 @@ class SegmentManager:
     def _plan_loads(self, doc: Document, starved: set[Stream], claimed: int) -> None:
         due: set[Stream] = set()
         streams = doc.segments.streams
-        counts = doc.index.counts
         for stream, refs in streams.items():
             if stream in self._loads:
                 continue  # decided again once it has committed
@@ -264,12 +276,8 @@ class SegmentManager:
             if stream in starved:
                 now_due = True
             else:
-                # A queue with no job claimed after the commit had none claimed in
-                # it: its jobs ahead are as many as before (a cancel makes the
-                # estimate high, and the claim that then stops loads at once).
-                held = (stream[0], "claimed") in counts
-                head = self._demand.sizes(first, held)[0]
-                ahead = self._jobs_ahead(doc, stream, first, claimed if held else 0, head)
+                taken, head = self._demand.head_of(doc, first, claimed)
+                ahead = self._jobs_ahead(doc, stream, first, taken, head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -285,7 +293,7 @@ class SegmentManager:
         self, doc: Document, stream: Stream, first: SegmentRef, claimed: int, head: int
     ) -> int:
         """The ready jobs before ``stream``'s barrier, at least ``head`` or
-        exactly.  An estimate lowered by every commit's claims and raised by the
+        exactly.  An estimate lowered by the claims ``taken`` of each commit and raised by the
         loads is kept (so a commit walks no heap); only once it falls below
         ``head_jobs`` are they counted (a load is due if they are that few).
         Jobs put back or coming due make the estimate low, which only counts
@@ -344,9 +352,7 @@ class SegmentManager:
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start = ref.loaded
-        doc = self._lease.doc
-        held = doc is None or (stream[0], "claimed") in doc.index.counts
-        end = min(start + self._demand.sizes(ref, held)[1], ref.count)
+        end = min(start + self._demand.load_of(self._lease.doc, ref), ref.count)
         try:
             jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:
@@ -464,6 +470,12 @@ def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
         changed=m._check_quiet,
     )
     return waiting, finished
+
+
+def _parts_busy(m: SegmentManager) -> bool:
+    """A part of ``m`` has work in flight (its dead segments, waiting children,
+    finished record, delayed objects or a compaction)."""
+    return m.dead.busy or m.waiting.busy or m.finished.busy or m.delayed.busy or m.compactor.busy
 
 
 def _compactor(m: SegmentManager) -> Compactor:

@@ -63,37 +63,58 @@ class CommitRecords:
         self.ops.update(zip(map(type, ops), repeat(error)))
 
 
+#: commit durations :class:`CommitWindow` keeps for its quantiles (the newest)
+WINDOW_SAMPLES = 20_000
+
+
 class CommitWindow:
-    """The commits of the last ``window_s`` (monotonic time, duration, ops each), and
-    their summary, recomputed at most every ``refresh_s`` so the cost per commit
-    is one append."""
+    """The commits of the last ``window_s`` (monotonic time), counted per second
+    with their ops, and the durations of the newest :data:`WINDOW_SAMPLES` of
+    them, for a summary recomputed at most every ``refresh_s``: the cost per
+    commit is two appends or an increment, and the memory and the sort at a
+    refresh stay bounded at any commit rate (a busy broker's p50 and p99 are
+    then those of its newest commits)."""
 
     def __init__(self, window_s: float = 60.0, refresh_s: float = 5.0) -> None:
         self.window_s = window_s
         self.refresh_s = refresh_s
-        self._commits: deque[tuple[float, float, int]] = deque()
+        #: [second, commits, ops] per second that had a commit, oldest first
+        self._seconds: deque[list[int]] = deque()
+        #: (monotonic time, duration) of the newest commits
+        self._samples: deque[tuple[float, float]] = deque(maxlen=WINDOW_SAMPLES)
         self._perf: BrokerPerf | None = None
         self._perf_at = -float("inf")
 
     def add(self, mono: float, seconds: float, ops: int) -> None:
-        self._commits.append((mono, seconds, ops))
+        self._samples.append((mono, seconds))
+        second = int(mono)
+        counts = self._seconds
+        if counts and counts[-1][0] == second:
+            last = counts[-1]
+            last[1] += 1
+            last[2] += ops
+        else:
+            counts.append([second, 1, ops])
 
     def perf(self, mono: float) -> BrokerPerf | None:
         """The summary as of ``mono`` (None before the first commit)."""
         if mono - self._perf_at < self.refresh_s:
             return self._perf
-        commits = self._commits
-        while commits and commits[0][0] < mono - self.window_s:
-            commits.popleft()
         self._perf_at = mono
-        if not commits:
+        since = mono - self.window_s
+        counts, samples = self._seconds, self._samples
+        while counts and counts[0][0] + 1 <= since:  # (a second wholly before the window)
+            counts.popleft()
+        while samples and samples[0][0] < since:
+            samples.popleft()
+        if not counts or not samples:
             self._perf = None
             return None
-        times = sorted(c[1] for c in commits)
+        times = sorted(sample[1] for sample in samples)
         self._perf = BrokerPerf(
             window_s=self.window_s,
-            commits=len(times),
-            ops=sum(c[2] for c in commits),
+            commits=sum(c[1] for c in counts),
+            ops=sum(c[2] for c in counts),
             p50_ms=round(times[len(times) // 2] * 1000, 3),
             p99_ms=round(times[min(len(times) - 1, int(0.99 * len(times)))] * 1000, 3),
         )
