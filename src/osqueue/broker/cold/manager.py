@@ -293,12 +293,12 @@ class SegmentManager:
         self, doc: Document, stream: Stream, first: SegmentRef, claimed: int, head: int
     ) -> int:
         """The ready jobs before ``stream``'s barrier, at least ``head`` or
-        exactly.  An estimate lowered by the claims ``taken`` of each commit and raised by the
+        exactly.  An estimate lowered by each commit's ``claimed`` (its claims
+        that may be this queue's: :meth:`ClaimDemand.head_of`) and raised by the
         loads is kept (so a commit walks no heap); only once it falls below
         ``head_jobs`` are they counted (a load is due if they are that few).
-        Jobs put back or coming due make the estimate low, which only counts
-        sooner; a queued job cancelled makes it high, and a claim that then
-        stops at the barrier loads at once."""
+        Jobs put back or coming due make it low (it counts sooner); a queued job
+        cancelled makes it high, and a claim that then stops loads at once."""
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
