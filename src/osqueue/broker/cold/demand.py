@@ -33,7 +33,8 @@ class ClaimDemand:
     """The claims per commit a deep queue's head must cover, and the policy for it."""
 
     def __init__(self, configured: Policy, max_bytes: int | None = None) -> None:
-        self._configured = configured
+        #: the configured sizes (what a queue with no job claimed keeps)
+        self.configured = self._configured = configured
         self._max_bytes = max_bytes
         self._demand = 0.0
         self.policy = configured

@@ -197,8 +197,7 @@ class SegmentManager:
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
-        if (above := self._policy.spill_above_jobs) is not None and doc.index.queued >= above:
-            self.spills.plan(doc, self._policy)
+        self.spills.plan(doc, self._policy, self._demand.configured)
         if doc.segments:
             self.compactor.plan(doc, self._policy)
         self.delayed.committed(t)
