@@ -34,7 +34,7 @@ class ClaimDemand:
 
     def __init__(self, configured: Policy, max_bytes: int | None = None) -> None:
         #: the configured sizes (what a queue with no job claimed keeps)
-        self.configured = self._configured = configured
+        self.configured = configured
         self._max_bytes = max_bytes
         self._demand = 0.0
         self.policy = configured
@@ -43,7 +43,7 @@ class ClaimDemand:
 
     def after_commit(self, claimed: int) -> bool:
         """Count a commit that claimed ``claimed`` jobs; True if :attr:`policy` changed."""
-        if claimed <= self._small and self.policy.head_jobs == self._configured.head_jobs:
+        if claimed <= self._small and self.policy.head_jobs == self.configured.head_jobs:
             # The configured head holds and this claim cannot raise it: nothing
             # changes (the demand remembered asks for no more than the head either,
             # and any claim that would raise it is above it, so left undecayed it
@@ -51,7 +51,7 @@ class ClaimDemand:
             return False
         self._demand = max(float(claimed), self._demand * _DECAY)
         want = 2 * _power_of_two(int(self._demand))
-        base = self._configured
+        base = self.configured
         head = max(base.head_jobs, want)
         if head == self.policy.head_jobs:
             return False
@@ -72,12 +72,12 @@ class ClaimDemand:
         keeps the configured sizes (the demand is the broker's, not its)."""
         policy, max_bytes = self.policy, self._max_bytes
         if not claimed:
-            policy = self._configured
+            policy = self.configured
         head, load = policy.head_jobs, policy.load_jobs
-        if max_bytes is None or policy is self._configured:
+        if max_bytes is None or policy is self.configured:
             return head, load
         cap = max_bytes * max(1, first.count) // max(1, first.size_bytes)
-        base = self._configured
+        base = self.configured
         return max(base.head_jobs, min(head, cap)), max(base.load_jobs, min(load, cap))
 
     def head_of(self, doc: Document, first: SegmentRef, claimed: int) -> tuple[int, int]:
