@@ -226,3 +226,40 @@ async def test_a_dead_or_waiting_object_that_fails_its_check_is_never_listed(url
         assert len((await list_page(url, None, None, 0, None))[0]) == 14 + 23
     finally:
         await storage.close()
+
+
+async def test_a_page_reads_only_the_dead_or_waiting_objects_its_bounds_reach(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dead segments and waiting objects carry claim-order bounds (priorities and
+    seqs), so a page within a queue reads the objects it falls in, not all of them."""
+    opened: list[Counting] = []
+
+    def counting(url: str) -> Storage:
+        opened.append(Counting(from_url(url)))
+        return opened[-1]
+
+    monkeypatch.setattr(inspect_jobs, "from_url", counting)
+
+    async def reads(queue: str, status: str, limit: int, after: SortKey | None) -> list[str]:
+        opened.clear()
+        await list_page(url, queue, status, limit, after)
+        (store,) = opened
+        return [key for key in store.gets if key.startswith((DEAD_PREFIX, WAITING_PREFIX))]
+
+    async with Broker(url, cold_config()) as broker:
+        dead = await kill(broker, 30)
+        await fan_in(broker, 30)
+        doc = await stored(url)
+        assert len(list(doc.dead)) >= 5
+        assert len(list(doc.waiting_cold)) >= 5
+        everything, _ = await list_page(url, "default", "dead", 0, None)
+        assert sorted(item.job.id for item in everything) == dead
+        first = await reads("default", "dead", 2, None)
+        assert 0 < len(first) < len(list(doc.dead))
+        middle = await reads("default", "dead", 2, sort_key(everything[15].job))
+        assert 0 < len(middle) < len(list(doc.dead))
+        kids = await reads("kids", "waiting", 4, None)
+        assert 0 < len(kids) <= 2  # children in seq order, 4 an object
+        kid = sort_key((await walk(url, "kids", "waiting", 50))[13].job)
+        assert 0 < len(await reads("kids", "waiting", 4, kid)) <= 2

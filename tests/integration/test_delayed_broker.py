@@ -252,3 +252,38 @@ async def test_a_missing_delayed_object_is_set_aside_and_readmitted_once_restore
         jobs = await q.claim("w", max_jobs=10, wait_s=0)
         assert sorted(j.id for j in jobs) == ids[:2]
     await storage.close()
+
+
+async def test_a_spilled_delayed_id_pushed_again_is_deduped_by_its_filter_across_a_restart(
+    url: str,
+) -> None:
+    """A delayed object carries the filter of its jobs' ids (no tombstone in the
+    document); after a restart, a push of one of those ids is answered as the job
+    it is (the broker reads the object), and each job runs once.  A job cancelled
+    while spilled leaves its tombstone when the load that skips it commits."""
+    clock = ManualClock(T0)
+    settings = config(dedupe_window_s=3600.0)  # the window outlasts the due times
+    async with Broker(url, settings, clock=clock) as broker:
+        ids = await push_delayed(broker, [500.0, 510.0, 520.0, 530.0, 540.0])
+        spilled = [i for i in ids if i not in broker.document.jobs]
+        assert len(spilled) >= 3
+        await broker.client().cancel(spilled[1])
+    storage = from_url(url)
+    doc = await stored(storage)
+    assert doc.recent == {}  # no tombstone: the delayed objects' filters answer
+    assert all(ref.id_filter for ref in doc.delayed)
+    async with Broker(url, settings, clock=clock) as broker:
+        q = broker.client()
+        for job_id in ids:
+            assert await q.push(b"again", delay_s=500.0, id=job_id) == job_id
+        assert broker.document.recent == {}
+        assert (await q.stats()).queues["default"].delayed == len(ids) - 1
+        await advance(broker, clock, 600.0)
+        assert spilled[1] in broker.document.recent  # the load skipped it: its tombstone
+        assert await q.push(b"again", id=spilled[1]) == spilled[1]
+        jobs = await q.claim("w", max_jobs=10, wait_s=0)
+        assert sorted(j.id for j in jobs) == sorted(i for i in ids if i != spilled[1])
+        assert all(j.payload != b"again" for j in jobs)
+        stats = (await q.stats()).queues["default"]
+        assert (stats.depth, stats.claimed) == (0, len(ids) - 1)  # nothing applied twice
+    await storage.close()

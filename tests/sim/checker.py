@@ -34,7 +34,7 @@ from sim.results import check_results
 from sim.scheduling_rules import check_limits, check_parents, check_ticks, ticked_ids
 from sim.segment_rules import check_segments, decode_objects
 from sim.store import Landed
-from sim.waiting_rules import check_waiting, decode_sealed, decode_waiting
+from sim.waiting_rules import check_waiting, count_sealed_parents, decode_sealed, decode_waiting
 
 #: the answers a holder gets for presenting its token
 _HOLDER_KINDS = (Kind.HEARTBEAT_OK, Kind.COMPLETE_OK, Kind.FAIL_OK, Kind.RELEASE_OK)
@@ -90,6 +90,7 @@ def judge(
     check_segments(chain, indices, objects, outcome, f)
     check_dead(history, chain, objects, f)
     check_waiting(chain, waiting, sealed, f)
+    count_sealed_parents(history, chain, sealed, f)
     return f
 
 

@@ -481,9 +481,11 @@ def delayed_spill(c: SimConfig, rng: random.Random) -> SimConfig:
 def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
     """Dependencies with tiny thresholds: waiting children move to objects and come
     back as their parents end (or fail), under crashes around those writes, in
-    commits, lost answers and takeovers."""
+    commits, lost answers and takeovers; the record is sealed every few
+    completions too, so children name parents the broker reads in sealed objects."""
     s = scheduling(c, rng)
     side = _side(c.seed, "waiting")
+    sealing = _side(c.seed, "waiting-sealed")
     return _mix(
         s,
         schedules=(),
@@ -493,6 +495,8 @@ def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
         waiting_spill_above_jobs=side.randint(1, 3),
         waiting_object_jobs=side.randint(1, 4),
         waiting_load_below_queued=side.randint(1, 6),
+        finished_seal_above_entries=sealing.randint(1, 3),
+        finished_object_entries=sealing.randint(1, 4),
         nemesis=_nemesis(s, waiting_crash=0.1, broker_stop=0.02),
     )
 

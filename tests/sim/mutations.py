@@ -229,14 +229,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="seal-writes-entries-without-results",
         file="state/finished_objects.py",
-        original='    data = b"".join(_encode(e) + b"\\n" for e in entries)\n',
+        original="    encoded = lines if lines is not None else [_encode(e) for e in entries]\n",
         replacement=(
-            '    data = b"".join(\n'
-            '        _encode(msgspec.structs.replace(e, result=None)) + b"\\n" for e in entries\n'
-            "    )\n"
+            "    encoded = [_encode(msgspec.structs.replace(e, result=None)) for e in entries]\n"
         ),
         family="results: the sealed record",
         models="a seal writes the record's entries to its object without their results",
+    ),
+    Mutation(
+        name="sealed-parent-taken-for-pending",
+        file="state/deps.py",
+        original="                standing = _standing(ended)\n",
+        replacement='                standing = "pending"\n',
+        family="waiting children in objects",
+        models="a push naming a parent the broker read as done in a sealed object of the "
+        "record makes the child wait for it (forever)",
     ),
     # ------------------------------------------------------------ results (I3)
     Mutation(

@@ -14,6 +14,10 @@ The objects come from the store's record of every put (``waiting/`` and
 * ``SEALED_KEPT``: an entry of the record that leaves the document into a sealed
   object is in that object exactly as the document held it (the result read
   back is the one given); ``RESULT_KEPT`` counts it as kept from then on.
+* A push naming a parent whose entry had left the document into a sealed object
+  (the broker read the object to place the child) is counted ("children of
+  sealed parents": :func:`count_sealed_parents`); ``PARENTS_FIRST`` judges
+  those children's claims as any other's.
 * Deletes of ``waiting/`` and ``finished/`` objects fall under
   ``SEGMENT_DELETED_UNREFERENCED`` (:func:`sim.findings.cold_keys`).
 """
@@ -33,7 +37,7 @@ from osqueue.state.segment_codec import SegmentLines
 from osqueue.state.waiting_refs import WAITING_PREFIX
 from sim.config import SimConfig
 from sim.findings import Chain, Findings
-from sim.history import Outcome, Rule
+from sim.history import History, Kind, Outcome, Rule
 
 _entry = msgspec.json.Decoder(FinishedJob)
 
@@ -149,3 +153,22 @@ def check_waiting(
                         f"entry {entry!r}, but version {before.version} held {held!r}"
                         + (" and it stayed in the document" if job_id in after.finished else ""),
                     )
+
+
+def count_sealed_parents(
+    history: History, chain: Chain, sealed: Mapping[str, Mapping[str, FinishedJob]], f: Findings
+) -> None:
+    """Count the children placed by a version whose previous version held one of
+    their parents only in a sealed object (neither a job nor an entry of its own)."""
+    parents = {e.job: e.after for e in history.of(Kind.PUSH_SENT) if e.after}
+    if not parents:
+        return
+    for before, after in chain.steps:
+        if not before.finished.sealed:
+            continue
+        for job_id in after.jobs.keys() - before.jobs.keys():
+            for parent in parents.get(job_id, ()):
+                known = parent in before.jobs or parent in before.finished
+                if not known and sealed_entry(before, parent, sealed) is not None:
+                    f.checked["children of sealed parents"] += 1
+                    break

@@ -54,6 +54,7 @@ FAMILY_EXERCISED = {
     "waiting objects": "waiting-cold",
     "sealed entries": "finished-seal",
     "sealed objects": "finished-seal",
+    "children of sealed parents": "waiting-cold",
     "dead jobs retried": "dead-segments",
 }
 #: a chunk this big (the default's chunks are 40 seeds) has a case of each

@@ -317,3 +317,37 @@ def test_a_set_aside_entry_without_a_reason_is_a_corrupt_document_naming_it() ->
 
 def _entry(d: Dead, key: str) -> bytes:
     return msgspec.json.encode(d.doc.dead.aside[key])
+
+
+def test_a_retry_swap_drops_the_dead_entries_of_the_jobs_it_retries() -> None:
+    d = Dead(0)
+    d.run(
+        *[
+            Push(id=f"j{i}", payload=b"p", queue="q", max_attempts=1, result_ttl_s=600.0)
+            for i in range(5)
+        ]
+    )
+    for i in range(5):
+        claimed = d.run(ClaimOp("w", ("q",), 1)).results[0]
+        assert isinstance(claimed, Claimed)
+        job = claimed.jobs[0]
+        assert job.claim is not None
+        d.run(Fail(job.id, job.claim.token, error=f"boom {i % 2}"))
+    d.spill()
+    ref = next(iter(d.doc.dead))
+    op = d.swap(ref, retry=True, f=DeadFilter(error="boom 1"))
+    assert op.retried == ("j1",)
+    short = msgspec.structs.replace(op, retried=())
+    result = d.run(short).results[0]
+    assert isinstance(result, InvalidInput)
+    assert result.field == "retried"
+    stranger = msgspec.structs.replace(op, retried=("zz",))
+    result = d.run(stranger).results[0]
+    assert isinstance(result, InvalidInput)
+    assert result.field == "retried[0]"
+    entry = d.doc.finished.get("j1")
+    assert entry is not None
+    assert entry.status == "dead"
+    assert d.run(op).results == [Counted(1)]
+    assert d.doc.finished.get("j1") is None  # live again
+    assert [d.doc.finished.get(i).status for i in ("j0", "j2")] == ["dead", "dead"]  # type: ignore[union-attr]

@@ -29,6 +29,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.cold_delayed import DELAYED_PREFIX
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.delayed_plan import (
     delayed_cancel_op,
     delayed_load_op,
@@ -37,6 +38,7 @@ from osqueue.state.delayed_plan import (
     plan_delayed_spills,
 )
 from osqueue.state.ops import LoadDelayed, SpillDelayed
+from osqueue.state.results import answer
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.state.stats import stats_of
 
@@ -221,8 +223,12 @@ def test_a_retried_push_of_a_spilled_id_and_a_held_key_are_recognised() -> None:
     doc, _ = spilled(doc)
     assert "keyed" not in doc.jobs
     assert "j00" not in doc.jobs
+    assert not doc.recent  # no tombstones: the objects' id filters answer
+    assert all(ref.id_filter for ref in doc.delayed)
     doc, (again, dup) = _apply(doc, [Push("j00", b"x", delay_s=150), Push("n", b"", key="K")], T0)
-    assert again == Pushed("j00", False)
+    assert isinstance(again, ReadToConfirm)  # the broker reads the object, then answers
+    assert set(again.keys) == {r.key for r in doc.delayed if r.min_id <= "j00" <= r.max_id}
+    assert "j00" not in doc.jobs
     assert isinstance(dup, DuplicateKey)
     assert dup.existing_id == "keyed"
 
@@ -297,3 +303,30 @@ def test_a_delayed_object_set_aside_keeps_its_jobs_counted_and_keys_held_until_r
     assert sorted(got) == ["j00", "j01", "j02", "keyed"]
     doc, (missing,) = _apply(doc, [Readmit(ref.key)], T0)
     assert isinstance(missing, InvalidInput)
+
+
+def test_a_delayed_filter_answers_as_long_as_tombstones_would_and_then_leaves() -> None:
+    doc, _ = spilled(pushed([1000.0, 1010.0, 1020.0, 1030.0, 1040.0]))
+    ref = next(iter(doc.delayed))
+    assert doc.delayed.filtered == {r.key: r for r in doc.delayed}
+    assert decode(encode(doc)).delayed.filtered == doc.delayed.filtered  # kept across a restart
+    window = POLICY.dedupe_window_s
+    doc, (res,) = _apply(doc, [Push(ref.min_id, b"x", delay_s=1.0)], T0 + window - 1)
+    assert isinstance(res, ReadToConfirm)  # within the window: the filter answers
+    late = T0 + 1.25 * window + 2
+    doc, _ = _apply(doc, [], late)  # the sweep drops filters past the window
+    assert doc.delayed.filtered == {}
+    assert all(r.id_filter == () and r.dedupe_created is None for r in doc.delayed)
+    doc, (res,) = _apply(doc, [Push(ref.min_id, b"x", delay_s=1.0)], late)
+    assert res == Pushed(ref.min_id, True)  # as for any id past its window
+
+
+def test_result_answers_a_spilled_delayed_job_as_queued() -> None:
+    doc, _ = spilled(pushed([1000.0, 1010.0, 1020.0, 1030.0, 1040.0]))
+    cold = [f"j{i:02d}" for i in range(5) if f"j{i:02d}" not in doc.jobs]
+    assert cold
+    for job_id in cold:
+        found = answer(doc, job_id, T0)
+        assert found is not None
+        assert found.result.status == "queued"  # live, as it would in the document
+    assert answer(doc, "zz-never-pushed", T0) is None

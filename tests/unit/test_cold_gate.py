@@ -97,3 +97,28 @@ async def test_past_a_threshold_the_part_runs_and_spills(
         doc = broker.document
         spilled = doc.dead if make == "dead" else doc.delayed
         assert spilled, f"no {part} object after crossing the threshold"
+
+
+async def test_objects_of_children_still_waiting_cost_another_queues_commits_nothing() -> None:
+    """Waiting objects whose parents still run have nothing to plan: commits on
+    another queue call no cold part; once a parent ends the waiting part loads."""
+    config = BrokerConfig(waiting_spill_above_jobs=3, waiting_object_jobs=5)
+    async with Broker(MemoryStorage(), config) as broker:
+        q = broker.client()
+        await q.push(b"parent", id="par", queue="parents")
+        for n in range(6):
+            await q.push(b"child", id=f"c{n}", queue="kids", after=["par"])
+        await broker.segments.settled()
+        assert broker.document.waiting_cold.refs
+        assert not broker.document.waiting_cold.due
+        calls = _calls(broker)
+        for n in range(10):
+            await q.push(b"x", id=f"o{n}", result_ttl_s=0)
+            (job,) = await q.claim("w", ["default"])
+            await q.complete(job)
+        assert calls == {"dead": 0, "waiting": 0, "finished": 0, "delayed": 0}
+        (parent,) = await q.claim("w", ["parents"])
+        await q.complete(parent)
+        await broker.segments.settled()
+        assert calls["waiting"] > 0
+        assert not broker.document.waiting_cold.refs  # loaded back

@@ -22,6 +22,7 @@ from osqueue.state import (
     next_capacity_at,
     stats_of,
 )
+from osqueue.state.limits import gated
 
 T0 = 1_800_000_000.0
 
@@ -213,3 +214,18 @@ def test_claims_never_pass_burst_plus_rate_times_window(
         for j in range(i, len(claims)):
             window = claims[j] - start
             assert j - i + 1 <= burst + rate * window + 1e-6
+
+
+def test_only_the_claimed_queues_settings_put_a_claim_through_the_gate() -> None:
+    """A paused queue elsewhere (parents held back, say) leaves other queues' claims
+    on their fast path, and they claim as before."""
+    doc = set_queue(pushed(Document.empty(), 2), paused=True)  # queue "q" paused
+    ops = [Push(id="o1", payload=b"p", queue="other"), Push(id="o2", payload=b"p", queue="other")]
+    doc, _ = apply(doc, ops, T0)
+    assert not gated(doc, ("other",))
+    assert gated(doc, ("q",))
+    assert gated(doc, ("other", "q"))
+    doc, (claimed,) = apply(doc, [ClaimOp("w", ("other", "q"), 5)], T0)
+    assert isinstance(claimed, Claimed)
+    assert [j.id for j in claimed.jobs] == ["o1", "o2"]  # none of the paused queue
+    assert claimable(doc, ("q",), T0) is False

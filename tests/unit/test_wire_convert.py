@@ -36,7 +36,18 @@ from osqueue.wire.convert import (
 #: Each value the wire carries, its message, and the fields only one side has.
 PAIRS: list[tuple[type[object], type[Message], set[str]]] = [
     (NewJob, pb.NewJob, set()),
-    (Push, pb.NewJob, {"payload_ref", "payload_size", "payload_sha256", "dedupe", "absent_from"}),
+    (
+        Push,
+        pb.NewJob,
+        {
+            "payload_ref",
+            "payload_size",
+            "payload_sha256",
+            "dedupe",
+            "absent_from",
+            "sealed_parents",
+        },
+    ),
     (Job, pb.Job, set()),
     (PutSchedule, pb.Schedule, set()),
     (ScheduleInfo, pb.Schedule, set()),

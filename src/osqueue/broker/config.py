@@ -102,7 +102,9 @@ class BrokerConfig:
     result_inline_max_bytes: int = 1024
     #: The largest result accepted.
     max_result_bytes: int = 64 * 1024 * 1024
-    #: The record of finished jobs holds at most this many (the soonest to expire go first).
+    #: The record of finished jobs holds at most this many in the document (the
+    #: soonest to expire go first), and sealed objects at most this many entries
+    #: kept only for children (the oldest objects go first).
     max_finished_jobs: int = 10_000
     #: ... and at most this many bytes of the document (fewer near max_document_bytes).
     max_finished_bytes: int = 2 * 1024 * 1024
@@ -130,7 +132,7 @@ class BrokerConfig:
     waiting_load_below_queued: int = 10_000
     #: The record of finished jobs (docs/segments.md "The finished record"): its
     #: ``done`` entries are sealed into objects once this many sit in the
-    #: document, unless dependencies are in use; None: never.
+    #: document (dependencies in use or not); None: never.
     finished_seal_above_entries: int | None = 1_000
     #: ... at most this many per object.
     finished_object_entries: int = 20_000

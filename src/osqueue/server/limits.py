@@ -28,7 +28,10 @@ from dataclasses import dataclass
 
 from osqueue.errors import InvalidInput, ResourceExhausted
 from osqueue.state import ClaimOp, make, validate
+from osqueue.state.cold_dead import DeadFilter
+from osqueue.storage.keys import check_key
 from osqueue.wire._pb import queue_pb2 as pb
+from osqueue.wire.convert import from_pb
 
 MIB = 1024 * 1024
 
@@ -155,14 +158,29 @@ class RequestChecker:
     def token(self, value: int, field: str) -> int:
         return validate.token(value, field)
 
-    def dead(self, request: pb.DeadRequest) -> tuple[str, ...] | None:
-        """The ids a RetryDead/PurgeDead request names (None: every dead job)."""
-        if request.all:
-            if request.ids:
-                raise InvalidInput("give ids or all, not both", field="ids")
-            return None
-        self.batch(len(request.ids), "ids")
-        return tuple(self.job_id(job_id, f"ids[{i}]") for i, job_id in enumerate(request.ids))
+    def dead(self, request: pb.DeadRequest) -> tuple[DeadFilter, int | None, frozenset[str]]:
+        """Which dead jobs a RetryDead/PurgeDead request takes (its ids, else every
+        dead job when ``all`` or a filter is set; none: no job), its page of dead
+        segments (None: all), and the segments earlier pages passed."""
+        if request.all and request.ids:
+            raise InvalidInput("give ids or all, not both", field="ids")
+        sent = from_pb(request, DeadFilter)  # the filters the wire carries (by the table)
+        if sent.queue is not None:
+            self.queue(sent.queue, "queue")
+        if sent.error is not None:
+            self.text(sent.error, "error", self.limits.max_error_chars, allow_empty=True)
+        ids: tuple[str, ...] | None
+        if request.ids:
+            self.batch(len(request.ids), "ids")
+            ids = tuple(self.job_id(job_id, f"ids[{i}]") for i, job_id in enumerate(request.ids))
+        else:  # no ids: all (that the filters admit), or none at all
+            ids = None if request.all or not sent.plain else ()
+        f = make.dead_filter(
+            ids, queue=sent.queue, error=sent.error, since=sent.since, until=sent.until
+        )
+        pages = request.max_segments if request.HasField("max_segments") else None
+        passed = frozenset(check_key(k, f"passed[{i}]") for i, k in enumerate(request.passed))
+        return f, make.max_segments(pages), passed
 
     # ---------------------------------------------------------------- items
 

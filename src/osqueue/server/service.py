@@ -28,6 +28,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from osqueue.api import EncodedResult, Job, NewJob
+from osqueue.broker.cold.dead import DeadPage
 from osqueue.broker.inproc.calls import BrokerCalls
 from osqueue.errors import (
     BrokerMoved,
@@ -122,8 +123,8 @@ class QueueService:
             "Release": unary(pb.JobRefsRequest, self.release, pb.ResultsResponse),
             "Cancel": unary(pb.CancelRequest, self.cancel, pb.ResultsResponse),
             "Stats": unary(pb.StatsRequest, self.stats, pb.StatsResponse),
-            "RetryDead": unary(pb.DeadRequest, self.retry_dead, pb.CountResponse),
-            "PurgeDead": unary(pb.DeadRequest, self.purge_dead, pb.CountResponse),
+            "RetryDead": unary(pb.DeadRequest, self.retry_dead, pb.DeadResponse),
+            "PurgeDead": unary(pb.DeadRequest, self.purge_dead, pb.DeadResponse),
             "Result": unary(pb.ResultRequest, self.result, pb.ResultResponse),
             "Schedule": unary(pb.ScheduleRequest, self.schedule, pb.ScheduleResponse),
             "Unschedule": unary(pb.UnscheduleRequest, self.unschedule, pb.UnscheduleResponse),
@@ -382,11 +383,17 @@ class QueueService:
 
     # ------------------------------------------------------------------ administration
 
-    async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        return pb.CountResponse(count=await self.calls.dead.retry_dead(self.check.dead(request)))
+    async def retry_dead(self, request: pb.DeadRequest, context: Context) -> pb.DeadResponse:
+        return await self._dead(request, retry=True)
 
-    async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.CountResponse:
-        return pb.CountResponse(count=await self.calls.dead.purge_dead(self.check.dead(request)))
+    async def purge_dead(self, request: pb.DeadRequest, context: Context) -> pb.DeadResponse:
+        return await self._dead(request, retry=False)
+
+    async def _dead(self, request: pb.DeadRequest, *, retry: bool) -> pb.DeadResponse:
+        f, pages, passed = self.check.dead(request)
+        page = DeadPage(passed)
+        count = await self.calls.dead.act(f, retry=retry, max_segments=pages, page=page)
+        return pb.DeadResponse(count=count, passed=page.kept, segments_left=page.left)
 
     async def readmit(
         self, request: pb.ReadmitSegmentRequest, context: Context

@@ -51,6 +51,7 @@ from osqueue.state.segment_codec import (
     decode_checked,
     encode_segment,
     object_key,
+    priority_bounds,
 )
 from osqueue.storage.keys import check_key
 
@@ -81,6 +82,7 @@ def make_dead_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: 
     """The reference to a dead segment ``key`` holding ``jobs`` (seq order)."""
     ids = [job.id for job in jobs]
     times = [died_at(job) for job in jobs]
+    low, high = priority_bounds(jobs)
     return DeadRef(
         key=key,
         queue=jobs[0].queue,
@@ -94,6 +96,8 @@ def make_dead_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: 
         died_from=min(times),
         died_to=max(times),
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+        min_priority=low,
+        max_priority=high,
     )
 
 
@@ -171,6 +175,7 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
             )
         taken -= keep.count
     ready = _check_ready(doc, op, taken)
+    _forget_retried(doc, op, ready)
     doc.dead.replace(old, keep)
     for ref in ready:
         doc.segments.append(ref)
@@ -178,6 +183,25 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
         doc.next_seq = max(doc.next_seq, max(ref.last_seq for ref in ready) + 1)
     tx.dropped_segments.append(old.key)
     return Counted(taken)
+
+
+def _forget_retried(doc: Document, op: SwapDead, ready: Sequence[SegmentRef]) -> None:
+    """The retried jobs are live again: their ``dead`` entries in the record of
+    finished jobs go, as ``RetryDead`` drops those of the document's dead jobs
+    (``retried`` must name exactly as many jobs as ``ready`` holds, within
+    ``old``'s id bounds)."""
+    ids, old = op.retried, op.old
+    if not isinstance(ids, tuple | list) or len(ids) != sum(ref.count for ref in ready):
+        raise InvalidInput("must name each job the ready segments hold", field="retried")
+    for i, job_id in enumerate(ids):
+        if not isinstance(job_id, str) or not old.min_id <= job_id <= old.max_id:
+            raise InvalidInput(f"{job_id!r} is not a job of {old.key}", field=f"retried[{i}]")
+    record = doc.finished
+    if record:
+        for job_id in ids:
+            entry = record.get(job_id)
+            if entry is not None and entry.status == "dead":
+                record.remove(job_id)
 
 
 def set_aside_dead(dead: DeadLetters, op: SetAside, now: float) -> Ok:
@@ -397,7 +421,8 @@ def plan_swap(
             ref, data = build_segment(reset, unique())
             ready.append(ref)
             objects.append((ref.key, data))
-    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0)
+    retried = tuple(job.id for job in taken) if retry else ()
+    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0, retried)
     return Swap(op, tuple(objects), tuple(taken))
 
 
@@ -468,6 +493,13 @@ class DeadFilter:
         if self.since is not None and died < self.since:
             return False
         return self.until is None or died < self.until
+
+    @property
+    def plain(self) -> bool:
+        """No filter but (maybe) ``ids``: any queue, error and time of death."""
+        return (
+            self.queue is None and self.error is None and self.since is None and self.until is None
+        )
 
     @property
     def everything(self) -> bool:

@@ -18,8 +18,9 @@ segments (:mod:`osqueue.state.segments`): the idempotency keys of spilled jobs
 (``keys``), the payload objects they use (``payloads``), the counts
 (``count - loaded - cancelled``), the id bounds a cancel reads candidates by, and
 the ids cancelled while spilled (skipped on load).  A retried push of a spilled
-id is recognised by the dedupe tombstone its spill wrote
-(:func:`osqueue.state.spill.remember_ids`).
+id is recognised by the reference's filter of its dedupe jobs' ids
+(:mod:`osqueue.state.dedupe_filter`, as for ready segments: ``filtered`` holds
+the references that carry one), not by tombstones.
 
 This module holds the references (:class:`DelayedCold`, one attribute of the
 document), the objects' keys and references, and the cancel of a spilled job;
@@ -37,9 +38,17 @@ from datetime import datetime
 import msgspec
 
 from osqueue.errors import Conflict, InvalidInput, JobNotFound
+from osqueue.state.dedupe_filter import hold_filter
 from osqueue.state.model import DelayedAside, DelayedRef, StoredJob, to_datetime
 from osqueue.state.ops import Cancel, Counted, Ok, Readmit, Removed, SetAside
-from osqueue.state.segment_codec import SEGMENT_FORMAT, DelayedHeader, join_lines, segment_key
+from osqueue.state.segment_codec import (
+    SEGMENT_FORMAT,
+    DelayedHeader,
+    dedupe_fields,
+    join_lines,
+    priority_bounds,
+    segment_key,
+)
 from osqueue.storage.keys import check_key
 
 DELAYED_PREFIX = "delayed/"
@@ -72,6 +81,7 @@ def make_delayed_ref(
     assert first.run_at is not None
     assert last.run_at is not None
     ids = [job.id for job in jobs]
+    low, high = priority_bounds(jobs)
     return DelayedRef(
         key=key,
         queue=first.queue,
@@ -86,10 +96,11 @@ def make_delayed_ref(
         max_id=max(ids),
         min_seq=min(job.seq for job in jobs),
         max_seq=max(job.seq for job in jobs),
-        min_priority=min(job.priority for job in jobs),
-        max_priority=max(job.priority for job in jobs),
+        min_priority=low,
+        max_priority=high,
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
+        **dedupe_fields(jobs),
     )
 
 
@@ -115,7 +126,18 @@ class DelayedCold:
     """The references to objects of delayed jobs of one document, with the lookups
     pushes, stats and the payload sweep need (kept in step on every change)."""
 
-    __slots__ = ("_next", "_section", "aside", "changes", "keys", "payloads", "refs", "scanned")
+    __slots__ = (
+        "_next",
+        "_section",
+        "aside",
+        "changes",
+        "filter_floor",
+        "filtered",
+        "keys",
+        "payloads",
+        "refs",
+        "scanned",
+    )
 
     def __init__(self, refs: Sequence[DelayedRef] = ()) -> None:
         #: object key -> its reference
@@ -131,6 +153,10 @@ class DelayedCold:
         self.scanned: tuple[int, int] | None = None
         #: object key -> its reference set aside (object missing or broken)
         self.aside: dict[str, DelayedAside] = {}
+        #: object key -> its reference (listed or set aside) that carries an id filter,
+        #: and the oldest of their ``dedupe_created`` (:mod:`osqueue.state.dedupe_filter`)
+        self.filtered: dict[str, DelayedRef] = {}
+        self.filter_floor: float | None = None
         self._next: float | None = None
         self._section: bytes | None = None
         for ref in refs:
@@ -142,6 +168,8 @@ class DelayedCold:
         new.aside = dict(self.aside)
         new.keys = dict(self.keys)
         new.payloads = dict(self.payloads)
+        new.filtered = dict(self.filtered)
+        new.filter_floor = self.filter_floor
         new.changes = self.changes
         new.scanned = self.scanned
         new._next = self._next
@@ -245,6 +273,7 @@ class DelayedCold:
             self.keys[key] = job_id
         for payload in ref.payload_refs:
             self.payloads[payload] = self.payloads.get(payload, 0) + 1
+        hold_filter(self, ref)
 
     def _release(self, ref: DelayedRef) -> None:
         keys = self.keys
@@ -257,6 +286,7 @@ class DelayedCold:
                 self.payloads[payload] = n
             else:
                 self.payloads.pop(payload, None)
+        self.filtered.pop(ref.key, None)
 
     def replace(self, ref: DelayedRef) -> None:
         """Put ``ref`` in the place of the reference with the same key."""

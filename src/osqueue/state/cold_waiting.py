@@ -61,7 +61,12 @@ from osqueue.state.ops import (
     SetAside,
     SpillWaiting,
 )
-from osqueue.state.segment_codec import SegmentLines, check_segment, encode_segment
+from osqueue.state.segment_codec import (
+    SegmentLines,
+    check_segment,
+    encode_segment,
+    priority_bounds,
+)
 from osqueue.state.waiting_refs import WAITING_PREFIX, WaitingAside, WaitingRef
 from osqueue.storage.keys import check_key
 
@@ -89,6 +94,7 @@ def waiting_key(unique: str) -> str:
 def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> WaitingRef:
     """The reference to a new object ``key`` holding ``jobs`` (one queue, same ``after``)."""
     ids = [job.id for job in jobs]
+    low, high = priority_bounds(jobs)
     return WaitingRef(
         key=key,
         count=len(jobs),
@@ -99,6 +105,10 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
         queue=jobs[0].queue,
         after=jobs[0].after,
         payload_refs=tuple(j.payload_ref for j in jobs if j.payload_ref is not None),
+        min_seq=min(j.seq for j in jobs),
+        max_seq=max(j.seq for j in jobs),
+        min_priority=low,
+        max_priority=high,
     )
 
 
@@ -151,8 +161,10 @@ def plan_loads(doc: Document, policy: Policy, busy: set[str]) -> list[WaitingRef
     jobs in the document are fewer than ``waiting_load_below_queued`` (a queue
     that does not drain, paused or capped, holds back its own children only)."""
     bound, count = policy.waiting_load_below_queued, doc.index.count
-    for ref in doc.waiting_cold:
-        if ref.due and ref.key not in busy and count(ref.queue, "queued") < bound:
+    cold = doc.waiting_cold
+    for key in cold.due:  # (the due ones only: a commit pays nothing for the others)
+        ref = cold.refs[key]
+        if key not in busy and count(ref.queue, "queued") < bound:
             return [ref]
     return []
 

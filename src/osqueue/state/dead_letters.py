@@ -37,6 +37,10 @@ class DeadRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     died_to: datetime
     #: payload objects its jobs use (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: its jobs' lowest and highest priority: with the seqs, the claim-order bounds
+    #: a listing pages by (None: a reference written before they were recorded)
+    min_priority: int | None = None
+    max_priority: int | None = None
 
     @property
     def priority(self) -> int:

@@ -21,7 +21,10 @@ a false positive costs one read and never refuses a new job, and a retried
 push of a cold job is applied once.  A reference set aside is asked too (its
 object cannot be read: the broker then answers the push as a retry, the safe
 side).  Any kind of cold object can carry a filter: it is a tuple of filter
-strings (a merge of objects concatenates them) and a time.
+strings (a merge of objects concatenates them) and a time.  Ready segments
+(``doc.segments``) and delayed objects (``doc.delayed``) do: each keeps its
+references with a filter in ``filtered`` (:func:`hold_filter`), and a push asks
+both (:func:`check`).
 """
 
 from __future__ import annotations
@@ -31,28 +34,68 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
+from itertools import chain
+from typing import Any, Protocol
 
 import msgspec
 
 from osqueue.errors import Conflict
-from osqueue.state.model import SegmentRef
 from osqueue.state.ops import Policy, Push
-from osqueue.state.segments import Segments
 
 #: filter bits per id (with HASHES hashes: about 1% false positives)
 BITS_PER_ID = 10
 HASHES = 7
 
 
+class Filtered(Protocol):
+    """A reference to a cold object that may carry a filter (``SegmentRef``,
+    ``DelayedRef``)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def min_id(self) -> str: ...
+    @property
+    def max_id(self) -> str: ...
+    @property
+    def id_filter(self) -> tuple[str, ...]: ...
+    @property
+    def dedupe_created(self) -> datetime | None: ...
+
+
+class FilterHolder(Protocol):
+    """A kind's references (``Segments``, ``DelayedCold``): those with a filter in
+    ``filtered`` (listed or set aside), the oldest ``dedupe_created`` among them."""
+
+    filtered: dict[str, Any]
+    filter_floor: float | None
+
+    def find(self, key: str) -> Any: ...
+    def replace(self, ref: Any) -> None: ...
+
+
+class ColdKinds(Protocol):
+    """The kinds of cold object whose references carry filters (a ``Document``)."""
+
+    @property
+    def segments(self) -> FilterHolder: ...
+    @property
+    def delayed(self) -> FilterHolder: ...
+
+
 class ReadToConfirm(Conflict):
     """A push's id may be held by the cold objects ``keys``: the broker reads them
     and answers, or sends the push again with ``absent_from`` (never seen by a
-    caller)."""
+    caller).  With ``parents``: those parents the push names may have finished
+    in the sealed objects ``keys`` of the record of finished jobs; the broker
+    reads them and sends the push again with what it found (``sealed_parents``)."""
 
-    def __init__(self, job_id: str, keys: Sequence[str]) -> None:
-        super().__init__(f"id {job_id} may be held by a cold object: read {', '.join(keys)}")
+    def __init__(self, job_id: str, keys: Sequence[str], parents: Sequence[str] = ()) -> None:
+        what = f"parents {', '.join(parents)} of {job_id}" if parents else f"id {job_id}"
+        super().__init__(f"{what} may be held by a cold object: read {', '.join(keys)}")
         self.job_id = job_id
         self.keys = tuple(keys)
+        self.parents = tuple(parents)
 
 
 def _hashes(job_id: str) -> tuple[int, int]:
@@ -100,7 +143,7 @@ def may_hold(encoded: str, job_id: str, hashes: tuple[int, int] | None = None) -
 
 
 def ref_may_hold(
-    ref: SegmentRef, job_id: str, since: float, hashes: tuple[int, int] | None = None
+    ref: Filtered, job_id: str, since: float, hashes: tuple[int, int] | None = None
 ) -> bool:
     """``ref``'s object may hold ``job_id`` as a dedupe job created at ``since`` or later."""
     created = ref.dedupe_created
@@ -113,7 +156,7 @@ def ref_may_hold(
 
 
 def unconfirmed(
-    refs: Iterable[SegmentRef], job_id: str, since: float, absent_from: Sequence[str]
+    refs: Iterable[Filtered], job_id: str, since: float, absent_from: Sequence[str]
 ) -> list[str]:
     """The keys of ``refs`` whose filter may hold ``job_id`` (created at ``since`` or
     later), but those the broker read and found without it (``absent_from``)."""
@@ -131,29 +174,40 @@ def newest(times: Iterable[datetime | None]) -> datetime | None:
     return max(known) if known else None
 
 
-def check(filtered: dict[str, SegmentRef], op: Push, now: float, policy: Policy) -> None:
+def check(doc: ColdKinds, op: Push, now: float, policy: Policy) -> None:
     """For a push of an id the document does not hold: raise :class:`ReadToConfirm`
-    if a cold object's filter (``filtered``: the references with one) may hold
-    it and the broker has not read that object (``op.absent_from``)."""
-    if filtered and op.dedupe:
+    if a cold object's filter (ready segments', delayed objects') may hold it and
+    the broker has not read that object (``op.absent_from``)."""
+    segments, delayed = doc.segments.filtered, doc.delayed.filtered
+    if (segments or delayed) and op.dedupe:
         since = now - policy.dedupe_window_s
-        keys = unconfirmed(filtered.values(), op.id, since, op.absent_from)
+        refs = chain[Filtered](segments.values(), delayed.values())
+        keys = unconfirmed(refs, op.id, since, op.absent_from)
         if keys:
             raise ReadToConfirm(op.id, keys)
 
 
-def prune(segments: Segments, cutoff: float) -> None:
+def hold_filter(holder: FilterHolder, ref: Filtered) -> None:
+    """``ref`` (listed or set aside in ``holder``) answers for its ids, if it has a filter."""
+    created = ref.dedupe_created
+    if ref.id_filter and created is not None:
+        holder.filtered[ref.key] = ref
+        at, floor = created.timestamp(), holder.filter_floor
+        holder.filter_floor = at if floor is None else min(floor, at)
+
+
+def prune(holder: FilterHolder, cutoff: float) -> None:
     """Drop the filters whose newest dedupe job was created before ``cutoff`` (the
     dedupe window is over for all of their jobs), so they cost the document
     nothing more; set-aside references keep theirs."""
     floor: float | None = None
-    for key, ref in list(segments.filtered.items()):
+    for key, ref in list(holder.filtered.items()):
         created = ref.dedupe_created
-        if created is None or segments.find(key) is None:
+        if created is None or holder.find(key) is None:
             continue
         at = created.timestamp()
         if at < cutoff:
-            segments.replace(msgspec.structs.replace(ref, id_filter=(), dedupe_created=None))
+            holder.replace(msgspec.structs.replace(ref, id_filter=(), dedupe_created=None))
         else:
             floor = at if floor is None else min(floor, at)
-    segments.filter_floor = floor
+    holder.filter_floor = floor

@@ -11,7 +11,7 @@ field; nothing changes, and an object no reference names is the orphan sweep's.
   queued with a ``run_at``, of ``ref``'s queue, sorted by ``(run_at, seq)``, and
   ``ref`` describes exactly them.  The jobs leave the document (not as
   ``removed``: their payload objects stay, the reference lists them), a retried
-  push of one is recognised (:func:`~osqueue.state.spill.remember_ids`), their
+  push of one is recognised by the reference's id filter (no tombstones), their
   keys stay held through the reference, and the delayed heap drops their entries.
 * ``LoadDelayed(key, from_loaded, jobs, next_run_at, lines)``: the reference has
   loaded exactly ``from_loaded`` jobs; ``jobs`` are the object's next ones (the
@@ -35,7 +35,7 @@ from osqueue.state.cold_delayed import DELAYED_PREFIX, make_delayed_ref, order_k
 from osqueue.state.document import Document
 from osqueue.state.model import DelayedRef, StoredJob
 from osqueue.state.ops import Counted, LoadDelayed, OpResult, Policy, SpillDelayed
-from osqueue.state.spill import check_lines, remember_ids
+from osqueue.state.spill import check_lines, leave_tombstone
 from osqueue.storage.keys import check_key
 
 _replace = msgspec.structs.replace
@@ -93,8 +93,7 @@ def spill_delayed(doc: Document, op: SpillDelayed, now: float, policy: Policy) -
         now_job = current.get(job.id)
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the spill's snapshot")
-    doc.drop_ready(jobs)
-    remember_ids(doc, jobs, now, policy)
+    doc.drop_ready(jobs)  # their ids: the reference's filter (osqueue.state.dedupe_filter)
     _compact_delayed(doc)
     cold.add(ref)
     return Counted(len(jobs))
@@ -116,7 +115,7 @@ def _compact_delayed(doc: Document) -> None:
 
 
 def load_delayed(
-    doc: Document, op: LoadDelayed, now: float
+    doc: Document, op: LoadDelayed, now: float, policy: Policy
 ) -> tuple[Counted, list[StoredJob], str | None]:
     """Apply ``op``; returns its result, the cancelled jobs it skipped (their payload
     objects may go), and the key of the reference it dropped (the object is garbage
@@ -147,8 +146,9 @@ def load_delayed(
     skipped: list[StoredJob] = []
     inserted = 0
     for i, job in enumerate(jobs):
-        if job.id in cancelled:
+        if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
             skipped.append(job)
+            leave_tombstone(doc, job, now, policy)
         elif job.id not in doc.jobs:
             if lines is not None:
                 doc.put_encoded(job, lines[i], now)
@@ -195,7 +195,7 @@ def _spill_tx(tx: _Tx, op: SpillDelayed) -> OpResult:
 
 
 def _load_tx(tx: _Tx, op: LoadDelayed) -> OpResult:
-    result, skipped, dropped = load_delayed(tx.doc, op, tx.now)
+    result, skipped, dropped = load_delayed(tx.doc, op, tx.now, tx.policy)
     tx.removed.extend(skipped)
     if dropped is not None:
         tx.dropped_segments.append(dropped)

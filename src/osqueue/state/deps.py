@@ -11,7 +11,11 @@ finished for it (``"run"``).  Fan-out (many children of one parent), fan-in
 Parents are named before or beside their children: a parent must be in the
 document (live, done or dead), or in a segment, or in the record of finished
 jobs (:mod:`osqueue.state.finished_jobs`, asked through
-:func:`osqueue.state.results.finished`), or earlier in the same batch.
+:func:`osqueue.state.results.finished`), or earlier in the same batch.  A
+parent whose entry of the record was sealed into an object
+(:mod:`osqueue.state.finished_objects`) is read by the broker: the push
+fails alone with ``ReadToConfirm`` naming the parents and the objects, and
+comes back with what the broker found (``Push.sealed_parents``).
 Anything else is ``JobNotFound``: the id is unknown, or its job finished too
 long ago.  The record keeps a finished job for ``dependency_window_s`` when
 children may name it: it had waiting children, or a push named parents
@@ -33,9 +37,11 @@ import msgspec
 
 from osqueue.api import FinishedStatus
 from osqueue.errors import InvalidInput, JobNotFound
-from osqueue.state import cold_waiting, validate
+from osqueue.state import cold_waiting, finished_objects, validate
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.document import Document
 from osqueue.state.model import StoredJob
+from osqueue.state.ops import ParentRead
 from osqueue.state.results import finished, maybe_spilled
 
 MAX_PARENTS = 256
@@ -63,25 +69,48 @@ def check(after: Sequence[str], on_parent_failure: str, job_id: str | None) -> t
 
 
 def parent_outcome(doc: Document, parent: str) -> Standing | None:
-    """How ``parent`` stands: ``done``, ``failed`` (dead or cancelled), ``pending``
-    (live, or in a segment), or None when nothing knows the id."""
+    """How ``parent`` stands as the document alone says: ``done``, ``failed`` (dead
+    or cancelled), ``pending`` (live in the document), or None (not there: it may
+    be in a sealed object of the record, or in a segment)."""
     ended = finished(doc, parent)
     if ended is not None:
-        return "done" if ended == "done" else "failed"
-    if parent in doc.jobs or maybe_spilled(doc, parent):
-        return "pending"
-    return None
+        return _standing(ended)
+    return "pending" if parent in doc.jobs else None
 
 
-def place(doc: Document, job: StoredJob, window_s: float) -> StoredJob | None:
+def _standing(ended: FinishedStatus) -> Standing:
+    return "done" if ended == "done" else "failed"
+
+
+def place(
+    doc: Document,
+    job: StoredJob,
+    window_s: float,
+    now: float = 0.0,
+    read: Sequence[ParentRead] = (),
+) -> StoredJob | None:
     """The pushed ``job`` (carrying every parent in ``after``) as it enters the
     document: ``waiting`` for the parents still pending, or ``queued`` when none
     is; None when a failed parent cancels it at once.  ``JobNotFound`` names a
-    parent nobody knows."""
+    parent nobody knows; ``ReadToConfirm`` names the parents that sealed objects
+    of the record may hold (unread yet: ``read`` is what the broker found)."""
     pending: list[str] = []
     failed = False
+    asked: dict[str, None] = {}
+    keys: dict[str, None] = {}
     for i, parent in enumerate(job.after):
         standing = parent_outcome(doc, parent)
+        if standing is None and (doc.finished.sealed or read):  # finished, sealed?
+            ended, unread = finished_objects.parent_keys(doc, parent, now, read)
+            if unread:
+                asked[parent] = None
+                keys.update(dict.fromkeys(unread))
+                continue
+            if ended is not None:
+                standing = _standing(ended)
+        # asked after the sealed record: a segment's id bounds may hold a finished job
+        if standing is None and maybe_spilled(doc, parent):
+            standing = "pending"
         if standing is None:
             raise JobNotFound(
                 f"after[{i}]: no job {parent} (not live, and not among the jobs the "
@@ -92,6 +121,8 @@ def place(doc: Document, job: StoredJob, window_s: float) -> StoredJob | None:
             pending.append(parent)
         elif standing == "failed":
             failed = True
+    if asked:
+        raise ReadToConfirm(job.id, tuple(keys), tuple(asked))
     if failed and job.on_parent_failure == "cancel":
         return None
     if pending:

@@ -75,6 +75,10 @@ class FinishedJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     error: str | None = None
     #: a completed job's result, if its completion carried one
     result: ResultData | None = None
+    #: kept only for the children that may name the job as a parent (no result and
+    #: no TTL of its own): sealed, such entries are bounded by ``max_finished_jobs``
+    #: (:mod:`osqueue.state.finished_objects`)
+    held: bool = False
 
     @property
     def expires_at(self) -> float:
@@ -147,6 +151,10 @@ class FinishedRecord:
 
     def __repr__(self) -> str:
         return f"FinishedRecord({len(self.entries)} entries, {self.size_bytes()} bytes)"
+
+    def encoded(self, job_id: str) -> bytes:
+        """The entry's encoding as the document holds it (kept since it was added)."""
+        return self._frags[job_id]
 
     def refs(self) -> set[str]:
         """The result objects the entries reference (the result sweep keeps them)."""

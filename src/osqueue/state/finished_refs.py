@@ -30,24 +30,32 @@ class FinishedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     expires_at: float
     #: the result objects the entries reference (the result sweep keeps them)
     result_refs: tuple[str, ...] = ()
+    #: every entry is ``held`` (kept only for the children that may name it): such
+    #: objects are bounded by ``max_finished_jobs``, oldest dropped first
+    held: bool = False
 
 
 class SealedRecord:
     """The references of one document (in the order sealed), kept with the record."""
 
-    __slots__ = ("_section", "refs", "results")
+    __slots__ = ("_section", "_soonest", "held_entries", "refs", "results")
 
     def __init__(self, refs: Sequence[FinishedRef] = ()) -> None:
         self.refs: dict[str, FinishedRef] = {}
         #: result object key -> the job whose sealed entry references it
         self.results: dict[str, str] = {}
         self._section: bytes | None = None
+        #: the entries of the ``held`` references
+        self.held_entries = 0
+        #: the earliest ``expires_at`` of the references (None: not known)
+        self._soonest: float | None = None
         for ref in refs:
             self.add(ref)
 
     def copy(self) -> SealedRecord:
         new = SealedRecord()
         new.refs, new.results, new._section = dict(self.refs), dict(self.results), self._section
+        new.held_entries, new._soonest = self.held_entries, self._soonest
         return new
 
     def __bool__(self) -> bool:
@@ -74,6 +82,12 @@ class SealedRecord:
             if r.min_id <= job_id <= r.max_id and now <= r.expires_at
         ]
 
+    def soonest(self) -> float | None:
+        """The earliest time a reference's every entry has expired (None: no reference)."""
+        if self._soonest is None and self.refs:
+            self._soonest = min(r.expires_at for r in self.refs.values())
+        return self._soonest
+
     def entries(self) -> int:
         return sum(r.count for r in self.refs.values())
 
@@ -95,12 +109,19 @@ class SealedRecord:
     def add(self, ref: FinishedRef) -> None:
         self.refs[ref.key] = ref
         self._section = None
+        if self._soonest is not None:
+            self._soonest = min(self._soonest, ref.expires_at)
+        if ref.held:
+            self.held_entries += ref.count
         for result in ref.result_refs:
             self.results[result] = ref.key
 
     def remove(self, key: str) -> None:
         ref = self.refs.pop(key)
         self._section = None
+        self._soonest = None
+        if ref.held:
+            self.held_entries -= ref.count
         for result in ref.result_refs:
             self.results.pop(result, None)
 

@@ -174,6 +174,14 @@ def is_default(settings: StoredSettings) -> bool:
 # --------------------------------------------------------------------------- claims
 
 
+def gated(doc: Document, queues: Sequence[str]) -> bool:
+    """A claim of ``queues`` must pass a :class:`Gate`: one of them has settings, or
+    jobs are held back for their group.  (Settings of other queues alone, such as
+    a paused queue of parents elsewhere, leave the claim on its fast path.)"""
+    settings = doc.queue_settings
+    return bool(doc.index.held) or (bool(settings) and not settings.keys().isdisjoint(queues))
+
+
 class Gate:
     """One claim's (or one look's) view of the limits of the queues it asks for."""
 

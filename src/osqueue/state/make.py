@@ -19,6 +19,7 @@ from osqueue.api import Job, NewJob, ScheduleSpec, SettingsChange
 from osqueue.errors import InvalidInput
 from osqueue.ids import new_id
 from osqueue.state import deps, validate
+from osqueue.state.cold_dead import DeadFilter
 from osqueue.state.limits import check_settings
 from osqueue.state.ops import (
     Cancel,
@@ -154,6 +155,40 @@ def dead(ids: Sequence[str] | None) -> tuple[str, ...] | None:
     if isinstance(ids, str):
         raise InvalidInput("must be a list of job ids", field="ids")
     return tuple(validate.job_id(i, f"ids[{n}]") for n, i in enumerate(ids))
+
+
+#: the latest death time a dead-letter filter may name (Unix seconds; year 5138)
+MAX_INSTANT_S = 1e11
+
+
+def dead_filter(
+    ids: Sequence[str] | None,
+    *,
+    queue: str | None = None,
+    error: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> DeadFilter:
+    """Which dead jobs a retry or purge takes: ``ids`` (None: any) among those the
+    filters admit (each None: no limit; ``since``/``until`` are Unix seconds),
+    checked (the in-process client, the remote client and the server call it)."""
+    if error is not None and not isinstance(error, str):
+        raise InvalidInput(f"must be text, not {type(error).__name__}", field="error")
+    checked = dead(ids)
+    return DeadFilter(
+        queue=None if queue is None else validate.queue_name(queue, "queue"),
+        error=error,
+        since=validate.seconds(since, "since", maximum=MAX_INSTANT_S),
+        until=validate.seconds(until, "until", maximum=MAX_INSTANT_S),
+        ids=None if checked is None else frozenset(checked),
+    )
+
+
+def max_segments(value: int | None) -> int | None:
+    """A retry's or purge's page of dead segments (None: all of them)."""
+    if value is None:
+        return None
+    return validate.count(value, "max_segments", maximum=2**31 - 1)
 
 
 def schedule(name: str, spec: ScheduleSpec, max_payload_bytes: int | None = None) -> PutSchedule:

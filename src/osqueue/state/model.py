@@ -290,6 +290,10 @@ class DelayedRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     keyed: dict[str, str] = {}
     #: payload objects of the jobs not loaded yet (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: the filter of its dedupe jobs' ids and the newest of their creation times,
+    #: as a :class:`SegmentRef` has them (osqueue.state.dedupe_filter): no tombstones
+    id_filter: tuple[str, ...] = ()
+    dedupe_created: datetime | None = None
 
     @property
     def remaining(self) -> int:

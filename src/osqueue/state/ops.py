@@ -12,7 +12,7 @@ from datetime import datetime
 
 import msgspec
 
-from osqueue.api import CatchUp, ParentFailure
+from osqueue.api import CatchUp, FinishedStatus, ParentFailure
 from osqueue.errors import OsqueueError
 from osqueue.state.dead_letters import DeadRef
 from osqueue.state.finished_jobs import FinishedJob, ResultData
@@ -76,7 +76,8 @@ class Policy:
     result_inline_max_bytes: int = 1024
     #: the largest result accepted at all
     max_result_bytes: int = 64 * 1024 * 1024
-    #: the record holds at most this many finished jobs (the soonest to expire go first)
+    #: the record holds at most this many finished jobs in the document (the soonest
+    #: to expire go first), and sealed objects at most this many held entries
     max_finished_jobs: int = 10_000
     #: and at most this many bytes (fewer when the document nears max_document_bytes:
     #: the record yields to jobs)
@@ -118,6 +119,19 @@ class Policy:
 # --------------------------------------------------------------------------- ops
 
 
+class ParentRead(msgspec.Struct, frozen=True, gc=False):
+    """A parent a push names, as the broker read it in sealed objects of the record
+    of finished jobs (:mod:`osqueue.state.finished_objects`): the push's first
+    try failed with ``ReadToConfirm`` naming the objects, and the broker read
+    them (``keys``) between commits.  Set by the broker only, never on the wire."""
+
+    id: str
+    #: how the parent finished, as an object held it (None: none of ``keys`` did)
+    status: FinishedStatus | None
+    #: the objects read
+    keys: tuple[str, ...] = ()
+
+
 class Push(msgspec.Struct, frozen=True, gc=False):
     id: str
     payload: bytes | None
@@ -145,6 +159,9 @@ class Push(msgspec.Struct, frozen=True, gc=False):
     #: cold objects the broker read and found without this id (their filters said
     #: it might be there: osqueue.state.dedupe_filter)
     absent_from: tuple[str, ...] = ()
+    #: parents the broker read in sealed objects of the record of finished jobs
+    #: (the pure push said "read to confirm" for them)
+    sealed_parents: tuple[ParentRead, ...] = ()
 
 
 class ClaimOp(msgspec.Struct, frozen=True, gc=False):
@@ -296,12 +313,15 @@ class SwapDead(msgspec.Struct, frozen=True):
     reset to queued, with fresh seqs from ``first_seq`` on (the commit reserves
     them: ``next_seq`` moves past them).  Jobs in neither are purged.  Fails alone
     (``Conflict``) if ``old`` is not referenced as given or ``first_seq`` is
-    behind ``next_seq``, so each job is retried at most once."""
+    behind ``next_seq``, so each job is retried at most once.  ``retried`` names
+    the jobs ``ready`` holds: their entries in the record of finished jobs (``dead``)
+    are dropped, so ``result()`` answers them as live again."""
 
     old: DeadRef
     keep: DeadRef | None = None
     ready: tuple[SegmentRef, ...] = ()
     first_seq: int = 0
+    retried: tuple[str, ...] = ()
 
 
 class SpillDelayed(msgspec.Struct, frozen=True):
@@ -352,7 +372,7 @@ class SealFinished(msgspec.Struct, frozen=True):
     """The broker wrote ``ref``'s object holding ``entries`` (``done`` entries of the
     record of finished jobs): drop them from the document and reference the
     object (:mod:`osqueue.state.finished_objects`).  Fails alone (``Conflict``)
-    if an entry changed or dependencies came into use since the snapshot."""
+    if an entry changed since the snapshot."""
 
     ref: FinishedRef
     entries: tuple[FinishedJob, ...]

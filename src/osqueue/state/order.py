@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from osqueue.state.document import Document
 from osqueue.state.index import ReadyEntry
-from osqueue.state.limits import Gate
+from osqueue.state.limits import Gate, gated
 from osqueue.state.ops import Policy
 from osqueue.state.segments import Barrier, Stream
 
@@ -27,7 +27,7 @@ def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
     index.promote_due(doc.jobs, now)
     barriers = doc.segments.barriers
     gate = None
-    if doc.queue_settings or index.held:
+    if gated(doc, queues):
         gate = Gate(doc, queues, now)
         queues = gate.open(queues)
     if not barriers and gate is None:

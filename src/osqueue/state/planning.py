@@ -277,7 +277,7 @@ def cold_idle(doc: Document, policy: Policy) -> bool:
     if doc.segments or doc.delayed:
         return False
     index = doc.index
-    if index.children or doc.waiting_cold.refs:
+    if index.children or doc.waiting_cold.due:  # (objects still waiting: nothing to do)
         return False
     if (above := policy.spill_above_jobs) is not None and index.queued >= above:
         return False

@@ -106,10 +106,16 @@ def from_entry(entry: FinishedJob) -> Answer:
 
 
 def maybe_spilled(doc: Document, job_id: str) -> bool:
-    """A live job in a segment object (listed or set aside) may have this id (its
-    bounds hold it)."""
+    """A live job in a segment object or a delayed object (listed or set aside) may
+    have this id (its bounds hold it)."""
     refs = [*doc.segments, *(entry.ref for entry in doc.segments.aside.values())]
     if any(ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled for ref in refs):
+        return True
+    delayed = doc.delayed
+    if delayed and any(
+        ref.min_id <= job_id <= ref.max_id and job_id not in ref.cancelled
+        for ref in [*delayed, *(entry.ref for entry in delayed.aside.values())]
+    ):
         return True
     return bool(doc.waiting_cold) and doc.waiting_cold.may_hold(job_id)
 
@@ -264,7 +270,8 @@ def record(
         return
     ttl_s = kept_for(tx.doc, job, policy, has_result=result is not None)
     hold_s = dependency_hold(tx.doc, job.id, tx.now, policy)
-    if ttl_s <= 0:
+    held = ttl_s <= 0
+    if held:
         if hold_s <= 0:
             return
         result = None  # kept for its children only
@@ -279,6 +286,7 @@ def record(
             attempts=job.attempts,
             error=error,
             result=result,
+            held=held,
         )
     )
 

@@ -196,7 +196,7 @@ def place_push(tx: Tx, op: Push, job: StoredJob) -> StoredJob | None:
         return job
     doc = tx.doc
     job = msgspec.structs.replace(job, after=op.after, on_parent_failure=op.on_parent_failure)
-    placed = deps.place(doc, job, tx.policy.dependency_window_s)
+    placed = deps.place(doc, job, tx.policy.dependency_window_s, tx.now, op.sealed_parents)
     # children may name the jobs that finish from now on: record them for a while
     doc.note_dependencies(tx.now_dt)
     if placed is None:

@@ -184,12 +184,21 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
         max_id=max(ids),
         keyed={job.id: job.key for job in jobs if job.key is not None},
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
-        **_dedupe_fields([job for job in jobs if job.dedupe]),
+        **dedupe_fields(jobs),
     )
 
 
-def _dedupe_fields(jobs: Sequence[StoredJob]) -> dict[str, Any]:
-    """A reference's filter of its dedupe jobs' ids (none: no fields)."""
+def priority_bounds(jobs: Sequence[StoredJob]) -> tuple[int, int]:
+    """The ``min_priority``/``max_priority`` of a cold object's reference holding
+    ``jobs`` (with its seqs, the claim-order bounds a listing pages by)."""
+    priorities = [job.priority for job in jobs]
+    return min(priorities), max(priorities)
+
+
+def dedupe_fields(jobs: Sequence[StoredJob]) -> dict[str, Any]:
+    """A reference's filter of the ids of ``jobs``' dedupe jobs (none: no fields),
+    for any kind of cold object (:mod:`osqueue.state.dedupe_filter`)."""
+    jobs = [job for job in jobs if job.dedupe]
     if not jobs:
         return {}
     return {

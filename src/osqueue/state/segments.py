@@ -45,6 +45,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from osqueue.state.dedupe_filter import hold_filter
 from osqueue.state.model import SegmentRef, SetAsideRef
 
 #: (queue, priority)
@@ -277,10 +278,7 @@ class Segments:
         for job_id, key in ref.keyed.items():
             self.keys[key] = job_id
         self.payloads.update(ref.payload_refs)
-        if ref.id_filter and ref.dedupe_created is not None:
-            self.filtered[ref.key] = ref
-            at, floor = ref.dedupe_created.timestamp(), self.filter_floor
-            self.filter_floor = at if floor is None else min(floor, at)
+        hold_filter(self, ref)
 
     def _release(self, ref: SegmentRef) -> None:
         keys = self.keys

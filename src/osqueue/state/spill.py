@@ -82,13 +82,12 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
     return Counted(len(jobs))
 
 
-def remember_ids(doc: Document, jobs: Sequence[StoredJob], now: float, policy: Policy) -> None:
-    """Jobs left the document for an object: a retried push of one (a ``dedupe`` job
-    created within ``dedupe_window_s``) must still be recognised."""
-    window_start = now - policy.dedupe_window_s
-    for job in jobs:
-        if job.dedupe and job.created_at.timestamp() >= window_start:
-            doc.add_tombstone(job.id, job.created_at)
+def leave_tombstone(doc: Document, job: StoredJob, now: float, policy: Policy) -> None:
+    """A cancelled cold job leaves for good (the load that skips it): a retried push
+    of it (a ``dedupe`` job created within ``dedupe_window_s``) is recognised by a
+    tombstone from now on (its object's filter answered until then)."""
+    if job.dedupe and job.created_at.timestamp() >= now - policy.dedupe_window_s:
+        doc.add_tombstone(job.id, job.created_at)
 
 
 def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
@@ -164,8 +163,7 @@ def load(
     for i, job in enumerate(jobs):
         if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
             skipped.append(job)
-            if job.dedupe and job.created_at.timestamp() >= now - policy.dedupe_window_s:
-                doc.add_tombstone(job.id, job.created_at)
+            leave_tombstone(doc, job, now, policy)
         elif job.id not in doc.jobs:
             if lines is not None:
                 doc.put_encoded(job, lines[i], now)

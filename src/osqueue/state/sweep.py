@@ -34,8 +34,10 @@ class SweepTx(Protocol):
 def run(tx: SweepTx) -> None:
     if tx.doc.finished.entries:
         tx.stats["finished_evicted"] += results.sweep(tx.doc, tx.now, tx.policy)
-    if tx.doc.finished.sealed:  # sealed objects whose every entry expired leave
-        finished_objects.expire(tx.doc, tx.now)
+    if tx.doc.finished.sealed:  # sealed objects expired (or held past the cap) leave
+        evicted = finished_objects.expire(tx.doc, tx.now, tx.policy)
+        if evicted:
+            tx.stats["finished_evicted"] += evicted
     index = tx.doc.index
     if not index.claimed:
         _prune_recent(tx)
@@ -77,9 +79,11 @@ def _reclaim_expired(tx: SweepTx, cutoff: datetime, timeout: float) -> None:
 
 def _prune_recent(tx: SweepTx) -> None:
     doc = tx.doc
-    floor = doc.segments.filter_floor  # filters last as long as tombstones at least:
-    if floor is not None and floor < tx.now - 1.25 * tx.policy.dedupe_window_s - 1:
-        dedupe_filter.prune(doc.segments, tx.now - 1.25 * tx.policy.dedupe_window_s - 1)
+    cutoff = tx.now - 1.25 * tx.policy.dedupe_window_s - 1
+    for holder in (doc.segments, doc.delayed):  # filters last as long as tombstones at least
+        floor = holder.filter_floor
+        if floor is not None and floor < cutoff:
+            dedupe_filter.prune(holder, cutoff)
     recent = doc.recent
     if not recent:
         return

@@ -39,7 +39,7 @@ from osqueue.state.cold_dead import DEAD_OPS, requeued_here
 from osqueue.state.delayed_ops import DELAYED_OPS, key_holder
 from osqueue.state.document import Document, encode_job, totals
 from osqueue.state.history import record, sampled
-from osqueue.state.limits import Gate
+from osqueue.state.limits import Gate, gated
 from osqueue.state.model import BrokerInfo, Claim, StoredJob, to_datetime
 from osqueue.state.ops import (
     Cancel,
@@ -269,7 +269,7 @@ class _Tx:
         doc = self.doc
         if op.id in doc.jobs or op.id in doc.recent:
             return Pushed(op.id, False)
-        dedupe_filter.check(doc.segments.filtered, op, self.now, self.policy)  # cold ids
+        dedupe_filter.check(doc, op, self.now, self.policy)  # cold ids
         if op.key is not None:
             holder = key_holder(doc, op.key)  # in the document, a segment or a delayed object
             if holder is not None:
@@ -324,7 +324,7 @@ class _Tx:
         single = queues[0] if len(queues) == 1 else None
         barriers = doc.segments.barriers  # queues with segments: where claims stop
         gate = None  # the queues' settings (pause, rate, caps): osqueue.state.limits
-        if doc.queue_settings or index.held:
+        if gated(doc, queues):
             gate = Gate(doc, queues, self.now)
             queues, single = gate.open(queues), None
         out: list[StoredJob] = []

@@ -63,6 +63,12 @@ class WaitingRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     cancelled: tuple[str, ...] = ()
     #: payload objects of the jobs (the payload sweep keeps them)
     payload_refs: tuple[str, ...] = ()
+    #: bounds of the jobs' seqs and priorities: the claim-order bounds a listing
+    #: pages by (None: a reference written before they were recorded)
+    min_seq: int | None = None
+    max_seq: int | None = None
+    min_priority: int | None = None
+    max_priority: int | None = None
 
     @property
     def due(self) -> bool:
@@ -89,7 +95,16 @@ class WaitingAside(msgspec.Struct, frozen=True, gc=False):
 class ColdWaiting:
     """The references of one document, with the index by parent (kept in step)."""
 
-    __slots__ = ("_frags", "_section", "aside", "by_parent", "payloads", "refs")
+    __slots__ = (
+        "_frags",
+        "_framed_len",
+        "_section",
+        "aside",
+        "by_parent",
+        "due",
+        "payloads",
+        "refs",
+    )
 
     def __init__(self, refs: list[WaitingRef] | None = None) -> None:
         #: key -> reference, in the order they were added
@@ -102,6 +117,10 @@ class ColdWaiting:
         self._section: bytes | None = None
         #: key -> its reference set aside (indexed by parent, its payloads held)
         self.aside: dict[str, WaitingAside] = {}
+        #: the keys of the listed references that are due (to load), in order
+        self.due: dict[str, None] = {}
+        #: the length of :meth:`framed` (None: measure it), asked by every push
+        self._framed_len: int | None = None
         for ref in refs or ():
             self.add(ref)
 
@@ -113,6 +132,8 @@ class ColdWaiting:
         new._frags = dict(self._frags)
         new._section = self._section
         new.aside = dict(self.aside)
+        new.due = dict(self.due)
+        new._framed_len = self._framed_len
         return new
 
     def __bool__(self) -> bool:
@@ -176,9 +197,23 @@ class ColdWaiting:
         return listed + self._aside_section()
 
     def framed_bytes(self) -> int:
-        """The length of :meth:`framed`."""
-        listed = len(b',"waiting":[]') + len(self.section()) if self.refs else 0
-        return listed + len(self._aside_section())
+        """The length of :meth:`framed` (kept until a reference changes: a commit that
+        touches none pays nothing for them)."""
+        size = self._framed_len
+        if size is None:
+            listed = len(b',"waiting":[]') + len(self.section()) if self.refs else 0
+            size = self._framed_len = listed + len(self._aside_section())
+        return size
+
+    def _changed(self, ref: WaitingRef | None = None, key: str = "") -> None:
+        """A listed reference changed (``ref``), or left (``key``): the section is
+        stale, and the reference is due or not."""
+        self._section = None
+        self._framed_len = None
+        if ref is not None and ref.due:
+            self.due[ref.key] = None
+        else:
+            self.due.pop(ref.key if ref is not None else key, None)
 
     def _aside_section(self) -> bytes:
         if not self.aside:
@@ -191,7 +226,7 @@ class ColdWaiting:
     def add(self, ref: WaitingRef) -> None:
         self.refs[ref.key] = ref
         self._frags[ref.key] = _encode(ref)
-        self._section = None
+        self._changed(ref)
         self.payloads.update(ref.payload_refs)
         for parent in ref.after:
             self.by_parent.setdefault(parent, {})[ref.key] = None
@@ -203,11 +238,12 @@ class ColdWaiting:
         if entry is not None:
             old = entry.ref
             self.aside[ref.key] = msgspec.structs.replace(entry, ref=ref)
+            self._framed_len = None
         else:
             old = self.refs[ref.key]
             self.refs[ref.key] = ref
             self._frags[ref.key] = _encode(ref)
-            self._section = None
+            self._changed(ref)
         if len(old.after) != len(ref.after):
             kept = set(ref.after)
             for parent in old.after:
@@ -217,7 +253,7 @@ class ColdWaiting:
     def remove(self, key: str) -> WaitingRef:
         ref = self.refs.pop(key)
         del self._frags[key]
-        self._section = None
+        self._changed(key=key)
         self.payloads.difference_update(ref.payload_refs)
         for entry in self.aside.values():  # (set-aside objects keep theirs)
             self.payloads.update(entry.ref.payload_refs)
@@ -230,9 +266,10 @@ class ColdWaiting:
         decoded from the set-aside list): not loaded; still indexed by parent, its
         payload objects held."""
         key = entry.ref.key
+        self._framed_len = None
         if listed:
             del self.refs[key], self._frags[key]
-            self._section = None
+            self._changed(key=key)
         else:
             self.payloads.update(entry.ref.payload_refs)
             for parent in entry.ref.after:
@@ -245,7 +282,7 @@ class ColdWaiting:
         ref = self.aside.pop(key).ref
         self.refs[key] = ref
         self._frags[key] = _encode(ref)
-        self._section = None
+        self._changed(ref)
         return ref
 
     def _unindex(self, parent: str, key: str) -> None:

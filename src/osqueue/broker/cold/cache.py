@@ -168,9 +168,10 @@ class SegmentCache:
         document: Callable[[], Document | None],
         since: float,
     ) -> bool:
-        """Whether one of the cold objects ``keys`` (their filters may hold ``job_id``)
-        holds it at a position not loaded yet, created at ``since`` or later (in
-        the dedupe window): read through the cache, checked.  An
+        """Whether one of the cold objects ``keys`` (ready segments or delayed objects
+        whose filters may hold ``job_id``) holds it at a position not loaded yet,
+        created at ``since`` or later (in the dedupe window): read through the
+        cache, checked.  An
         object that cannot be read (missing, broken, set aside) counts as holding
         it: a retried push is then answered as one, never applied twice (a storage
         error is raised: the push fails, and may be sent again).  A key no
@@ -180,12 +181,13 @@ class SegmentCache:
             doc = document()
             if doc is None:
                 return True
-            ref = doc.segments.find(key)
+            ref: SegmentRef | DelayedRef | None = doc.segments.find(key)
             if ref is None:
-                entry = doc.segments.aside.get(key)
-                if entry is None:
-                    continue
-                return True
+                ref = doc.delayed.find(key)
+            if ref is None:
+                if key in doc.segments.aside or key in doc.delayed.aside:
+                    return True
+                continue
             try:
                 obj = await self.fetch(ref, attempts=3)
                 i = obj.find(job_id)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -72,6 +72,19 @@ log = logging.getLogger(__name__)
 SEQ_MARGIN = 100_000
 #: tries of one segment's swap whose reserved seqs went stale
 _SWAP_TRIES = 5
+
+
+@dataclass(slots=True)
+class DeadPage:
+    """One page of a paged retry or purge (the gRPC service's): the dead segments
+    earlier pages left in place (passed over), and what this page saw."""
+
+    #: keys of dead segments earlier pages went through and left referenced
+    passed: frozenset[str] = frozenset()
+    #: keys of this page's dead segments still referenced after it
+    kept: list[str] = field(default_factory=list)
+    #: dead segments the filter reaches beyond this page
+    left: int = 0
 
 
 @dataclass(slots=True)
@@ -250,11 +263,13 @@ class DeadLetterManager:
         retry: bool,
         progress: Callable[[int, int], None] | None = None,
         max_segments: int | None = None,
+        page: DeadPage | None = None,
     ) -> int:
         """Retry (or purge) the dead jobs ``f`` admits; how many.  The document's
         first (one op), then each segment in one commit of its own; ``progress``
         is told (jobs so far, segments left).  ``max_segments``: stop after that
-        many segments (a page; run again to go on)."""
+        many segments (a page; run again to go on); ``page``: pass over the
+        segments it names, and learn which this page left in place."""
         doc = self._document()
         if doc is None:
             return 0
@@ -267,27 +282,35 @@ class DeadLetterManager:
                 done += result.n
             elif isinstance(result, Removed):
                 done += len(result.jobs)
-        refs = [r for r in doc.dead if f.admits_ref(r)]
+        passed = page.passed if page is not None else frozenset()
+        refs = [r for r in doc.dead if f.admits_ref(r) and r.key not in passed]
+        total = len(refs)
         if max_segments is not None:
             refs = refs[:max_segments]
         for i, ref in enumerate(refs):
-            done += await self._swap(ref, f, retry)
+            n, kept = await self._swap(ref, f, retry)
+            done += n
+            if page is not None and kept is not None:
+                page.kept.append(kept)
             if progress is not None:
-                progress(done, len(refs) - i - 1)
+                progress(done, total - i - 1)
+        if page is not None:
+            page.left = total - len(refs)
         return done
 
-    async def _swap(self, ref: DeadRef, f: DeadFilter, retry: bool) -> int:
-        """One dead segment's jobs that ``f`` admits, retried or purged in one commit."""
+    async def _swap(self, ref: DeadRef, f: DeadFilter, retry: bool) -> tuple[int, str | None]:
+        """One dead segment's jobs that ``f`` admits, retried or purged in one commit;
+        how many, and the key of the segment left in its place (None: none)."""
         try:
             jobs = await self.read(ref)
         except (NotFound, CorruptDocument) as exc:
             self._unreadable(ref, exc)
-            return 0
+            return 0, None
         chosen = None if f.everything else f.admits
         for _ in range(_SWAP_TRIES):
             doc = self._document()
             if doc is None or doc.dead.find(ref.key) != ref:
-                return 0
+                return 0, None
             swap = plan_swap(
                 ref,
                 jobs,
@@ -298,7 +321,7 @@ class DeadLetterManager:
                 holder=partial(key_holder, doc),
             )
             if swap is None:
-                return 0
+                return 0, ref.key
             keys = [key for key, _ in swap.objects]
             self._writing.update(keys)
             try:
@@ -309,12 +332,12 @@ class DeadLetterManager:
                 self._writing.difference_update(keys)
             if isinstance(result, Counted):
                 self.counters.swaps += 1
-                return result.n
+                return result.n, None if swap.op.keep is None else swap.op.keep.key
             for key in keys:  # it failed alone: nothing names them
                 self._delete(key)
             if isinstance(result, OsqueueError) and not isinstance(result, Conflict):
                 raise result
-        return 0
+        return 0, ref.key
 
     def _unreadable(self, ref: DeadRef, exc: OsqueueError) -> None:
         """A dead segment's object could not be read: swapped since (its reference is

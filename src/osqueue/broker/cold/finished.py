@@ -2,8 +2,8 @@
 
 :mod:`osqueue.state.finished_objects` decides; this writes and reads between
 commits.  After each commit (:meth:`FinishedObjects.committed`): once
-``finished_seal_above_entries`` ``done`` entries sit in the document (and no
-dependencies are in use), a side task writes them whole to a new object and
+``finished_seal_above_entries`` ``done`` entries sit in the document (all
+kept only for children, or none: ``held``), a side task writes them whole to a new object and
 then submits the ``SealFinished`` that references it (its key is in the
 segment manager's ``writing`` set until then, so the orphan sweep leaves it;
 a seal that did not apply leaves an object nothing names, deleted at once).
@@ -13,6 +13,13 @@ a seal that did not apply leaves an object nothing names, deleted at once).
 are read (newest first) through a small cache of decoded objects, so a burst
 of lookups reads each object once.  A missing or broken object is reported
 and skipped (its entries answer as unknown).
+
+A push naming a parent that sealed objects may hold comes back from the
+transition as ``ReadToConfirm`` naming the parents and the objects;
+:meth:`FinishedObjects.read_parents` reads them through the same cache and
+returns the push with what it found (``Push.sealed_parents``), to submit
+again.  An object that cannot be read holds nothing: the parent is not
+found (``JobNotFound``), never taken for done.
 """
 
 from __future__ import annotations
@@ -23,13 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from osqueue.api import FinishedStatus
 from osqueue.errors import CorruptDocument, NotFound, StorageError
 from osqueue.ids import new_id
 from osqueue.state import Document, Policy, Transition
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.finished_jobs import FinishedJob
 from osqueue.state.finished_objects import build, plan_seal, read
 from osqueue.state.finished_refs import FinishedRef
-from osqueue.state.ops import SealFinished
+from osqueue.state.ops import ParentRead, Push, SealFinished
 from osqueue.state.results import Answer, from_entry
 from osqueue.storage.port import Storage
 
@@ -55,6 +66,8 @@ class FinishedCounters:
     reads: int = 0
     #: objects missing or failing their check when read
     broken: int = 0
+    #: pushes whose parents were looked up in sealed objects
+    parent_reads: int = 0
 
 
 class FinishedObjects:
@@ -114,10 +127,11 @@ class FinishedObjects:
         entries = plan_seal(doc, self._clock.now(), self._policy)
         if entries:
             self._sealing = True
-            self._tasks.spawn(self._write(entries), "osqueue-finished-seal")
+            lines = [doc.finished.encoded(e.id) for e in entries]
+            self._tasks.spawn(self._write(entries, lines), "osqueue-finished-seal")
 
-    async def _write(self, entries: list[FinishedJob]) -> None:
-        op, data = build(entries, new_id())
+    async def _write(self, entries: list[FinishedJob], lines: list[bytes]) -> None:
+        op, data = build(entries, new_id(), lines)
         key = op.ref.key
         self._writing.add(key)
         try:
@@ -162,6 +176,31 @@ class FinishedObjects:
                     return None
                 return from_entry(entry) if now <= entry.expires_at else None
         return None
+
+    async def read_parents(self, op: Push, asked: ReadToConfirm, doc: Document) -> Push:
+        """``op`` with the parents ``asked`` names as the objects ``asked.keys`` hold
+        them (newest first; a parent none holds is recorded as read there)."""
+        self.counters.parent_reads += 1
+        refs = [r for r in reversed(doc.finished.sealed.refs.values()) if r.key in asked.keys]
+        found: dict[str, ParentRead] = {p.id: p for p in op.sealed_parents}
+        for parent in asked.parents:
+            status: FinishedStatus | None = None
+            read: list[str] = []
+            for ref in refs:
+                if not ref.min_id <= parent <= ref.max_id:
+                    continue
+                read.append(ref.key)
+                entries = await self._entries(ref)
+                entry = entries.get(parent) if entries is not None else None
+                if entry is not None:
+                    status = entry.status
+                    break
+            before = found.get(parent)
+            keys = (*before.keys, *read) if before is not None else tuple(read)
+            # the keys asked about but not read (a reference gone since): read as empty
+            keys += tuple(k for k in asked.keys if k not in keys)
+            found[parent] = ParentRead(parent, status, keys)
+        return msgspec.structs.replace(op, sealed_parents=tuple(found.values()))
 
     async def _entries(self, ref: FinishedRef) -> dict[str, FinishedJob] | None:
         cached = self._cache.get(ref.key)

@@ -142,15 +142,17 @@ def _sources(
     """The objects (of ``queue``) with live jobs in ``status`` (None: any), by
     their lowest job in claim order: segments and objects of delayed jobs, dead
     segments, objects of waiting children.  A dead segment's bounds are its
-    seq range at any priority; a waiting object's, its whole queue."""
+    seq range within its priorities; a waiting object's, its seqs within its
+    priorities (a reference written before those were recorded: any priority,
+    and for a waiting object its whole queue)."""
     out: list[_Source] = []
     if status in (None, "queued"):
         out.extend(_queued_sources(storage, doc, queue))
     if status in (None, "dead"):
         out.extend(
             _Source(
-                (r.queue, PRIORITY_MIN, r.first_seq),
-                (r.queue, PRIORITY_MAX, r.last_seq),
+                (r.queue, _or(r.min_priority, PRIORITY_MIN), r.first_seq),
+                (r.queue, _or(r.max_priority, PRIORITY_MAX), r.last_seq),
                 r.key,
                 partial(read_dead_segment, storage, r),
                 r,
@@ -161,8 +163,8 @@ def _sources(
     if status in (None, "waiting"):
         out.extend(
             _Source(
-                (r.queue, PRIORITY_MIN, -1),
-                (r.queue, PRIORITY_MAX, 2**63),
+                (r.queue, _or(r.min_priority, PRIORITY_MIN), _or(r.min_seq, -1)),
+                (r.queue, _or(r.max_priority, PRIORITY_MAX), _or(r.max_seq, 2**63)),
                 r.key,
                 partial(read_waiting, storage, r),
                 r,
@@ -171,6 +173,11 @@ def _sources(
             if (queue is None or r.queue == queue) and r.live > 0
         )
     return sorted(out, key=lambda s: s.low)
+
+
+def _or(bound: int | None, loose: int) -> int:
+    """A reference's bound, or the loose one when it recorded none."""
+    return loose if bound is None else bound
 
 
 def _queued_sources(storage: Storage, doc: Document, queue: str | None) -> list[_Source]:

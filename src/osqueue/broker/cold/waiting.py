@@ -167,7 +167,7 @@ class WaitingObjects:
             return
         if not self._spilling and doc.index.children:
             self._plan_spill(doc)
-        if doc.waiting_cold.refs and self._load is None and self._reading is None:
+        if doc.waiting_cold.due and self._load is None and self._reading is None:
             self._plan_load(doc)
 
     def _settle_spill(self, doc: Document, ops: list[SpillWaiting]) -> None:

@@ -371,8 +371,12 @@ class Broker:
         """How job ``job_id`` finished, as the last commit says, waiting up to
         ``wait_s`` for the commit that finishes it; None for an unknown id."""
         found = await self._waiters.finished(job_id, wait_s, lambda: self._lease.doc)
-        if found is None or (found.result.status == "done" and found.data is None):
+        doc = self._lease.doc
+        status = found.result.status if found is not None else None
+        # "queued" for a job not in the document: a cold object's id bounds may hold it
+        bounds = status == "queued" and doc is not None and job_id not in doc.jobs
+        if found is None or (found.data is None and (status == "done" or bounds)):
             # its entry may be sealed in an object (broker/cold/finished.py)
-            sealed = await self.segments.finished.lookup(job_id, self._lease.doc, found)
+            sealed = await self.segments.finished.lookup(job_id, doc, found)
             return sealed if sealed is not None else found
         return found

@@ -12,13 +12,14 @@ run it again to finish).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Unpack
 
 from osqueue.api import DeadOptions
+from osqueue.broker.cold.dead import DeadPage
 from osqueue.broker.inproc.claimed import raise_if_error
 from osqueue.errors import JobNotFound
-from osqueue.state import Counted, PurgeDead, Removed, RetryDead
+from osqueue.state import Counted, PurgeDead, Removed, RetryDead, make
 from osqueue.state.cold_dead import DeadFilter
 from osqueue.state.model import StoredJob
 
@@ -71,28 +72,39 @@ class DeadCalls:
         return out
 
     async def _act(self, retry: bool, ids: Sequence[str] | None, options: DeadOptions) -> int:
+        f = make.dead_filter(
+            ids,
+            queue=options.get("queue"),
+            error=options.get("error"),
+            since=options.get("since"),
+            until=options.get("until"),
+        )
+        pages = make.max_segments(options.get("max_segments"))
+        return await self.act(f, retry=retry, progress=options.get("progress"), max_segments=pages)
+
+    async def act(
+        self,
+        f: DeadFilter,
+        *,
+        retry: bool,
+        progress: Callable[[int, int], None] | None = None,
+        max_segments: int | None = None,
+        page: DeadPage | None = None,
+    ) -> int:
+        """Retry (or purge) the dead jobs ``f`` admits (checked: :func:`make.dead_filter
+        <osqueue.state.make.dead_filter>`); how many.  The gRPC service's entry
+        (``page``: a page of a paged run, :class:`~osqueue.broker.cold.dead.DeadPage`)."""
         doc = self.broker.document
-        queue, error = options.get("queue"), options.get("error")
-        since, until = options.get("since"), options.get("until")
-        plain = queue is None and error is None and since is None and until is None
-        if ids is not None and plain and (not doc.dead or all(i in doc.jobs for i in ids)):
-            op = RetryDead(tuple(ids)) if retry else PurgeDead(tuple(ids))
+        ids = f.ids
+        if ids is not None and f.plain and (not doc.dead or all(i in doc.jobs for i in ids)):
+            named = tuple(sorted(ids))
+            op = RetryDead(named) if retry else PurgeDead(named)
             result = raise_if_error(await self.broker.add_op(op))
             assert isinstance(result, Counted | Removed)
             return result.n if isinstance(result, Counted) else len(result.jobs)
-        f = DeadFilter(
-            queue=queue,
-            error=error,
-            since=since,
-            until=until,
-            ids=None if ids is None else frozenset(ids),
-        )
         n = await self.broker.segments.dead.act(
-            f,
-            retry=retry,
-            progress=options.get("progress"),
-            max_segments=options.get("max_segments"),
+            f, retry=retry, progress=progress, max_segments=max_segments, page=page
         )
-        if ids is not None and n == 0 and ids:
-            raise JobNotFound(f"no dead job {ids[0]}")
+        if ids and n == 0:
+            raise JobNotFound(f"no dead job {min(ids)}")
         return n

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast
 
@@ -32,6 +33,7 @@ from google.protobuf.message import Message
 
 from osqueue.api import (
     ClaimOptions,
+    DeadOptions,
     Job,
     JobResult,
     NewJob,
@@ -46,13 +48,13 @@ from osqueue.client.discovery import BrokerLocation
 from osqueue.client.remote.batches import Batches
 from osqueue.client.remote.config import RemoteConfig
 from osqueue.client.remote.connection import Conn, Connection
+from osqueue.client.remote.dead import dead_run
 from osqueue.client.remote.failover import Attempt, Failover, StreamCall
 from osqueue.client.remote.failures import errors_of, holder_result
 from osqueue.client.remote.requests import (
     claim_request,
     completion_ref,
     completion_refs,
-    dead_request,
     fail_item,
     holder_ref,
     push_message,
@@ -375,13 +377,18 @@ class RemoteClient:
     async def stats(self) -> Stats:
         return stats_from_pb(await self._rpc("Stats", pb.StatsRequest()))
 
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
-        return int((await self._rpc("RetryDead", dead_request(ids))).count)
+    async def retry_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Put dead jobs back in their queues: ``ids``, or those the filters admit
+        (:class:`~osqueue.api.DeadOptions`; none: all of them)."""
+        return await dead_run(partial(self._rpc, "RetryDead"), ids, options)
 
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Delete dead jobs (all of them when ``ids`` is None)."""
-        return int((await self._rpc("PurgeDead", dead_request(ids))).count)
+    async def purge_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Delete dead jobs: ``ids``, or those the filters admit (none: all)."""
+        return await dead_run(partial(self._rpc, "PurgeDead"), ids, options)
 
     async def readmit_segment(self, key: str) -> int:
         """Put the set-aside segment ``key`` back once its object is restored (the

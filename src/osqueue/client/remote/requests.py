@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from osqueue.api import ClaimOptions, EncodedResult, Job, NewJob
+from osqueue.api import ClaimOptions, DeadOptions, EncodedResult, Job, NewJob
 from osqueue.errors import InvalidInput
 from osqueue.state import make
 from osqueue.wire._pb import queue_pb2 as pb
@@ -71,7 +71,18 @@ def fail_item(
     return to_pb(op, pb.FailItem, job=job_ref(op.job_id, op.token))
 
 
-def dead_request(ids: Sequence[str] | None) -> pb.DeadRequest:
-    """Which dead jobs a retry or purge is about: ``ids``, or all of them when None."""
-    checked = make.dead(ids)
-    return pb.DeadRequest(all=True) if checked is None else pb.DeadRequest(ids=checked)
+def dead_request(ids: Sequence[str] | None, options: DeadOptions) -> pb.DeadRequest:
+    """Which dead jobs a retry or purge is about: ``ids`` (None: all of them) among
+    those the filters of ``options`` admit, and its page of dead segments.  ``all``
+    is set only with no filter: a broker that knows no filters then acts on no
+    job rather than on every one."""
+    f = make.dead_filter(
+        ids,
+        queue=options.get("queue"),
+        error=options.get("error"),
+        since=options.get("since"),
+        until=options.get("until"),
+    )
+    pages = make.max_segments(options.get("max_segments"))
+    extra = {} if pages is None else {"max_segments": pages}
+    return to_pb(f, pb.DeadRequest, all=f.ids is None and f.plain, **extra)

@@ -870,28 +870,118 @@ Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
 
 @_typing.final
 class DeadRequest(_message.Message):
-    """Dead-lettered jobs to act on: the ids given, or every dead job when all is set."""
+    """Dead-lettered jobs to act on: the ids given, or every dead job when all is set
+    or a filter is (docs/segments.md "Dead letters").
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     IDS_FIELD_NUMBER: _builtins.int
     ALL_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    MAX_SEGMENTS_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
     all: _builtins.bool
+    queue: _builtins.str
+    """Filters (unset: no limit): only this queue's dead jobs, those whose last
+    error holds this text, those that died at or after since / before until
+    (Unix seconds).
+    """
+    error: _builtins.str
+    since: _builtins.float
+    until: _builtins.float
+    max_segments: _builtins.int
+    """Stop after this many dead segments (a page; send the request again, with
+    passed, to go on).
+    """
     @_builtins.property
     def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def passed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The dead segments earlier pages of this run left in place (DeadResponse.passed
+        of each): this page passes over them.
+        """
+
     def __init__(
         self,
         *,
         ids: _abc.Iterable[_builtins.str] | None = ...,
         all: _builtins.bool = ...,
+        queue: _builtins.str | None = ...,
+        error: _builtins.str | None = ...,
+        since: _builtins.float | None = ...,
+        until: _builtins.float | None = ...,
+        max_segments: _builtins.int | None = ...,
+        passed: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "_max_segments", b"_max_segments", "_queue", b"_queue", "_since", b"_since", "_until", b"_until", "error", b"error", "max_segments", b"max_segments", "queue", b"queue", "since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "ids", b"ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "_max_segments", b"_max_segments", "_queue", b"_queue", "_since", b"_since", "_until", b"_until", "all", b"all", "error", b"error", "ids", b"ids", "max_segments", b"max_segments", "passed", b"passed", "queue", b"queue", "since", b"since", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__error: _TypeAlias = _typing.Literal["error"]  # noqa: Y015
+    _WhichOneofArgType__error: _TypeAlias = _typing.Literal["_error", b"_error"]  # noqa: Y015
+    _WhichOneofReturnType__max_segments: _TypeAlias = _typing.Literal["max_segments"]  # noqa: Y015
+    _WhichOneofArgType__max_segments: _TypeAlias = _typing.Literal["_max_segments", b"_max_segments"]  # noqa: Y015
+    _WhichOneofReturnType__queue: _TypeAlias = _typing.Literal["queue"]  # noqa: Y015
+    _WhichOneofArgType__queue: _TypeAlias = _typing.Literal["_queue", b"_queue"]  # noqa: Y015
+    _WhichOneofReturnType__since: _TypeAlias = _typing.Literal["since"]  # noqa: Y015
+    _WhichOneofArgType__since: _TypeAlias = _typing.Literal["_since", b"_since"]  # noqa: Y015
+    _WhichOneofReturnType__until: _TypeAlias = _typing.Literal["until"]  # noqa: Y015
+    _WhichOneofArgType__until: _TypeAlias = _typing.Literal["_until", b"_until"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error) -> _WhichOneofReturnType__error | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_segments) -> _WhichOneofReturnType__max_segments | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue) -> _WhichOneofReturnType__queue | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__since) -> _WhichOneofReturnType__since | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__until) -> _WhichOneofReturnType__until | None: ...
 
 Global___DeadRequest: _TypeAlias = DeadRequest  # noqa: Y015
+
+@_typing.final
+class DeadResponse(_message.Message):
+    """What a retry or purge did.  count is CountResponse's field 1: a client that
+    reads a CountResponse reads the count.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
+    SEGMENTS_LEFT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    segments_left: _builtins.int
+    """Dead segments the filters reach beyond this page (0: the run is done).
+    Unset from a broker that knows no pages (it did the whole run).
+    """
+    @_builtins.property
+    def passed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The keys of the dead segments this page went through that are still
+        referenced (the jobs the filters did not take): send them back in passed.
+        """
+
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+        passed: _abc.Iterable[_builtins.str] | None = ...,
+        segments_left: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_segments_left", b"_segments_left", "segments_left", b"segments_left"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_segments_left", b"_segments_left", "count", b"count", "passed", b"passed", "segments_left", b"segments_left"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__segments_left: _TypeAlias = _typing.Literal["segments_left"]  # noqa: Y015
+    _WhichOneofArgType__segments_left: _TypeAlias = _typing.Literal["_segments_left", b"_segments_left"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__segments_left) -> _WhichOneofReturnType__segments_left | None: ...
+
+Global___DeadResponse: _TypeAlias = DeadResponse  # noqa: Y015
 
 @_typing.final
 class ReadmitSegmentRequest(_message.Message):

@@ -82,12 +82,12 @@ class QueueStub:
         self.RetryDead = channel.unary_unary(
                 '/osqueue.v1.Queue/RetryDead',
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
-                response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadResponse.FromString,
                 _registered_method=True)
         self.PurgeDead = channel.unary_unary(
                 '/osqueue.v1.Queue/PurgeDead',
                 request_serializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
-                response_deserializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+                response_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadResponse.FromString,
                 _registered_method=True)
         self.Result = channel.unary_unary(
                 '/osqueue.v1.Queue/Result',
@@ -301,12 +301,12 @@ def add_QueueServicer_to_server(servicer, server):
             'RetryDead': grpc.unary_unary_rpc_method_handler(
                     servicer.RetryDead,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.FromString,
-                    response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.DeadResponse.SerializeToString,
             ),
             'PurgeDead': grpc.unary_unary_rpc_method_handler(
                     servicer.PurgeDead,
                     request_deserializer=osqueue_dot_v1_dot_queue__pb2.DeadRequest.FromString,
-                    response_serializer=osqueue_dot_v1_dot_queue__pb2.CountResponse.SerializeToString,
+                    response_serializer=osqueue_dot_v1_dot_queue__pb2.DeadResponse.SerializeToString,
             ),
             'Result': grpc.unary_unary_rpc_method_handler(
                     servicer.Result,
@@ -608,7 +608,7 @@ class Queue:
             target,
             '/osqueue.v1.Queue/RetryDead',
             osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
-            osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+            osqueue_dot_v1_dot_queue__pb2.DeadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -635,7 +635,7 @@ class Queue:
             target,
             '/osqueue.v1.Queue/PurgeDead',
             osqueue_dot_v1_dot_queue__pb2.DeadRequest.SerializeToString,
-            osqueue_dot_v1_dot_queue__pb2.CountResponse.FromString,
+            osqueue_dot_v1_dot_queue__pb2.DeadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,9 +67,9 @@ class QueueStub:
     """Remove live jobs by id."""
     Stats: _grpc.UnaryUnaryMultiCallable[_queue_pb2.StatsRequest, _queue_pb2.StatsResponse]
     """A snapshot of the queue document."""
-    RetryDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]
+    RetryDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.DeadResponse]
     """Put dead-lettered jobs back in their queues."""
-    PurgeDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]
+    PurgeDead: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.DeadResponse]
     """Delete dead-lettered jobs."""
     Result: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ResultRequest, _queue_pb2.ResultResponse]
     """How a job finished, waiting up to wait_s for it to finish (long poll: the
@@ -116,9 +116,9 @@ class QueueAsyncStub(QueueStub):
     """Remove live jobs by id."""
     Stats: _aio.UnaryUnaryMultiCallable[_queue_pb2.StatsRequest, _queue_pb2.StatsResponse]  # type: ignore[assignment]
     """A snapshot of the queue document."""
-    RetryDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
+    RetryDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.DeadResponse]  # type: ignore[assignment]
     """Put dead-lettered jobs back in their queues."""
-    PurgeDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.CountResponse]  # type: ignore[assignment]
+    PurgeDead: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeadRequest, _queue_pb2.DeadResponse]  # type: ignore[assignment]
     """Delete dead-lettered jobs."""
     Result: _aio.UnaryUnaryMultiCallable[_queue_pb2.ResultRequest, _queue_pb2.ResultResponse]  # type: ignore[assignment]
     """How a job finished, waiting up to wait_s for it to finish (long poll: the
@@ -222,7 +222,7 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _queue_pb2.DeadRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
+    ) -> _typing.Union[_queue_pb2.DeadResponse, _abc.Awaitable[_queue_pb2.DeadResponse]]:
         """Put dead-lettered jobs back in their queues."""
 
     @_abc_1.abstractmethod
@@ -230,7 +230,7 @@ class QueueServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _queue_pb2.DeadRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_queue_pb2.CountResponse, _abc.Awaitable[_queue_pb2.CountResponse]]:
+    ) -> _typing.Union[_queue_pb2.DeadResponse, _abc.Awaitable[_queue_pb2.DeadResponse]]:
         """Delete dead-lettered jobs."""
 
     @_abc_1.abstractmethod
