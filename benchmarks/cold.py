@@ -93,6 +93,8 @@ MIXED_DEFAULT = 1_000_000
 DAY_S = 24 * 3600.0
 PROBES = 100
 PARENTS = 10
+#: the dead setup gives up after this many empty answers in a row (5 s each)
+EMPTY_CLAIMS = 6
 #: the queue the ready-push workers share with the backlog
 SHARED = "backlog"
 
@@ -147,10 +149,13 @@ async def _dead(client: Any, n: int) -> str | None:
     def claim() -> asyncio.Future[Any]:
         return asyncio.ensure_future(client.claim("setup", [queue], max_jobs=10_000, wait_s=5.0))
 
-    failed = 0
+    failed = empty = 0
     try:
         jobs = await claim()
-        while jobs:
+        # An empty answer is not the end: a long poll can outlast its wait while the
+        # broker loads the next segment behind a commit held for a dead spill.
+        while jobs or (failed < n and empty < EMPTY_CLAIMS):
+            empty = 0 if jobs else empty + 1
             following = claim() if failed + len(jobs) < n else None
             await asyncio.gather(*(client.fail(job, error="failed") for job in jobs))
             failed += len(jobs)

@@ -24,6 +24,7 @@ import aiohttp
 
 from osqueue.dashboard.board import DashboardConfig
 from osqueue.dashboard.web import Dashboard
+from osqueue.inspect.options import ClientOptions
 from osqueue.state import DOCUMENT_KEY, ClaimOp, Document, Fail, Push, encode, transition
 
 T0 = time.time()
@@ -65,7 +66,7 @@ async def main(jobs: int, loads: int) -> dict[str, object]:
         data = build(jobs)
         (Path(directory) / DOCUMENT_KEY).write_bytes(data)
         built_s = time.perf_counter() - started
-        config = DashboardConfig(url=Path(directory).as_uri(), listen="127.0.0.1:0")
+        config = DashboardConfig(ClientOptions(Path(directory).as_uri()), listen="127.0.0.1:0")
         board = Dashboard(config)
         await board.start()  # reads and decodes once
         try:

@@ -310,6 +310,10 @@ class ScheduleInfo:
 
 @runtime_checkable
 class QueueClient(Protocol):
+    """What every client offers (the in-process one, the remote one, and one of
+    your own given to a :class:`~osqueue.Worker`): ``complete_and_claim`` too,
+    since a worker's next claim carries the completions of its last jobs."""
+
     async def push(self, payload: bytes, **options: Unpack[PushOptions]) -> str:
         """Push one job; returns its id once the write that holds it is durable.
         ``options`` are :class:`PushOptions` (queue, priority, delay_s, key,
@@ -341,31 +345,6 @@ class QueueClient(Protocol):
         """Give a claimed job back untouched (no attempt counted); used on shutdown."""
         ...
 
-    async def cancel(self, job_id: str) -> None: ...
-
-    async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
-        """How job ``job_id`` finished, waiting up to ``wait_s`` for it to finish.
-
-        Answered by the commit that finishes the job.  Raises
-        :class:`~osqueue.errors.JobNotFound` for an id the queue does not know
-        (never pushed, finished longer than its ``result_ttl_s`` ago, or finished
-        keeping no entry: without a result and no TTL set, or ``result_ttl_s`` 0); a
-        wait that runs out first answers the job's live status."""
-        ...
-
-    async def stats(self) -> Stats: ...
-
-    async def close(self) -> None: ...
-
-
-@runtime_checkable
-class CompletesAndClaims(Protocol):
-    """A client that can settle a worker's last jobs and claim its next in one commit.
-
-    Both clients of this package can; the worker runtime uses it when the
-    client it is given can, and separate calls otherwise.
-    """
-
     async def complete_and_claim(
         self,
         jobs: Sequence[Job],
@@ -383,6 +362,22 @@ class CompletesAndClaims(Protocol):
         only when the call as a whole failed (bad claim arguments, checked
         before anything is sent, or the broker refusing every op of it)."""
         ...
+
+    async def cancel(self, job_id: str) -> None: ...
+
+    async def result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult:
+        """How job ``job_id`` finished, waiting up to ``wait_s`` for it to finish.
+
+        Answered by the commit that finishes the job.  Raises
+        :class:`~osqueue.errors.JobNotFound` for an id the queue does not know
+        (never pushed, finished longer than its ``result_ttl_s`` ago, or finished
+        keeping no entry: without a result and no TTL set, or ``result_ttl_s`` 0); a
+        wait that runs out first answers the job's live status."""
+        ...
+
+    async def stats(self) -> Stats: ...
+
+    async def close(self) -> None: ...
 
 
 @runtime_checkable

@@ -12,6 +12,7 @@ import osqueue
 from osqueue.api import NewJob
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.dashboard.board import DashboardConfig
+from osqueue.inspect.options import ClientOptions
 from osqueue.state import DOCUMENT_KEY, Document, decode
 
 TOKEN = "admin-token-for-tests"
@@ -36,11 +37,10 @@ class Seeded:
         return decode((self.directory / DOCUMENT_KEY).read_bytes())
 
 
-def dashboard_config(url: str, **overrides: object) -> DashboardConfig:
+def dashboard_config(url: str, token: str | None = TOKEN, **overrides: object) -> DashboardConfig:
     values: dict[str, object] = {
-        "url": url,
+        "client": ClientOptions(url, token=token),
         "listen": "127.0.0.1:0",
-        "token": TOKEN,
         "refresh_s": 0.2,
         "poll_s": 0.3,
         "history_resolution_s": 0.2,

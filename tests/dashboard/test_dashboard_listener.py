@@ -12,6 +12,7 @@ from aiohttp import web
 from osqueue.dashboard.board import DashboardConfig
 from osqueue.dashboard.listener import BoundedSite
 from osqueue.errors import InvalidInput
+from osqueue.inspect.options import ClientOptions
 
 
 async def _ok(request: web.Request) -> web.Response:
@@ -69,5 +70,5 @@ def test_bad_listener_settings_are_refused_naming_the_field(
     kw: dict[str, float], field: str
 ) -> None:
     with pytest.raises(InvalidInput) as caught:
-        DashboardConfig(url="memory://listener", **kw)  # type: ignore[arg-type]
+        DashboardConfig(ClientOptions("memory://listener"), **kw)  # type: ignore[arg-type]
     assert caught.value.field == field

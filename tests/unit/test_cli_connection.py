@@ -22,9 +22,10 @@ from osqueue.inspect.options import ClientOptions
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "osqueue" / "cli"
 
-#: every command that reaches the broker as a client (``broker`` and ``dashboard``
-#: take a token of their own: the one they require, the admin login)
+#: every command that reaches the broker as a client (``broker`` takes a token of
+#: its own: the one it requires; the dashboard's token is also its admin login)
 CLIENT_COMMANDS = (
+    ("dashboard",),
     ("push",),
     ("work",),
     ("schedule",),

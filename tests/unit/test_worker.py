@@ -18,7 +18,6 @@ import msgspec
 import pytest
 
 from osqueue.api import (
-    CompletesAndClaims,
     EncodedResult,
     Job,
     JobResult,
@@ -79,10 +78,7 @@ class Call:
 
 
 class Recorder:
-    """Wraps a QueueClient, records every finished call, and lets tests wait on them.
-
-    It has no ``complete_and_claim``: a worker on it completes on its own
-    (:class:`FusedRecorder` has it, like both real clients)."""
+    """Wraps a QueueClient, records every finished call, and lets tests wait on them."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -159,6 +155,14 @@ class Recorder:
     async def complete(self, job: Job, **kwargs: Any) -> None:
         await self._call("complete", job, **kwargs)
 
+    async def complete_and_claim(
+        self, jobs: Sequence[Job], worker: str, queues: Sequence[str] = ("default",), **kw: Any
+    ) -> tuple[list[Any], list[Job]]:
+        result: tuple[list[Any], list[Job]] = await self._call(
+            "complete_and_claim", jobs, worker, queues, **kw
+        )
+        return result
+
     async def fail(self, job: Job, **kwargs: Any) -> None:
         await self._call("fail", job, **kwargs)
 
@@ -177,18 +181,6 @@ class Recorder:
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-class FusedRecorder(Recorder):
-    """A Recorder that can complete and claim in one call (one commit)."""
-
-    async def complete_and_claim(
-        self, jobs: Sequence[Job], worker: str, queues: Sequence[str] = ("default",), **kw: Any
-    ) -> tuple[list[Any], list[Job]]:
-        result: tuple[list[Any], list[Job]] = await self._call(
-            "complete_and_claim", jobs, worker, queues, **kw
-        )
-        return result
 
 
 @dataclass
@@ -284,7 +276,7 @@ async def env() -> AsyncIterator[Env]:
         result_ttl_s=600.0,  # the handlers' results are read back
     )
     async with Broker(f"memory://test-worker-{new_id()}", config, clock=broker_clock) as broker:
-        yield Env(broker, FusedRecorder(broker.client()), WatchedClock(), broker_clock)
+        yield Env(broker, Recorder(broker.client()), WatchedClock(), broker_clock)
 
 
 def start(worker: Worker) -> asyncio.Task[None]:
@@ -297,9 +289,6 @@ def start(worker: Worker) -> asyncio.Task[None]:
 def test_recorder_satisfies_the_client_protocol(env: Env) -> None:
     assert isinstance(env.client, QueueClient)
     assert isinstance(env.broker.client(), QueueClient)
-    assert isinstance(env.client, CompletesAndClaims)
-    assert isinstance(env.broker.client(), CompletesAndClaims)
-    assert not isinstance(Recorder(env.broker.client()), CompletesAndClaims)
 
 
 async def test_concurrency_limit_is_respected(env: Env) -> None:
@@ -347,15 +336,16 @@ async def test_a_slot_frees_when_its_handler_returns_not_when_the_completion_lan
     ran: list[str] = []
     second_ran = asyncio.Event()
 
-    async def handler(job: Job) -> None:
+    async def handler(job: Job) -> bytes:
         ran.append(job.id)
         if len(ran) == 2:
             second_ran.set()
+        return b"L" * (RIDE_MAX_RESULT_BYTES + 1)  # too large to ride: sent alone
 
     worker = Worker(client, handler, concurrency=1, burst=True, clock=env.clock)
     task = start(worker)
-    # One slot, and the first job's completion is held back: the second job is
-    # claimed and run anyway (the claim goes out beside the completion).
+    # One slot, and the first job's completion (sent alone) is held back: the
+    # second job is claimed and run anyway (the claim goes out beside the completion).
     await asyncio.wait_for(second_ran.wait(), timeout=30)
     assert ran == ids
     assert client.count("complete") == 0
@@ -543,10 +533,14 @@ async def test_lease_lost_marks_a_sync_handler_lost_and_drops_its_result(env: En
     assert env.status(job_id) == "claimed"
 
 
-async def held_until_stolen(env: Env, client: Recorder) -> tuple[Worker, asyncio.Task[None], Job]:
+async def held_until_stolen(
+    env: Env, client: Recorder, *, stop_first: bool = False
+) -> tuple[Worker, asyncio.Task[None], Job]:
     """A worker (concurrency 1) on ``client`` whose handler returns only once its job
     was taken back and claimed by another worker, before any heartbeat of ours went
-    out (a worker frozen past the heartbeat timeout, resumed just as it finishes)."""
+    out (a worker frozen past the heartbeat timeout, resumed just as it finishes).
+    ``stop_first``: the worker is stopped before the handler returns, so its
+    completion goes out alone (no claim to ride)."""
     started = asyncio.Event()
     finish = asyncio.Event()
 
@@ -558,6 +552,8 @@ async def held_until_stolen(env: Env, client: Recorder) -> tuple[Worker, asyncio
     task = start(worker)
     await started.wait()
     stolen = await env.steal()
+    if stop_first:
+        worker.stop()
     finish.set()
     return worker, task, stolen
 
@@ -566,15 +562,13 @@ async def test_a_completion_sent_alone_after_the_claim_was_taken_back_hears_leas
     env: Env,
 ) -> None:
     (job_id,) = await env.push(1)
-    client = Recorder(env.broker.client())  # no complete_and_claim: it completes alone
-    worker, task, stolen = await held_until_stolen(env, client)
-    await client.wait_for(lambda: client.count("complete") == 1)
-    worker.stop()
+    worker, task, stolen = await held_until_stolen(env, env.client, stop_first=True)
     await task
-    (call,) = client.named("complete")
+    (call,) = env.client.named("complete")
     assert isinstance(call.error, LeaseLost)
+    assert env.client.count("complete_and_claim") == 0  # stopping: nothing to ride
     assert worker.counters.lost == 1
-    assert client.completed() == 0
+    assert env.client.completed() == 0
     assert env.status(job_id) == "claimed"  # still the thief's
     await env.broker.client().complete(stolen)
 
@@ -743,7 +737,7 @@ async def test_a_stop_during_complete_and_claim_completes_and_gives_back_what_it
     let_through = asyncio.Event()
     sent = asyncio.Event()
 
-    class Held(FusedRecorder):
+    class Held(Recorder):
         async def complete_and_claim(
             self, jobs: Sequence[Job], worker: str, queues: Sequence[str] = ("default",), **kw: Any
         ) -> tuple[list[Any], list[Job]]:
@@ -961,7 +955,7 @@ async def test_a_result_the_broker_refuses_for_its_size_is_dropped_alone(
     config = BrokerConfig(max_result_bytes=100, result_inline_max_bytes=10, result_ttl_s=600.0)
     async with Broker(f"memory://test-worker-{new_id()}", config) as broker:
         ids = await broker.client().push_many([NewJob(b"big"), NewJob(b"small")])
-        client = FusedRecorder(broker.client())
+        client = Recorder(broker.client())
 
         def handler(job: Job) -> object:
             return "x" * 500 if job.payload == b"big" else "fine"

@@ -7,6 +7,7 @@ promise each other.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -67,12 +68,35 @@ async def test_keyword_options_are_validated_with_the_config(broker: Broker) -> 
     assert info.value.field == "queues"
 
 
+class OwnClient:
+    """A client of one's own with every call a worker made before
+    ``complete_and_claim`` joined :class:`~osqueue.api.QueueClient`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.claim = inner.claim
+        self.complete = inner.complete
+        self.fail = inner.fail
+        self.release = inner.release
+        self.heartbeat = inner.heartbeat
+
+
+async def test_a_client_without_complete_and_claim_is_refused_naming_it(broker: Broker) -> None:
+    """Every client completes and claims in one call (no probe decides at run
+    time); one of your own without it is refused before anything runs."""
+    with pytest.raises(InvalidInput) as info:
+        Worker(OwnClient(broker.client()), lambda job: None)  # type: ignore[arg-type]
+    assert info.value.field == "client"
+    assert "OwnClient has no complete_and_claim:" in str(info.value)
+    bare = object()
+    with pytest.raises(InvalidInput, match="object has no claim, complete_and_claim, complete, "):
+        Worker(bare, lambda job: None)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- relay
 
 
 async def test_the_relay_is_open_only_when_a_claim_can_carry_completions() -> None:
-    assert not CompletionRelay(enabled=False).open
-    relay = CompletionRelay(enabled=True)
+    relay = CompletionRelay()
     assert relay.open
     relay.parked = True
     assert not relay.open
@@ -82,7 +106,7 @@ async def test_the_relay_is_open_only_when_a_claim_can_carry_completions() -> No
 
 
 async def test_the_relay_answers_each_ride_once() -> None:
-    relay = CompletionRelay(enabled=True)
+    relay = CompletionRelay()
     a, b, c = relay.queue(job("a")), relay.queue(job("b")), relay.queue(job("c"))
     assert relay.pending
     rides = relay.take()
@@ -99,7 +123,7 @@ async def test_the_relay_answers_each_ride_once() -> None:
 
 
 async def test_queued_completions_given_back_are_sent_alone() -> None:
-    relay = CompletionRelay(enabled=True)
+    relay = CompletionRelay()
     answers = [relay.queue(job(i)) for i in ("a", "b")]
     relay.send_all_alone()
     assert not relay.pending

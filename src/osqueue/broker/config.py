@@ -60,6 +60,10 @@ class BrokerConfig:
     head_jobs: int = 500
     #: Jobs one load puts back into the document.
     load_jobs: int = 500
+    #: A queue claimed in large batches gets a larger head and larger loads (twice
+    #: its recent claims, broker/cold/demand.py), up to about this many bytes of
+    #: its jobs each (never below head_jobs/load_jobs); None: no bound.
+    head_max_bytes: int | None = 2 * 1024 * 1024
     #: A queue (per priority) spills once this many ready jobs wait in the document
     #: behind its head and segments; None: never.
     spill_above_jobs: int | None = 1_000
@@ -205,6 +209,7 @@ class BrokerConfig:
         for name in (
             "spill_above_jobs",
             "spill_hold_bytes",
+            "head_max_bytes",
             "waiting_spill_above_jobs",
             "finished_seal_above_entries",
             "compact_jobs",

@@ -17,12 +17,14 @@ import typer
 
 from osqueue import runtime
 from osqueue.cli import exits
-from osqueue.cli.options import TlsCa, Token, TokenFile, Url
+from osqueue.cli.options import Url, connecting
 from osqueue.errors import MissingExtra
+from osqueue.inspect.options import ClientOptions
 
 _WEB = "Dashboard"
 
 
+@connecting
 def dashboard(
     url: Url,
     listen: Annotated[
@@ -35,9 +37,8 @@ def dashboard(
             rich_help_panel=_WEB,
         ),
     ] = "127.0.0.1:8080",
-    token: Token = None,
-    token_file: TokenFile = None,
-    tls_ca: TlsCa = None,
+    *,
+    options: ClientOptions,
     insecure: Annotated[
         bool,
         typer.Option(
@@ -97,21 +98,18 @@ def dashboard(
 
     Pages read the queue document and the archive from storage (no broker
     needed to look).  Actions (retry or purge dead jobs, cancel a job, pause a
-    queue) go through the broker and need the admin token: the broker's token,
-    given here with --token-file or OSQUEUE_TOKEN, typed into the login form.
+    queue) go through the broker, reached by the Connection options as every
+    command reaches it, and need the admin token: the broker's token, given
+    here with --token-file or OSQUEUE_TOKEN, typed into the login form.
     Without a token, on a loopback --listen, they need no login while the
     broker is on loopback too.
     """
-    from osqueue.wire.auth import resolve_token
-
     web = _import_web()
     from osqueue.dashboard.board import DashboardConfig
 
     config = DashboardConfig(
-        url=url,
+        client=options,
         listen=listen,
-        token=resolve_token(token, token_file),
-        tls_ca=tls_ca,
         insecure=insecure,
         allowed_hosts=tuple(
             name for entry in allowed_hosts or () for name in entry.split(",") if name

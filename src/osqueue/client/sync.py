@@ -5,8 +5,8 @@ connection and one set of batchers serve all the threads of the process:
 concurrent pushes from several threads still coalesce into batch RPCs.
 
 How the twin is derived.  :class:`SyncClientProtocol` is the one source of
-every method the twin has: the :class:`~osqueue.api.QueueClient` and
-:class:`~osqueue.api.CompletesAndClaims` protocols, plus the calls both of
+every method the twin has: the :class:`~osqueue.api.QueueClient` protocol
+(``complete_and_claim`` included), plus the calls both of
 this package's clients also offer (``push_results``, ``retry_dead``,
 ``purge_dead``, and :class:`~osqueue.api.Scheduling`: ``schedule``,
 ``unschedule``, ``schedules``, ``set_queue``).  Each method of :class:`SyncClient` is one line,
@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from osqueue.api import CompletesAndClaims, NewJob, QueueClient, Scheduling
+from osqueue.api import NewJob, QueueClient, Scheduling
 from osqueue.client.connect import Connecting, connect
 from osqueue.client.loop_thread import LoopThread
 from osqueue.client.remote.config import RemoteConfig
@@ -40,7 +40,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class SyncClientProtocol(QueueClient, CompletesAndClaims, Scheduling, Protocol):
+class SyncClientProtocol(QueueClient, Scheduling, Protocol):
     """What a client must offer to get a blocking twin (both clients of this package do)."""
 
     async def push_results(self, jobs: Sequence[NewJob]) -> list[str | OsqueueError]:

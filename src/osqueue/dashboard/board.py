@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 
@@ -30,7 +30,7 @@ from osqueue.errors import InvalidInput
 from osqueue.inspect.archive import ArchiveView
 from osqueue.inspect.brokerlog import BrokerLog, CommitMetrics, DocumentMetrics
 from osqueue.inspect.history import DocumentHistory, History, QueueRates, SampledHistory
-from osqueue.inspect.options import ClientOptions
+from osqueue.inspect.options import ClientOptions, remote_config
 from osqueue.inspect.snapshot import SnapshotSource
 from osqueue.storage.port import Storage
 
@@ -40,11 +40,12 @@ SESSION: web.RequestKey[Session] = web.RequestKey("osqueue_session", Session)
 
 @dataclass(frozen=True, slots=True)
 class DashboardConfig:
-    url: str
+    #: the queue (its ``url``) and how the actions reach its broker, as every
+    #: command that connects takes them; its token (``token`` or ``token_file``)
+    #: is also the admin login's (none: actions only on loopback, see
+    #: :mod:`~osqueue.dashboard.security`)
+    client: ClientOptions
     listen: str = "127.0.0.1:8080"
-    #: the admin token (also presented to the broker); None: actions disabled
-    token: str | None = None
-    tls_ca: str | None = None
     insecure: bool = False
     #: how often the document is read (longer when decoding is slow)
     refresh_s: float = 2.0
@@ -62,6 +63,10 @@ class DashboardConfig:
     #: a connection without a complete request head this long after it opened
     #: (or after its last answer) is closed, however slowly its bytes trickle in
     header_timeout_s: float = 10.0
+
+    @property
+    def url(self) -> str:
+        return self.client.url
 
     def __post_init__(self) -> None:
         if type(self.max_connections) is not int or self.max_connections < 1:
@@ -90,7 +95,10 @@ class Board:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.access: Access = access_for(config.listen, config.token, insecure=config.insecure)
+        # The token read once (a token file too) and a malformed fingerprint refused
+        # now, not at the first action.
+        token = remote_config(config.client).token
+        self.access: Access = access_for(config.listen, token, insecure=config.insecure)
         self.hosts = AllowedHosts(config.allowed_hosts)
         self.source = SnapshotSource(config.url, refresh_s=config.refresh_s, storage=storage)
         self.history: History = history or DocumentHistory(
@@ -107,12 +115,7 @@ class Board:
         self.source.observe(self.brokerlog.observe)
         self.archive = ArchiveView(self.source.storage)
         self.actions = Actions(
-            ClientOptions(
-                config.url,
-                token=config.token,
-                tls_ca=config.tls_ca,
-                timeout_s=config.action_timeout_s,
-            )
+            replace(config.client, token=token, token_file=None, timeout_s=config.action_timeout_s)
         )
         self.sessions = Sessions(clock=clock)
         self.logins = LoginThrottle(clock=clock)

@@ -337,6 +337,26 @@ def plan_dead_spills(
     return plans
 
 
+def dead_spill_room(
+    doc: Document, policy: Policy, exclude: frozenset[str] | set[str] = frozenset()
+) -> int | None:
+    """How many more jobs must die before a queue (not in ``exclude``) can have a
+    dead spill to plan: the queue nearest its mark sets it (0: one has one now;
+    None: dead jobs never spill).  Jobs only enter the document's dead set by
+    dying, and each death adds one to ``doc.stats.dead``, so until that counter
+    has grown by this much :func:`plan_dead_spills` finds nothing: the broker
+    checks a counter per commit instead of the queues' counts."""
+    keep = policy.dead_keep_jobs
+    if keep is None:
+        return None
+    mark = keep + max(1, policy.dead_spill_jobs)
+    most = max(
+        (n for (q, status), n in doc.index.counts.items() if status == "dead" and q not in exclude),
+        default=0,
+    )
+    return max(0, mark - most)
+
+
 def _death_order(job: StoredJob) -> tuple[datetime, int]:
     return (died_at(job), job.seq)
 

@@ -90,9 +90,13 @@ def plan_spills(
         return []
     index = doc.index
     plans: list[SpillPlan] = []
-    for queue in index.ready:
+    for queue, heap in index.ready.items():
+        # (a tail spills from the ready heap's entries, never more than it holds:
+        # a queue of fewer entries costs one len() however many queues there are)
+        if len(heap) < above or queue in exclude:
+            continue
         queued = index.count(queue, "queued")
-        if queued < above or queue in exclude:
+        if queued < above:
             continue
         lasts = _lasts(doc, queue)
         memo = doc.spill_scanned.get(queue)

@@ -329,7 +329,7 @@ class _Tx:
             queues, single = gate.open(queues), None
         out: list[StoredJob] = []
         while queues and len(out) < max_jobs:
-            if single is not None and not barriers:  # the fast path
+            if single is not None and single not in barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
             else:
                 best, best_queue, starved = next_in_order(doc, queues, barriers, gate)

@@ -32,6 +32,7 @@ leaves them alone; an object whose op failed is deleted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from osqueue.state import Counted, Document, Policy, PurgeDead, Removed, Result,
 from osqueue.state.cold_dead import (
     DeadFilter,
     DeadSpillPlan,
+    dead_spill_room,
     key_holder,
     plan_dead_spills,
     plan_swap,
@@ -132,10 +134,32 @@ class DeadLetterManager:
         self.in_flight: dict[str, list[SpillDead] | None] = {}
         #: key -> its SetAside op until it settles (one per object)
         self._asides = PendingAsides(submit, pending, log)
+        #: ``doc.stats.dead`` below which no queue can have a spill to plan
+        #: (:func:`dead_spill_room`; 0: look at the next commit)
+        self._recheck_at = 0
+        #: set while no spill's objects are being written
+        self._written = asyncio.Event()
+        self._written.set()
 
     @property
     def busy(self) -> bool:
         return bool(self.in_flight or self._asides)
+
+    @property
+    def writing(self) -> bool:
+        """A spill's objects are being written (the commit loop's hold, as for
+        segments: deaths must not pile up in the document faster than they leave)."""
+        return not self._written.is_set()
+
+    async def written(self) -> None:
+        """Return once no spill's objects are being written."""
+        await self._written.wait()
+
+    def _check_written(self) -> None:
+        if any(ops is None for ops in self.in_flight.values()):
+            self._written.clear()
+        else:
+            self._written.set()
 
     # ------------------------------------------------------------------ spills
 
@@ -156,14 +180,29 @@ class DeadLetterManager:
                     self.counters.spilled_jobs += op.ref.count
         if not serving or self._policy.dead_keep_jobs is None:
             return
+        deaths = doc.stats.dead
+        if deaths < self._recheck_at and not self.in_flight:
+            return  # (the one check of a commit with nothing to spill)
         plans: dict[str, list[DeadSpillPlan]] = {}
         for plan in plan_dead_spills(doc, self._policy, exclude=set(self.in_flight)):
             plans.setdefault(plan.jobs[0].queue, []).append(plan)
         for queue, queue_plans in plans.items():
             self.in_flight[queue] = None
             self._spawn(self._spill(queue, queue_plans))
+        if plans:
+            self._written.clear()
+        self._recheck_at = 0
+        if not self.in_flight:  # (a queue in flight is left out of the room: look again)
+            room = dead_spill_room(doc, self._policy)
+            self._recheck_at = deaths + room if room else 0
 
     async def _spill(self, queue: str, plans: list[DeadSpillPlan]) -> None:
+        try:
+            await self._write(queue, plans)
+        finally:
+            self._check_written()
+
+    async def _write(self, queue: str, plans: list[DeadSpillPlan]) -> None:
         # the ids drawn here, not in the thread: their order is the event loop's
         uniques = [new_id() for _ in plans]
         built = await build_objects(

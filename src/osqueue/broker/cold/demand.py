@@ -10,13 +10,20 @@ claims of a recent commit: :class:`ClaimDemand` tracks that demand (the
 largest claim count of a commit, decaying by a tenth a commit, rounded up to
 a power of two so the sizes change seldom) and gives the policy to plan with.
 A queue claimed a few hundred jobs at a time keeps the configured sizes.
+
+What the demand adds is bounded in bytes: a stream's head and its loads grow
+to ``head_max_bytes`` of its jobs at most (:meth:`ClaimDemand.sizes`, by the
+average job of its first segment), never below the configured sizes.  So a
+client claiming 10,000 jobs at a time costs the document that much of its
+head, not four times its claims (``2 * head_jobs`` with a load in flight):
+its claims stop at the barrier more often, and the load then goes at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from osqueue.state import Policy
+from osqueue.state import Document, Policy, SegmentRef
 
 #: per commit, the remembered demand keeps this share of itself
 _DECAY = 0.9
@@ -25,8 +32,10 @@ _DECAY = 0.9
 class ClaimDemand:
     """The claims per commit a deep queue's head must cover, and the policy for it."""
 
-    def __init__(self, configured: Policy) -> None:
-        self._configured = configured
+    def __init__(self, configured: Policy, max_bytes: int | None = None) -> None:
+        #: the configured sizes (what a queue with no job claimed keeps)
+        self.configured = configured
+        self._max_bytes = max_bytes
         self._demand = 0.0
         self.policy = configured
         #: the largest claim per commit whose demand the configured ``head_jobs`` covers
@@ -34,7 +43,7 @@ class ClaimDemand:
 
     def after_commit(self, claimed: int) -> bool:
         """Count a commit that claimed ``claimed`` jobs; True if :attr:`policy` changed."""
-        if claimed <= self._small and self.policy.head_jobs == self._configured.head_jobs:
+        if claimed <= self._small and self.policy.head_jobs == self.configured.head_jobs:
             # The configured head holds and this claim cannot raise it: nothing
             # changes (the demand remembered asks for no more than the head either,
             # and any claim that would raise it is above it, so left undecayed it
@@ -42,7 +51,7 @@ class ClaimDemand:
             return False
         self._demand = max(float(claimed), self._demand * _DECAY)
         want = 2 * _power_of_two(int(self._demand))
-        base = self._configured
+        base = self.configured
         head = max(base.head_jobs, want)
         if head == self.policy.head_jobs:
             return False
@@ -54,6 +63,38 @@ class ClaimDemand:
             spill_above_jobs=None if above is None else max(above, want),
         )
         return True
+
+    def sizes(self, first: SegmentRef, claimed: bool = True) -> tuple[int, int]:
+        """``(head_jobs, load_jobs)`` for the stream whose first segment is ``first``:
+        the demand's, but at most ``max_bytes`` of jobs the size of ``first``'s
+        average one (and never below the configured sizes).  ``claimed``: its
+        queue has jobs claimed; one that has none is claimed by nobody now, and
+        keeps the configured sizes (the demand is the broker's, not its)."""
+        policy, max_bytes = self.policy, self._max_bytes
+        if not claimed:
+            policy = self.configured
+        head, load = policy.head_jobs, policy.load_jobs
+        if max_bytes is None or policy is self.configured:
+            return head, load
+        cap = max_bytes * max(1, first.count) // max(1, first.size_bytes)
+        base = self.configured
+        return max(base.head_jobs, min(head, cap)), max(base.load_jobs, min(load, cap))
+
+    def head_of(self, doc: Document, first: SegmentRef, claimed: int) -> tuple[int, int]:
+        """``(taken, head_jobs)`` for the stream of ``first`` after a commit that
+        claimed ``claimed`` jobs: a queue with no job claimed after the commit had
+        none claimed in it (``taken`` 0: its jobs ahead are as many as before; a
+        cancel makes that high, and the claim that then stops loads at once)."""
+        held = _claims_held(doc, first.queue)
+        return (claimed if held else 0), self.sizes(first, held)[0]
+
+    def load_of(self, doc: Document | None, ref: SegmentRef) -> int:
+        """The jobs the next ``Load`` of ``ref`` puts back."""
+        return self.sizes(ref, doc is None or _claims_held(doc, ref.queue))[1]
+
+
+def _claims_held(doc: Document, queue: str) -> bool:
+    return (queue, "claimed") in doc.index.counts
 
 
 def _power_of_two(n: int) -> int:

@@ -111,9 +111,8 @@ class SegmentManager:
         life: Lifecycle,
     ) -> None:
         self._storage = storage
-        self._demand = ClaimDemand(config.policy())
-        self._policy = policy = self._demand.policy
-        self._head = policy.head_jobs
+        self._demand = ClaimDemand(config.policy(), config.head_max_bytes)
+        self._policy = self._demand.policy
         self._clock = clock
         self._retry = retry
         self._tasks = tasks
@@ -198,8 +197,7 @@ class SegmentManager:
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
-        if (above := self._policy.spill_above_jobs) is not None and doc.index.queued >= above:
-            self.spills.plan(doc, self._policy)
+        self.spills.plan(doc, self._policy, self._demand.configured)
         if doc.segments:
             self.compactor.plan(doc, self._policy)
         self.delayed.committed(t)
@@ -213,7 +211,7 @@ class SegmentManager:
     def _count_claims(self, t: Transition) -> None:
         """The claim demand after ``t`` (a rise changes the sizes: the spill memos are void)."""
         if self._demand.after_commit(t.claimed):
-            self._policy, self._head = self._demand.policy, self._demand.policy.head_jobs
+            self._policy = self._demand.policy
             t.doc.spill_scanned.clear()
 
     @property
@@ -268,7 +266,6 @@ class SegmentManager:
     # ------------------------------------------------------------------ loads
 
     def _plan_loads(self, doc: Document, starved: set[Stream], claimed: int) -> None:
-        head = self._head
         due: set[Stream] = set()
         streams = doc.segments.streams
         for stream, refs in streams.items():
@@ -278,7 +275,8 @@ class SegmentManager:
             if stream in starved:
                 now_due = True
             else:
-                ahead = self._jobs_ahead(doc, stream, first, claimed)
+                taken, head = self._demand.head_of(doc, first, claimed)
+                ahead = self._jobs_ahead(doc, stream, first, taken, head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -290,15 +288,16 @@ class SegmentManager:
             for stream in [s for s in self._ahead if s not in streams]:
                 del self._ahead[stream]
 
-    def _jobs_ahead(self, doc: Document, stream: Stream, first: SegmentRef, claimed: int) -> int:
-        """The ready jobs before ``stream``'s barrier, at least ``head_jobs`` or
-        exactly.  An estimate lowered by every commit's claims and raised by the
+    def _jobs_ahead(
+        self, doc: Document, stream: Stream, first: SegmentRef, claimed: int, head: int
+    ) -> int:
+        """The ready jobs before ``stream``'s barrier, at least ``head`` or
+        exactly.  An estimate lowered by each commit's ``claimed`` (its claims
+        that may be this queue's: :meth:`ClaimDemand.head_of`) and raised by the
         loads is kept (so a commit walks no heap); only once it falls below
         ``head_jobs`` are they counted (a load is due if they are that few).
-        Jobs put back or coming due make the estimate low, which only counts
-        sooner; a queued job cancelled makes it high, and a claim that then
-        stops at the barrier loads at once."""
-        head = self._head
+        Jobs put back or coming due make it low (it counts sooner); a queued job
+        cancelled makes it high, and a claim that then stops loads at once."""
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
@@ -352,7 +351,7 @@ class SegmentManager:
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start = ref.loaded
-        end = min(start + self._policy.load_jobs, ref.count)
+        end = min(start + self._demand.load_of(self._lease.doc, ref), ref.count)
         try:
             jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:

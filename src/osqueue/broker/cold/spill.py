@@ -119,13 +119,26 @@ class SpillWriter:
             self._counters.spills += 1
             self._counters.spilled_jobs += spill.ref.count
 
-    def plan(self, doc: Document, policy: Policy) -> None:
+    def plan(self, doc: Document, policy: Policy, configured: Policy | None = None) -> None:
         """Start a spill of every stream whose tail passed ``spill_above_jobs`` (but
-        those with a spill in flight)."""
+        those with a spill in flight).  ``policy`` holds the claim demand's sizes;
+        a queue with no job claimed is planned with the ``configured`` ones (the
+        head it keeps in the document is the configured one, not a demand raised
+        by other queues' claims).  Nothing to do below the configured
+        ``spill_above_jobs`` queued jobs in all (one check)."""
+        base = policy if configured is None else configured
+        if (above := base.spill_above_jobs) is None or doc.index.queued < above:
+            return
         busy = {queue for queue, _ in self.in_flight}
+        rounds = [(policy, busy)]
+        if base.head_jobs != policy.head_jobs:
+            counts = doc.index.counts
+            idle = {q for q in doc.index.ready if (q, "claimed") not in counts}
+            rounds = [(policy, busy | idle), (base, busy | (doc.index.ready.keys() - idle))]
         streams: dict[Stream, list[SpillPlan]] = {}
-        for plan in plan_spills(doc, policy, exclude=busy, segments=_SEGMENTS_PER_SPILL):
-            streams.setdefault((plan.queue, plan.priority), []).append(plan)
+        for each, exclude in rounds:
+            for plan in plan_spills(doc, each, exclude=exclude, segments=_SEGMENTS_PER_SPILL):
+                streams.setdefault((plan.queue, plan.priority), []).append(plan)
         for stream, plans in streams.items():
             self.in_flight[stream] = None
             self._tasks.spawn(self._spill(stream, plans), "osqueue-segment-spill")

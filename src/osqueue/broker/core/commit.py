@@ -399,10 +399,13 @@ class CommitLoop:
 
 def _writing(segments: SegmentManager) -> Callable[[], Awaitable[None]] | None:
     """What a held commit waits for: the objects being written of the first of the
-    spills of ready jobs, of waiting children (broker/cold/waiting.py) and of
-    delayed jobs (broker/cold/delayed.py) that has any (None: none has)."""
+    spills of ready jobs, of waiting children (broker/cold/waiting.py), of dead
+    letters (broker/cold/dead.py) and of delayed jobs (broker/cold/delayed.py)
+    that has any (None: none has)."""
     if segments.spills.writing:
         return segments.spills.written
     if segments.waiting.writing:
         return segments.waiting.written
+    if segments.dead.writing:
+        return segments.dead.written
     return segments.delayed.written if segments.delayed.writing else None

@@ -102,7 +102,7 @@ class LocalClient:
         results: Sequence[object] | None = None,
     ) -> tuple[list[OsqueueError | None], list[Job]]:
         """Complete ``jobs`` and claim up to ``max_jobs`` in one commit (see
-        :class:`~osqueue.api.CompletesAndClaims`)."""
+        :meth:`~osqueue.api.QueueClient.complete_and_claim`)."""
         # made first, so the claim can only fail with the whole commit
         op = make.claim(worker, queues, max_jobs)
         return await self.calls.complete_and_claim(jobs, results, op)

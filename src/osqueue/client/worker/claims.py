@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from osqueue.api import CompletesAndClaims, Job, QueueClient
+from osqueue.api import Job, QueueClient
 from osqueue.backoff import Backoff
 from osqueue.client.worker.config import ClaimCall, WorkerConfig, WorkerCounters
 from osqueue.client.worker.handlers import error_line
@@ -62,8 +62,6 @@ class ClaimLoop:
         on_burst_done: Callable[[], None],
     ) -> None:
         self._client = client
-        #: the client, when it can complete and claim in one call
-        self._fused = client if isinstance(client, CompletesAndClaims) else None
         self._config = config
         self._worker_id = worker_id
         self._queues = queues
@@ -149,12 +147,11 @@ class ClaimLoop:
         """Complete the carried jobs and claim up to ``free`` in one call (not
         interrupted by stop: it does not wait); None when stopping (jobs it got are
         released)."""
-        assert self._fused is not None
         done = [ride.job for ride in rides]
         results = [ride.result for ride in rides]
         sent = self._clock.monotonic()
         try:
-            errors, jobs = await self._fused.complete_and_claim(
+            errors, jobs = await self._client.complete_and_claim(
                 done, self._worker_id, self._queues, max_jobs=free, results=results
             )
         except BaseException as exc:

@@ -111,6 +111,23 @@ def _seconds(value: object, field: str, *, positive: bool = False) -> None:
         raise InvalidInput(f"{value!r} is not a finite number of seconds {bound}", field=field)
 
 
+#: The client methods a worker calls: every :class:`~osqueue.api.QueueClient` has them.
+WORKER_CALLS = ("claim", "complete_and_claim", "complete", "fail", "release", "heartbeat")
+
+
+def check_client(client: object) -> None:
+    """Refuse, before anything runs, a client of your own that lacks a method the
+    worker calls (``complete_and_claim`` most likely: the next claim carries the
+    last jobs' completions), naming what is missing."""
+    missing = [name for name in WORKER_CALLS if not callable(getattr(client, name, None))]
+    if missing:
+        raise InvalidInput(
+            f"{type(client).__name__} has no {', '.join(missing)}: a worker's client "
+            "offers every method of osqueue.api.QueueClient (both clients of osqueue do)",
+            field="client",
+        )
+
+
 def broker_heartbeat_timeout_s(client: object) -> float:
     """The broker's heartbeat timeout as ``client`` knows it, else the broker default.
 

@@ -14,9 +14,10 @@ sends it with its claim and answers each ride:
   claim, the loop stopping): the job's task sends it with ``complete()``.
 
 A ride is only queued while the relay is :attr:`~CompletionRelay.open`: the
-client can complete and claim in one call, the claim loop is not parked in a
-long poll or a backoff (nothing would carry the completion until it returns),
-and the worker is not stopping.
+claim loop is not parked in a long poll or a backoff (nothing would carry the
+completion until it returns), and the worker is not stopping.  Every client
+can complete and claim in one call (it is a method of
+:class:`~osqueue.api.QueueClient`; the worker refuses a client without it).
 """
 
 from __future__ import annotations
@@ -66,11 +67,9 @@ class Ride:
 class CompletionRelay:
     """Completions queued to ride with the claim loop's next claim; see the module docstring."""
 
-    __slots__ = ("_closed", "_queued", "enabled", "parked")
+    __slots__ = ("_closed", "_queued", "parked")
 
-    def __init__(self, *, enabled: bool) -> None:
-        #: the client can complete and claim in one call
-        self.enabled = enabled
+    def __init__(self) -> None:
         #: the claim loop waits in a long poll or a backoff: completions must not wait for it
         self.parked = False
         self._closed = False
@@ -79,7 +78,7 @@ class CompletionRelay:
     @property
     def open(self) -> bool:
         """A completion queued now rides with the next claim."""
-        return self.enabled and not self.parked and not self._closed
+        return not self.parked and not self._closed
 
     @property
     def pending(self) -> bool:

@@ -19,13 +19,14 @@ import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Unpack
 
-from osqueue.api import CompletesAndClaims, QueueClient
+from osqueue.api import QueueClient
 from osqueue.client.worker.claims import ClaimLoop
 from osqueue.client.worker.config import (
     WorkerConfig,
     WorkerCounters,
     WorkerOptions,
     broker_heartbeat_timeout_s,
+    check_client,
     default_worker_id,
     worker_config,
 )
@@ -66,6 +67,7 @@ class Worker:
         **options: Unpack[WorkerOptions],
     ) -> None:
         config = worker_config(config, options)
+        check_client(client)
         self.client = client
         self.config = config
         self._clock: Clock = clock or SystemClock()
@@ -79,7 +81,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._hard_stop = asyncio.Event()
         self._started = False
-        self._relay = CompletionRelay(enabled=isinstance(client, CompletesAndClaims))
+        self._relay = CompletionRelay()
         self._settler = Settler(client, self._relay, self.counters, self.worker_id)
         self._units = Units(
             table,
