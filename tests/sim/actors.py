@@ -35,7 +35,7 @@ from osqueue.state import BrokerInfo
 from sim.history import Kind, Rule, Violation
 from sim.node import Gate, NodeClock
 from sim.results import sim_result
-from sim.store import DOCUMENT_KEY, NodeStorage
+from sim.store import DOCUMENT_KEY, PAUSED, Call, NodeStorage
 from sim.waiting_rules import with_knobs
 
 if TYPE_CHECKING:
@@ -200,10 +200,12 @@ class BrokerNode:
     async def pause(self, seconds: float) -> None:
         self.sim.faults["broker_pause"] += 1
         self.gate.pause()
+        paused, node = self.sim.now(), self.broker_id
         try:
             await asyncio.sleep(seconds)
         finally:
             self.gate.resume()
+            self.sim.store.calls.append(Call(node, PAUSED, paused, self.sim.now(), False))
 
 
 # --------------------------------------------------------------------------- the network

@@ -25,9 +25,10 @@ from collections.abc import Collection, Iterable
 
 from osqueue.errors import CorruptDocument
 from osqueue.state import Document, StoredJob, decode
+from sim.aside_rules import check_asides
 from sim.claims import check_attempts, check_claim_order, check_counters, check_keys
 from sim.dead_rules import check_dead, retried_from_dead
-from sim.delayed_rules import check_delays_kept
+from sim.delayed_rules import check_delays_kept, check_not_late
 from sim.findings import Chain, Findings, build_chain, dead_spilled, live_spilled
 from sim.history import Event, History, Kind, Outcome, Rule, Violation
 from sim.results import check_results
@@ -84,12 +85,14 @@ def judge(
     check_attempts(chain, f)
     check_claim_order(history, chain, f)
     check_delays_kept(chain, f)
+    check_not_late(chain, [landed[i] for i in indices], outcome, f)
     check_results(history, chain, outcome, f, sealed)
     check_ticks(chain, outcome, f)
     check_limits(chain, f)
     check_segments(chain, indices, objects, outcome, f)
     check_dead(history, chain, objects, f)
     check_waiting(chain, waiting, sealed, f)
+    check_asides(chain, f)
     count_sealed_parents(history, chain, sealed, f)
     return f
 

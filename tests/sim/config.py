@@ -127,6 +127,10 @@ class SimConfig:
     dead_spill_jobs: int = 1
     #: times the operator retries every dead job during the faults
     dead_retries: int = 0
+    #: cold objects the store loses or corrupts: their prefixes, and how many times
+    #: (sim.damage: set aside by the broker, restored and readmitted by an operator)
+    damage: tuple[str, ...] = ()
+    damages: int = 0
     # Cold delayed jobs (the "delayed-spill" family; docs/segments.md, "Delayed jobs")
     #: a pushed job's delay is drawn up to this (when it is drawn at all: delay_rate)
     delay_max_s: float = 5.0
@@ -404,6 +408,17 @@ def segments(c: SimConfig, rng: random.Random) -> SimConfig:
     one or two jobs, so that runs of them are compacted (parts of at most a tenth
     of ``compact_jobs``, merged once a run holds half of it)."""
     spilling = _spilling(c, rng)
+    # segments of one job merged ten at a time in most runs (a side draw): the runs
+    # of larger segments and targets compacted too rarely to judge a merge's bugs
+    side = _side(c.seed, "segments-compact")
+    if side.random() < 0.75:  # (and deeper backlogs: more jobs, at most two workers)
+        return _mix(
+            spilling,
+            segment_jobs=1,
+            compact_jobs=10,
+            jobs_per_producer=side.randint(25, 40),
+            workers=min(spilling.workers, 2),
+        )
     return _mix(spilling, segment_jobs=min(spilling.segment_jobs, 2))
 
 
@@ -445,7 +460,11 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
         jobs_per_producer=side.randint(20, 40),
         dead_keep_jobs=side.choice((1, 2)),
         dead_spill_jobs=side.choice((1, 2)),
-        dead_retries=side.choice((2, 3)),
+        # one retry more than drawn: the damage below sets some segments aside from them
+        dead_retries=side.choice((2, 3)) + 1,
+        # a dead segment lost or corrupted two or three times (a side draw of its own)
+        damage=("dead/",),
+        damages=_side(c.seed, "damage").choice((2, 3)),
         answer_lost=max(0.03, s.answer_lost),
         nemesis=_nemesis(s, broker_crash=0.03, broker_crash_in_commit=0.03, segment_crash=0.05),
     )
@@ -495,6 +514,9 @@ def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
         waiting_spill_above_jobs=side.randint(1, 3),
         waiting_object_jobs=side.randint(1, 4),
         waiting_load_below_queued=side.randint(1, 6),
+        # an object of waiting children lost or corrupted two or three times (a side draw)
+        damage=("waiting/",),
+        damages=_side(c.seed, "damage").choice((2, 3)),
         finished_seal_above_entries=sealing.randint(1, 3),
         finished_object_entries=sealing.randint(1, 4),
         nemesis=_nemesis(s, waiting_crash=0.1, broker_stop=0.02),

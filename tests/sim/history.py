@@ -26,6 +26,7 @@ import msgspec
 
 from osqueue.api import EncodedResult
 from osqueue.state import Document
+from sim.store import Call
 
 
 class Kind(Enum):
@@ -96,6 +97,7 @@ class Rule(Enum):
     DEAD_AT_MAX_ATTEMPTS = "dead-at-max-attempts"
     NOT_EARLY = "not-early"
     DELAY_KEPT = "delay-kept"
+    NOT_LATE = "not-late"
     PRIORITY_ORDER = "priority-order"
     # I10 to I12: schedules, queue limits, dependencies (docs/scheduling.md)
     TICK_ONCE = "tick-once"
@@ -109,6 +111,7 @@ class Rule(Enum):
     SEGMENT_WRITTEN = "segment-written"
     SEGMENT_DELETED_UNREFERENCED = "segment-deleted-unreferenced"
     ONE_PLACE = "one-place"
+    ASIDE_KEPT = "aside-kept"
     # I15: dead letters in dead segments (sim.dead_rules)
     DEAD_RETRIED_ONCE = "dead-retried-once"
     # I14: waiting children in objects and the sealed record (sim.waiting_rules)
@@ -219,6 +222,14 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "(through a spill to a delayed object and a load back too), so a delayed job "
         "is never claimable before it",
     ),
+    Rule.NOT_LATE: (
+        "I8",
+        "a job in a delayed object is back in the document (claimable when due) at most "
+        "a second after its run_at, by the clock of the broker serving then, counted from "
+        "when that broker was up (its first version, or its first after a stall) and the "
+        "end of its last read of the object or of the document, or write of the document, "
+        "that the store slowed or failed",
+    ),
     Rule.PRIORITY_ORDER: (
         "I9",
         "a claim never takes a job while a due job of the same queue with a lower "
@@ -271,6 +282,12 @@ RULE_DOCS: dict[Rule, tuple[str, str]] = {
         "I13",
         "in every version a job is in one place: the document, or the part of one "
         "segment not loaded yet (never both, never two segments)",
+    ),
+    Rule.ASIDE_KEPT: (
+        "I13",
+        "a cold object's reference set aside (its object missing or broken) keeps its "
+        "jobs until a readmit lists it again: it never leaves the set-aside list "
+        "otherwise (a key listed and set aside at once does not decode)",
     ),
     Rule.DEAD_RETRIED_ONCE: (
         "I15",
@@ -397,6 +414,9 @@ class Outcome:
     segment_rewrites: list[str] = field(default_factory=list)
     #: (versions landed before it, key) of every delete of a segment object
     segment_deletes: list[tuple[int, str]] = field(default_factory=list)
+    #: the reads of delayed objects and of the document, and the document's writes, as
+    #: :attr:`sim.store.SharedStore.calls`
+    calls: list[Call] = field(default_factory=list)
 
 
 _line_decoder = msgspec.json.Decoder(ArchiveRecord)

@@ -197,6 +197,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="segments: load",
         models="a cancel of a spilled job is forgotten when its segment is loaded",
     ),
+    Mutation(
+        name="compaction-drops-a-line",
+        file="state/segment_codec.py",
+        original="    return _join(header, [line for obj in objects for line in obj.lines])\n",
+        replacement=(
+            "    return _join(header, [line for i, obj in enumerate(objects)"
+            " for line in (obj.lines[:-1] if i == 0 else obj.lines)])\n"
+        ),
+        family="segments: compaction",
+        models="a merge of adjacent segments writes its object without the last job of its "
+        "first part (the reference still counts it)",
+    ),
     # ------------------------------------------------------------ dead segments (I15)
     Mutation(
         name="dead-retry-keeps-its-segment",
@@ -217,6 +229,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         models="a load of a delayed object puts its jobs back without their run_at "
         "(claimable at once, before they are due)",
     ),
+    Mutation(
+        name="delayed-loads-wait-for-the-last",
+        file="state/cold_delayed.py",
+        original=(
+            "            self._next = min(ref.next_run_at for ref in self.refs.values())"
+            ".timestamp()\n"
+        ),
+        replacement=(
+            "            self._next = max(ref.next_run_at for ref in self.refs.values())"
+            ".timestamp()\n"
+        ),
+        family="delayed jobs in objects",
+        models="the delayed section's next load time is its latest object's next job, not "
+        "its earliest: every object waits for the last one (loaded late)",
+    ),
     # ------------------------------------------------------------ waiting children (I14)
     Mutation(
         name="cold-children-released-by-any-parent",
@@ -225,6 +252,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         replacement="            after = ()\n",
         family="waiting children in objects",
         models="an object of waiting children is released when any one of its parents ends",
+    ),
+    Mutation(
+        name="waiting-load-keeps-its-object",
+        file="state/cold_waiting.py",
+        original="    doc.waiting_cold.remove(key)\n    host.dropped_segments.append(key)\n",
+        replacement="    host.dropped_segments.append(key)\n",
+        family="waiting children in objects",
+        models="a load of waiting children takes them into the document and keeps the "
+        "object's reference (each child in two places)",
     ),
     Mutation(
         name="seal-writes-entries-without-results",

@@ -16,6 +16,7 @@ be caught: leases are judged on the observer's own).  It satisfies
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 #: 2027-01-15T08:00:00Z: far from any hour or day boundary tests might care about.
 EPOCH_S = 1_800_000_000.0
@@ -65,6 +66,14 @@ class NodeClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
         await self.gate.passage()
+
+    def call_later(self, delay_s: float, callback: Callable[[], object]) -> asyncio.Task[None]:
+        """Run ``callback`` once ``delay_s`` has passed and the node is not paused (what
+        the commit loop does with a clock that has only ``sleep``; the delayed-object
+        manager's load timer needs this method, else it arms no timer at all)."""
+        sleeper = asyncio.ensure_future(self.sleep(delay_s))
+        sleeper.add_done_callback(lambda f: None if f.cancelled() else callback())
+        return sleeper
 
     def jump(self, seconds: float) -> None:
         """Move this node's wall clock (not its monotonic clock)."""

@@ -39,12 +39,13 @@ from sim import realstore
 from sim.actors import BrokerNode, Operator, Producer, Worker
 from sim.checker import judge
 from sim.config import SimConfig, config_for
+from sim.damage import Damager
 from sim.history import History, Kind, Outcome, Problem, Violation, parse_archive
 from sim.loop import SimulationStuck, run_virtual
 from sim.node import EPOCH_S
 from sim.realstore import RealServer
 from sim.results import sim_ttl
-from sim.store import CrashTrigger, FaultRates, Phase, SharedStore
+from sim.store import PAUSED, Call, CrashTrigger, FaultRates, Phase, SharedStore
 
 _runs = itertools.count(1)
 
@@ -261,6 +262,8 @@ class Sim:
             or cfg.dead_retries
         ):
             self._spawn(Operator(self, "operator").run, "operator")
+        if cfg.damages and cfg.damage:  # cold objects lost or corrupted (sim.damage)
+            self._spawn(Damager(self, "damager").run, "damager")
         self._spawn(self._nemesis, "nemesis")
         await asyncio.sleep(cfg.fault_phase_s)
         self._heal()
@@ -396,6 +399,8 @@ class Sim:
         self.faults["clock_jump"] += 1
         skew = node.clock.skew_s + self.rng.uniform(-jump, jump)
         node.clock.jump(max(-bound, min(bound, skew)) - node.clock.skew_s)
+        at = self.now()  # (NOT_LATE starts its bound again: sim.delayed_rules)
+        self.store.calls.append(Call(node.broker_id, PAUSED, at, at, False))
 
     # -- heal, drain, stop ------------------------------------------------------------
 
@@ -473,6 +478,7 @@ class Sim:
             segment_puts=dict(store.segment_puts),
             segment_rewrites=list(store.segment_rewrites),
             segment_deletes=list(store.segment_deletes),
+            calls=list(store.calls),
         )
 
     def report(self) -> Report:

@@ -215,17 +215,29 @@ def _window(
 # --------------------------------------------------------------------------- I12 parents
 
 
-def _ends(chain: Chain, outcome: Outcome) -> tuple[dict[str, int], dict[str, int]]:
+def _ends(
+    chain: Chain, outcome: Outcome, parents: set[str]
+) -> tuple[dict[str, int], dict[str, int]]:
     """Job -> the first version it is done in; job -> the first version it failed in
-    (dead, or left the document undone)."""
+    (dead, or left the document undone).  A parent pushed and cancelled in one
+    commit is never among a version's jobs: its end is the first version whose
+    record of finished jobs holds it."""
     done: dict[str, int] = {}
     failed: dict[str, int] = {}
+    unseen = set(parents)
     for doc in chain.docs:
         for job_id, job in doc.jobs.items():
+            unseen.discard(job_id)
             if job.status == "done":
                 done.setdefault(job_id, doc.version)
             elif job.status == "dead":
                 failed.setdefault(job_id, doc.version)
+        for job_id in sorted(unseen):
+            entry = doc.finished.get(job_id)
+            if entry is not None:
+                unseen.discard(job_id)
+                ends = done if entry.status == "done" else failed
+                ends.setdefault(job_id, doc.version)
     for job_id, leaves in chain.left_undone.items():
         failed.setdefault(job_id, leaves[0][0])
     for rec in outcome.archive:
@@ -239,7 +251,7 @@ def check_parents(history: History, chain: Chain, outcome: Outcome, f: Findings)
     pushes = {e.job: e for e in history.of(Kind.PUSH_SENT) if e.after}
     if not pushes:
         return set()
-    done, failed = _ends(chain, outcome)
+    done, failed = _ends(chain, outcome, {p for e in pushes.values() for p in e.after})
     for before, after in chain.steps:
         for job in fresh_claims(before, after):
             e = pushes.get(job.id)

@@ -56,6 +56,9 @@ T = TypeVar("T")
 
 DOCUMENT_KEY = "queue.json"
 SEGMENT_PREFIX = "segments/"
+DELAYED_PREFIX = "delayed/"
+#: the key of a :class:`Call` that stands for a pause of the node, or a clock step
+PAUSED = "(paused)"
 #: the objects whose puts and deletes are recorded (segments, waiting children, the
 #: sealed record, dead segments, delayed jobs)
 RECORDED_PREFIXES = (SEGMENT_PREFIX, "waiting/", "finished/", "dead/", "delayed/")
@@ -72,6 +75,18 @@ class Landed:
     data: bytes
     etag: str
     writer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A node's read of a delayed object, or read or write of the document (virtual
+    times), which the store may slow or fail: a load waits that long (NOT_LATE)."""
+
+    node: str
+    key: str
+    sent: float
+    ended: float
+    ok: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +196,8 @@ class SharedStore:
     #: every delete of a segment object that reached the server: (how many versions
     #: had landed when it did, key)
     segment_deletes: list[tuple[int, str]] = field(default_factory=list)
+    #: the calls a node finished or failed (and its pauses and clock steps: NOT_LATE)
+    calls: list[Call] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.inner: Storage
@@ -380,6 +397,10 @@ class NodeStorage:
         return self._capabilities
 
     async def read(self, key: str) -> Blob:
+        timed = key == DOCUMENT_KEY or key.startswith(DELAYED_PREFIX)
+        return await (self._timed(key, self._read(key)) if timed else self._read(key))
+
+    async def _read(self, key: str) -> Blob:
         await self._enter()
         if self._draw(self.rates.read_error):
             self._count("read_error")
@@ -422,6 +443,20 @@ class NodeStorage:
             raise OutcomeUnknown(f"injected: put {key!r} landed, answer lost")
 
     async def write(self, key: str, data: bytes, *, if_match: str | None) -> str:
+        if key == DOCUMENT_KEY:
+            return await self._timed(key, self._write(key, data, if_match))
+        return await self._write(key, data, if_match)
+
+    async def _timed(self, key: str, call: Awaitable[T]) -> T:
+        """``call``, recorded in the store's :attr:`SharedStore.calls`."""
+        sent, ok = self.shared.now(), False
+        try:
+            out, ok = await call, True
+            return out
+        finally:
+            self.shared.calls.append(Call(self.node, key, sent, self.shared.now(), ok))
+
+    async def _write(self, key: str, data: bytes, if_match: str | None) -> str:
         await self._enter()
         kind = key_kind(key)
         self._writes[kind] += 1

@@ -22,7 +22,7 @@ import msgspec
 import pytest
 from sim.checker import check
 from sim.history import ArchiveRecord, History, Kind, Outcome, Rule
-from sim.store import Landed
+from sim.store import DOCUMENT_KEY, PAUSED, Call, Landed
 
 from osqueue.api import EncodedResult
 from osqueue.broker.objects.payloads import BadPayload
@@ -54,9 +54,11 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.cold_dead import plan_dead_spills, plan_swap, read_dead
+from osqueue.state.delayed_plan import delayed_load_op, plan_delayed_spills
 from osqueue.state.document import totals
 from osqueue.state.model import Claim, Counters, StoredJob
 from osqueue.state.ops import LoadWaiting, SwapDead
+from osqueue.state.segment_codec import SegmentLines
 
 T0 = 1_800_000_000.0
 #: segment thresholds of the stories that spill: j1 stays, the next three spill
@@ -92,6 +94,8 @@ class Story:
         #: segment objects written: key -> (versions landed before it, bytes)
         self.segments: dict[str, tuple[int, bytes]] = {}
         self.deletes: list[tuple[int, str]] = []
+        #: the store's record of calls (slowed ones excuse a late load: NOT_LATE)
+        self.calls: list[Call] = []
 
     def _land(self, doc: Document) -> None:
         self.landed.append(Landed(len(self.landed), encode(doc), f"e{len(self.landed)}", "b1"))
@@ -215,6 +219,7 @@ class Story:
             segment_puts=dict(self.segments),
             segment_deletes=list(self.deletes),
             lease_s=self.lease_s,
+            calls=list(self.calls),
         )
 
     def rules(self, disabled: set[Rule] | None = None) -> set[Rule]:
@@ -557,6 +562,58 @@ def delay_kept() -> Story:
     return s
 
 
+#: delayed jobs spill at once (every one due beyond a second)
+DELAY_SPILLING = Policy(delay_spill_above_jobs=0, delay_horizon_s=1.0, delay_load_jobs=1)
+
+
+def _delayed(load_at: float, *, calls: tuple[Call, ...] = ()) -> Story:
+    """j1 is pushed at +1 due at +11 and spills to a delayed object at +2 (written
+    first); idle versions land every second (lease 10: every one is the serving
+    broker's), the object loads at ``+load_at``, and w claims and completes j1.
+    ``calls``: the store's record of slowed calls."""
+    s = Story(lease_s=10.0)
+    s.apply(Push(id="j1", payload=b"x", delay_s=10.0))  # due at T0 + 11
+    s.pushed("j1")
+    (plan,) = plan_delayed_spills(s.doc, DELAY_SPILLING, s.t + 1.0)
+    op, data = plan.build("u0")
+    s.segments[op.ref.key] = (len(s.landed), data)
+    s.apply(op)
+    assert "j1" not in s.doc.jobs
+    while s.t - T0 + 1.0 < load_at:
+        s.idle(s.t - T0 + 1.0)
+    ref = s.doc.delayed.find(op.ref.key)
+    assert ref is not None
+    s.apply(delayed_load_op(ref, SegmentLines.parse(data, ref.key, delayed=True), 1))
+    s.deletes.append((len(s.landed), ref.key))
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "j1", 1)
+    s.apply(Complete("j1", 1))
+    s.said(Kind.COMPLETE_OK, "w", "j1", 1)
+    s.archive_done()
+    s.calls = list(calls)
+    return s
+
+
+def not_late() -> Story:
+    """The delayed object loads at +14, three seconds after j1 was due (+11), while
+    its broker served and committed every second, and the store slowed nothing."""
+    return _delayed(14.0)
+
+
+def test_a_delayed_object_loaded_in_time_passes_and_a_stall_excuses_a_late_one() -> None:
+    """Loaded at +10 (a lead before j1 is due at +11), or at +12 (within the second):
+    fine.  Loaded at +14: late, unless the store slowed the broker's read of the
+    object, or a write of the document, or the broker was paused, until +13.5."""
+    assert _delayed(10.0).rules() == set()
+    assert _delayed(12.0).rules() == set()
+    key = next(iter(_delayed(14.0).segments))
+    for stall in (key, DOCUMENT_KEY, PAUSED):
+        slowed = Call("b1", stall, 9.0, 12.5, stall != key)  # (ends at +13.5, step 1)
+        assert _delayed(14.0, calls=(slowed,)).rules() == set(), stall
+    other = Call("b2", key, 9.0, 12.5, True)  # another node's slow read excuses nothing
+    assert _delayed(14.0, calls=(other,)).rules() == {Rule.NOT_LATE}
+
+
 def priority_order() -> Story:
     s = Story()
     s.apply(Push(id="j1", payload=b"x", priority=0), Push(id="j2", payload=b"y", priority=1))
@@ -672,6 +729,33 @@ def parents_first() -> Story:
     s.forge(_replace(_claimed(s.job("c"), 1, 2.0), after=()))  # claimed while p is queued
     s.said(Kind.CLAIMED, "w", "c", 1)
     return s
+
+
+def test_a_parent_cancelled_in_the_commit_that_pushed_it_has_ended() -> None:
+    """p is pushed and cancelled in one commit (it never enters the document's jobs,
+    only the record of finished jobs); its on_parent_failure="run" child c is
+    claimed after: fine.  The same claim while p still waits is PARENTS_FIRST."""
+    s = Story()
+    s.said(Kind.CANCEL_SENT, "p", "p")
+    s.apply(
+        Push(id="p", payload=b"x"),
+        Push(id="c", payload=b"y", after=("p",), on_parent_failure="run"),
+        Cancel("p"),
+    )
+    s.pushed("p", acked=False)
+    s.history.add(s.t - T0, Kind.PUSH_SENT, "p", "c", after=("p",), on_parent_failure="run")
+    assert "p" not in s.doc.jobs
+    assert s.job("c").status == "queued"
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "c", 1)
+    assert s.rules() == set()
+    s = Story()
+    s.apply(Push(id="p", payload=b"x"), Push(id="c", payload=b"y", priority=-1, after=("p",)))
+    s.pushed("p", acked=False)
+    s.history.add(s.t - T0, Kind.PUSH_SENT, "p", "c", after=("p",), on_parent_failure="run")
+    s.forge(_replace(_claimed(s.job("c"), 1, 2.0), after=()))  # claimed while p is queued
+    s.said(Kind.CLAIMED, "w", "c", 1)
+    assert s.rules() == {Rule.PARENTS_FIRST}
 
 
 def parent_failure() -> Story:
@@ -851,6 +935,54 @@ def test_cold_children_loaded_after_their_parent_pass() -> None:
     assert s.rules() == set()
 
 
+def _cold_children_aside() -> tuple[Story, str]:
+    """The children's object is found missing and set aside, restored and readmitted,
+    then loaded once their parent completed."""
+    s, key = _cold_children()
+    s.apply(SetAside(key, "the object is missing"))
+    assert key in s.doc.waiting_cold.aside
+    s.apply(Readmit(key))
+    return s, key
+
+
+def test_cold_children_set_aside_and_readmitted_pass() -> None:
+    s, key = _cold_children_aside()
+    s.apply(ClaimOp("w", ("default",), 1))
+    s.said(Kind.CLAIMED, "w", "p", 1)
+    s.apply(Complete("p", 1))
+    s.said(Kind.COMPLETE_OK, "w", "p", 1)
+    ref = s.doc.waiting_cold.refs[key]
+    s.apply(LoadWaiting(key, tuple(cold_waiting.read(ref, s.segments[key][1]))))
+    assert {"c1", "c2", "c3"} <= set(s.doc.jobs)
+    assert s.rules() == set()
+
+
+def aside_kept() -> Story:
+    """A readmit that lists the children's object again as holding two jobs, not the
+    three it held when it was set aside (one child would never load)."""
+    s, key = _cold_children()
+    s.apply(SetAside(key, "the object is missing"))
+    ref = s.doc.waiting_cold.aside[key].ref
+    doc = transition(s.doc, [Readmit(key)], s.t + 1.0).doc
+    doc.waiting_cold.refs[key] = _replace(ref, count=2)
+    doc.waiting_cold._frags[key] = msgspec.json.encode(doc.waiting_cold.refs[key])
+    doc.waiting_cold._section = None
+    s._land(doc)
+    assert decode(s.landed[-1].data).waiting_cold.refs[key].count == 2
+    return s
+
+
+def test_a_set_aside_reference_dropped_without_a_readmit_is_aside_kept() -> None:
+    s, key = _cold_children()
+    s.apply(SetAside(key, "the object is missing"))
+    doc = s.doc.copy()
+    del doc.waiting_cold.aside[key]  # gone, children and all
+    doc.waiting_cold._section = None
+    doc.version += 1
+    s._land(doc)
+    assert Rule.ASIDE_KEPT in s.rules()  # (with the rules of the children it took)
+
+
 def waiting_one_place() -> Story:
     s, key = _cold_children()
     ref = s.doc.waiting_cold.refs[key]
@@ -905,6 +1037,7 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.DEAD_AT_MAX_ATTEMPTS: dead_at_max_attempts,
     Rule.NOT_EARLY: not_early,
     Rule.DELAY_KEPT: delay_kept,
+    Rule.NOT_LATE: not_late,
     Rule.PRIORITY_ORDER: priority_order,
     Rule.TICK_ONCE: tick_once,
     Rule.TICK_KEPT: tick_kept,
@@ -916,6 +1049,7 @@ BROKEN: dict[Rule, Callable[[], Story]] = {
     Rule.SEGMENT_WRITTEN: segment_written,
     Rule.SEGMENT_DELETED_UNREFERENCED: segment_deleted_unreferenced,
     Rule.ONE_PLACE: one_place,
+    Rule.ASIDE_KEPT: aside_kept,
     Rule.DEAD_RETRIED_ONCE: dead_retried_once,
     Rule.WAITING_ONE_PLACE: waiting_one_place,
     Rule.SEALED_KEPT: sealed_kept,

@@ -56,6 +56,11 @@ FAMILY_EXERCISED = {
     "sealed objects": "finished-seal",
     "children of sealed parents": "waiting-cold",
     "dead jobs retried": "dead-segments",
+    "dead objects set aside": "dead-segments",
+    "dead objects readmitted": "dead-segments",
+    "waiting objects set aside": "waiting-cold",
+    "waiting objects readmitted": "waiting-cold",
+    "delayed loads timed": "delayed-spill",
 }
 #: a chunk this big (the default's chunks are 40 seeds) has a case of each
 EXERCISED_MIN_SEEDS = 40
