@@ -109,3 +109,34 @@ async def test_with_nothing_delayed_a_commit_plans_no_delayed_work() -> None:
         assert not broker.document.delayed
         assert planned == []
         assert manager.counters.spills == 0
+
+
+class SleepOnly:
+    """A clock of one's own with no ``call_later``: the delayed manager's timer
+    falls back to a sleeping task, as the commit loop's does."""
+
+    def __init__(self, inner: ManualClock) -> None:
+        self.inner = inner
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def monotonic(self) -> float:
+        return self.inner.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+async def test_a_clock_without_call_later_still_loads_delayed_objects_ahead() -> None:
+    manual = ManualClock(T0)
+    async with Broker(MemoryStorage(), config(), clock=SleepOnly(manual)) as broker:
+        ids = await push(broker, [1000.0 + i for i in range(8)])
+        await broker.segments.settled()
+        assert not broker.document.jobs
+        assert broker.document.delayed
+        manual.advance(990.0)  # the lead before the first is due: only the timer loads
+        for _ in range(30):
+            await asyncio.sleep(0)
+        await broker.segments.settled()
+        assert ids[0] in broker.document.jobs  # (no timer armed: still in its object)

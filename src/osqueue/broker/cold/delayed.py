@@ -286,12 +286,16 @@ class DelayedManager:
         at = self._clock.monotonic() + delay_s
         if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
             return  # an earlier timer replans anyway
-        call_later = getattr(self._clock, "call_later", None)
-        if call_later is None:
-            return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer, self._timer_at = call_later(delay_s, self._fired), at
+        call_later = getattr(self._clock, "call_later", None)
+        if call_later is not None:
+            self._timer = call_later(delay_s, self._fired)
+        else:  # a clock with sleep only (as the commit loop's timer falls back to)
+            sleeper = asyncio.ensure_future(self._clock.sleep(delay_s))
+            sleeper.add_done_callback(lambda f: None if f.cancelled() else self._fired())
+            self._timer = sleeper
+        self._timer_at = at
 
     def _fired(self) -> None:
         self._timer = self._timer_at = None
