@@ -86,3 +86,15 @@ class Wrapped:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+class Counting(Wrapped):
+    """A storage wrapper that records the keys read with ``get``."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.gets: list[str] = []
+
+    async def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return await self.inner.get(key)

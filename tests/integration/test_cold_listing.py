@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import Wrapped, backend_url
+from backends import Counting, backend_url
 from cold_helpers import cold_config, fan_in, kill
 from typer.testing import CliRunner, Result
 
@@ -172,18 +172,6 @@ async def test_the_jobs_command_lists_pages_and_reads_dead_and_waiting_jobs_in_o
         everything = await asyncio.to_thread(invoke, "jobs", url, "-n", "0", "--json")
         ids = {json.loads(line)["id"] for line in everything.stdout.splitlines()}
         assert ids >= {*dead, *children}
-
-
-class Counting(Wrapped):
-    """A storage wrapper that records the keys read with ``get``."""
-
-    def __init__(self, inner: Storage) -> None:
-        super().__init__(inner)
-        self.gets: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.gets.append(key)
-        return await self.inner.get(key)
 
 
 async def test_a_whole_listing_of_many_pages_reads_each_dead_or_waiting_object_once(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, Wrapped, backend_url
+from backends import BACKENDS, Counting, Wrapped, backend_url
 from segment_helpers import config
 
 from osqueue.api import NewJob, Stats
@@ -63,18 +63,6 @@ async def run_all(broker: Broker) -> list[str]:
         for job in jobs:
             await q.complete(job)
         got.extend(job.id for job in jobs)
-
-
-class Counting(Wrapped):
-    """A storage wrapper that records the keys read with ``get``."""
-
-    def __init__(self, inner: Storage) -> None:
-        super().__init__(inner)
-        self.gets: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.gets.append(key)
-        return await self.inner.get(key)
 
 
 async def test_a_fan_in_leaves_the_document_and_runs_once_after_its_parent(url: str) -> None:

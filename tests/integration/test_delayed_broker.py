@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, Wrapped, backend_url
+from backends import BACKENDS, Counting, backend_url
 from segment_helpers import DELAYED_T0 as T0
 from segment_helpers import delayed_config as config
 
@@ -34,18 +34,6 @@ from osqueue.storage.port import Storage
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with backend_url(request, request.param, tmp_path, "delayed") as found:
         yield found
-
-
-class Counting(Wrapped):
-    """A storage wrapper that records the keys read with ``get``."""
-
-    def __init__(self, inner: Storage) -> None:
-        super().__init__(inner)
-        self.gets: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.gets.append(key)
-        return await self.inner.get(key)
 
 
 async def stored(storage: Storage) -> Document:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, Wrapped, backend_url
+from backends import BACKENDS, Counting, backend_url
 from segment_helpers import config
 
 from osqueue.api import NewJob
@@ -21,7 +21,6 @@ from osqueue.errors import JobNotFound
 from osqueue.ids import new_id
 from osqueue.state.finished_refs import FINISHED_PREFIX
 from osqueue.storage import from_url
-from osqueue.storage.port import Storage
 
 
 def sealing(**kw: object) -> BrokerConfig:
@@ -32,16 +31,6 @@ def sealing(**kw: object) -> BrokerConfig:
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with backend_url(request, request.param, tmp_path, "parents") as found:
         yield found
-
-
-class Counting(Wrapped):
-    def __init__(self, inner: Storage) -> None:
-        super().__init__(inner)
-        self.gets: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.gets.append(key)
-        return await self.inner.get(key)
 
 
 async def finish(broker: Broker, n: int, *, result: bool) -> list[str]:

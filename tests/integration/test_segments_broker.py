@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import BACKENDS, Wrapped, backend_url
+from backends import BACKENDS, Counting, backend_url
 from segment_helpers import SMALL, config
 
 import osqueue
@@ -58,18 +58,6 @@ async def drain(broker: Broker) -> list[str]:
             await q.complete(job)
         got.extend(job.id for job in jobs)
     return got
-
-
-class Counting(Wrapped):
-    """A storage wrapper that records the keys read with ``get``."""
-
-    def __init__(self, inner: Storage) -> None:
-        super().__init__(inner)
-        self.gets: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.gets.append(key)
-        return await self.inner.get(key)
 
 
 async def test_spilled_jobs_load_back_in_claim_order_across_priorities(url: str) -> None:
