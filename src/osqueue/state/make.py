@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from osqueue.api import Job, NewJob, ScheduleSpec, SettingsChange
+from osqueue.api import DeadOptions, Job, NewJob, ScheduleSpec, SettingsChange
 from osqueue.errors import InvalidInput
 from osqueue.ids import new_id
 from osqueue.state import deps, validate
@@ -189,6 +189,19 @@ def max_segments(value: int | None) -> int | None:
     if value is None:
         return None
     return validate.count(value, "max_segments", maximum=2**31 - 1)
+
+
+def dead_call(ids: Sequence[str] | None, options: DeadOptions) -> tuple[DeadFilter, int | None]:
+    """A client's ``retry_dead``/``purge_dead`` call: its filter and its page of dead
+    segments, both checked (the in-process and the remote client)."""
+    f = dead_filter(
+        ids,
+        queue=options.get("queue"),
+        error=options.get("error"),
+        since=options.get("since"),
+        until=options.get("until"),
+    )
+    return f, max_segments(options.get("max_segments"))
 
 
 def schedule(name: str, spec: ScheduleSpec, max_payload_bytes: int | None = None) -> PutSchedule:

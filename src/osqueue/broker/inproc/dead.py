@@ -72,14 +72,7 @@ class DeadCalls:
         return out
 
     async def _act(self, retry: bool, ids: Sequence[str] | None, options: DeadOptions) -> int:
-        f = make.dead_filter(
-            ids,
-            queue=options.get("queue"),
-            error=options.get("error"),
-            since=options.get("since"),
-            until=options.get("until"),
-        )
-        pages = make.max_segments(options.get("max_segments"))
+        f, pages = make.dead_call(ids, options)
         return await self.act(f, retry=retry, progress=options.get("progress"), max_segments=pages)
 
     async def act(

@@ -76,13 +76,6 @@ def dead_request(ids: Sequence[str] | None, options: DeadOptions) -> pb.DeadRequ
     those the filters of ``options`` admit, and its page of dead segments.  ``all``
     is set only with no filter: a broker that knows no filters then acts on no
     job rather than on every one."""
-    f = make.dead_filter(
-        ids,
-        queue=options.get("queue"),
-        error=options.get("error"),
-        since=options.get("since"),
-        until=options.get("until"),
-    )
-    pages = make.max_segments(options.get("max_segments"))
+    f, pages = make.dead_call(ids, options)
     extra = {} if pages is None else {"max_segments": pages}
     return to_pb(f, pb.DeadRequest, all=f.ids is None and f.plain, **extra)
