@@ -199,6 +199,8 @@ class CommitLoop:
         await asyncio.sleep(0)
         if self._intake.pending or self._intake.urgent or self._life.closing:
             return
+        if waiters.parked:  # a claim that parked during the yield missed the last wake-up
+            waiters.wake(lease.doc)
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
         doc = lease.doc
