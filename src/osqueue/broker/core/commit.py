@@ -180,8 +180,6 @@ class CommitLoop:
 
     async def _idle_wait(self) -> None:
         waiters, lease = self._waiters, self._lease
-        if waiters.parked:
-            waiters.wake(lease.doc)
         if self._intake.urgent and not self._intake.pending:
             # The broker's own load or spill is ready, and the callers the last commit
             # answered have not run yet: let them send their next ops first, so those
@@ -199,7 +197,9 @@ class CommitLoop:
         await asyncio.sleep(0)
         if self._intake.pending or self._intake.urgent or self._life.closing:
             return
-        if waiters.parked:  # a claim that parked during the yield missed the last wake-up
+        # Parked claims, once before idling: one parked during the yield missed the
+        # last commit's wake-up (each early return above leads to a commit's own).
+        if waiters.parked:
             waiters.wake(lease.doc)
         mono = self._clock.monotonic()
         timeout = self._renew_s - (mono - lease.written_at)
