@@ -74,7 +74,7 @@ from osqueue.state import (
     jobs_ahead,
 )
 from osqueue.state.cold_delayed import DELAYED_PREFIX
-from osqueue.state.planning import cold_idle
+from osqueue.state.planning import cold_idle, sizes_changed
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -209,10 +209,11 @@ class SegmentManager:
         self._quiet.set()
 
     def _count_claims(self, t: Transition) -> None:
-        """The claim demand after ``t`` (a rise changes the sizes: the spill memos are void)."""
+        """The claim demand after ``t`` (new sizes void the spill memos they make wrong)."""
+        old = self._policy
         if self._demand.after_commit(t.claimed):
             self._policy = self._demand.policy
-            t.doc.spill_scanned.clear()
+            sizes_changed(t.doc, old, self._policy)
 
     @property
     def busy(self) -> bool:
