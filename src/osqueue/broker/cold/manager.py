@@ -480,8 +480,9 @@ def _parts_busy(m: SegmentManager) -> bool:
 
 def _compactor(m: SegmentManager) -> Compactor:
     """The compactions of ``m``'s broker (sharing its storage, cache, side tasks,
-    keys being written, deletes and set-asides)."""
-    return Compactor(
+    keys being written, deletes and set-asides); told of the objects its spills
+    write (small ones are merged as written, not read back)."""
+    compactor = Compactor(
         m._storage,
         cache=m.cache,
         retry=m._retry,
@@ -494,6 +495,8 @@ def _compactor(m: SegmentManager) -> Compactor:
         broken=m._set_aside,
         changed=m._check_quiet,
     )
+    m.spills.wrote = compactor.wrote
+    return compactor
 
 
 def _dead_part(m: SegmentManager) -> DeadLetterManager:
