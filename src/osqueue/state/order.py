@@ -42,13 +42,6 @@ def next_in_order(
     job sits in a segment, ``(None, "", its stream)``: the claim stops there.
     With a ``gate``, a queue's next job is the first whose group has room."""
     index, jobs = doc.index, doc.jobs
-    if gate is None and len(queues) == 1:  # one queue (a worker's usual claim): no loop
-        (q,) = queues
-        entry = index.head(q, jobs)
-        barrier = barriers.get(q) if barriers else None
-        if barrier is not None and (entry is None or entry > barrier):
-            return None, "", (q, barrier[0])
-        return entry, q if entry is not None else "", None
     best: ReadyEntry | None = None
     best_queue = ""
     stop: Barrier | None = None  # the first barrier in claim order
