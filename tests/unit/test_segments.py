@@ -490,8 +490,9 @@ def test_jobs_ahead_counts_only_jobs_before_the_barrier_up_to_the_limit() -> Non
     ready = sorted((j.priority, j.seq) for j in doc.jobs.values())
     for barrier in [(-1, 0), (0, 11), (0, 40), (1, 2), (2, 0)]:
         expected = sum(1 for e in ready if e < barrier)
-        assert jobs_ahead(doc, "default", barrier, 100) == expected
-        assert jobs_ahead(doc, "default", barrier, 3) == min(3, expected)
+        assert jobs_ahead(doc, "default", barrier, 100) == expected  # (one pass)
+        assert jobs_ahead(doc, "default", barrier, 8) == min(8, expected)  # (one pass)
+        assert jobs_ahead(doc, "default", barrier, 3) == min(3, expected)  # (the walk)
 
 
 def test_load_op_takes_the_next_chunk_and_names_the_job_after_it() -> None:
