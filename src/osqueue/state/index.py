@@ -259,12 +259,12 @@ class Index:
         their seqs: a deep backlog's worth of memory."""
         heap = self.ready.get(queue)
         if heap:
-            live = []
-            for entry in heap:
-                job = jobs.get(entry[2])
-                if job is not None and job.status == "queued" and job.seq == entry[1]:
-                    live.append(entry)
-            heap[:] = live
+            get = jobs.get
+            heap[:] = [
+                e
+                for e in heap
+                if (job := get(e[2])) is not None and job.seq == e[1] and job.status == "queued"
+            ]
             heapq.heapify(heap)
 
     def pop(self, queue: str) -> None:
