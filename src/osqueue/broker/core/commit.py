@@ -37,6 +37,7 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.state import DOCUMENT_KEY, Document, Load, Op, Transition, encode, transition
+from osqueue.state.document import HEAD_SLACK_BYTES
 from osqueue.storage.port import Blob, Storage
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ class CommitLoop:
         self._policy = config.policy()
         self._renew_s = config.renew_interval_s
         self._hold_bytes = config.spill_hold_bytes
+        #: the document this loop last wrote, and that write's size: while the lease
+        #: holds it, the hold's look at the size is an int compare
+        self._sized: tuple[Document | None, int] = (None, 0)
         self._drain_timeout_s = config.drain_timeout_s
         self._counters = counters
         self._retry = retry
@@ -221,11 +225,14 @@ class CommitLoop:
         is above ``spill_hold_bytes``, the next commit waits for them, so it drops the
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
-        written = _writing(self._segments)
-        if written is None:
-            return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
-        if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
+        if doc is None or hold_bytes is None:
+            return
+        sized, size = self._sized
+        if sized is doc and size + HEAD_SLACK_BYTES <= hold_bytes:  # (size_upper's bound)
+            return
+        written = _writing(self._segments)
+        if written is None or doc.size_upper() <= hold_bytes:
             return
         mono = self._clock.monotonic()
         budget = self._renew_s - (mono - self._lease.written_at)
@@ -341,6 +348,7 @@ class CommitLoop:
 
     def _committed(self, t: Transition, futures: Futures, size: int, lead: int) -> None:
         """``t`` is durable (the lease holds it): answer its ops, pass on what it leaves."""
+        self._sized = (t.doc, size)
         c = self._counters
         c.commits += 1
         c.ops += len(futures)
