@@ -156,13 +156,21 @@ async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) ->
         assert server.broker is not None
         losing = LosesFirstAnswer(BrokerCalls(server.broker))
         server.server.service.attach(losing)  # type: ignore[arg-type]
-        async with connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client:
+        # A lost answer is noticed by its attempt's timeout: a short one for the
+        # client whose push and completion lose theirs (retrying them is safe).  The
+        # claim goes through a client with the usual timeout: a claim whose answer
+        # came later than that (a loaded machine) would leave its job to the lost
+        # attempt, and the retry would find none.
+        async with (
+            connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client,
+            connect(queue_url, config=fast_config()) as worker,
+        ):
             job_id = await client.push(b"once")
             assert losing.lost == ["push"]
             doc = await read_document(queue_url)
             assert list(doc.jobs) == [job_id]
             assert doc.stats.pushed == 1
-            [job] = await client.claim("w")
+            [job] = await worker.claim("w")
             await client.complete(job)  # its answer is lost too; the retry is accepted
             assert losing.lost == ["push", "complete"]
             doc = await read_document(queue_url)
