@@ -213,8 +213,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="dead-retry-keeps-its-segment",
         file="state/cold_dead.py",
-        original="    doc.dead.replace(old, keep)\n",
-        replacement="    doc.dead.replace(old, keep if keep is not None else old)\n",
+        original="    doc.dead.swap(old, keep)\n",
+        replacement="    doc.dead.swap(old, keep if keep is not None else old)\n",
         family="dead segments",
         models="a retry of a whole dead segment references the retried jobs and keeps the "
         "dead reference too (each job then in two places, retried again by the next retry)",
