@@ -249,10 +249,10 @@ def test_twenty_thousand_dead_dedupe_jobs_spilled_leave_the_document_small() -> 
     ops: list[SpillDead] = [plan.build(f"u{k}")[0] for k, plan in enumerate(plans)]
     doc, results = apply(doc, ops, T0 + 3, policy)
     assert sum(r.n for r in results if isinstance(r, Counted)) == n - 10
-    assert len(doc.recent) == 0
     size = len(encode(doc))
     assert size == doc.size_bytes()
     assert size < n * 29 / 4  # tombstones alone would be 29 bytes a job
     assert size < 60_000  # about 1.25 bytes of filter a job, plus the 10 kept jobs
+    assert len(doc.recent) == 0
     (res,) = transition(doc, [Push(id=ids[123], payload=b"p", queue="q")], T0 + 4, policy).results
     assert isinstance(res, ReadToConfirm)
