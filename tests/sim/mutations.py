@@ -263,6 +263,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         "object's reference (each child in two places)",
     ),
     Mutation(
+        name="cold-dedupe-confirm-misses",
+        file="broker/cold/dedupe.py",
+        original=(
+            "        if any(job.id == job_id and job.created_at.timestamp() >= since"
+            " for job in jobs):\n"
+        ),
+        replacement="        if False:\n",
+        family="pushes applied once",
+        models="the broker reads the object of waiting children (or dead segment) whose "
+        "filter may hold a retried push's id, misses the job there, and applies the push "
+        "again (a second job)",
+    ),
+    Mutation(
         name="seal-writes-entries-without-results",
         file="state/finished_objects.py",
         original="    encoded = lines if lines is not None else [_encode(e) for e in entries]\n",
