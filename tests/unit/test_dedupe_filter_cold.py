@@ -211,6 +211,19 @@ def test_a_waiting_filter_follows_settles_and_answers_while_set_aside() -> None:
     assert res.keys == (ref.key,)
 
 
+def test_a_waiting_filter_is_dropped_after_the_window() -> None:
+    doc, _ = waiting_doc()
+    ref = next(iter(doc.waiting_cold))
+    window = WAITING_POLICY.dedupe_window_s
+    late = T0 + 1.25 * window + 2
+    doc, _ = apply(doc, [], late, WAITING_POLICY)  # the sweep prunes
+    assert doc.waiting_cold.filtered == {}
+    assert all(r.id_filter == () and r.dedupe_created is None for r in doc.waiting_cold)
+    assert doc.waiting_cold.refs[ref.key].after == ref.after  # only the filter goes
+    doc, (res,) = apply(doc, [Push(id=ref.min_id, payload=b"p")], late, WAITING_POLICY)
+    assert res == Pushed(ref.min_id, True)  # as for any id past its window
+
+
 def test_a_cancelled_cold_child_leaves_a_tombstone_when_its_load_skips_it() -> None:
     doc, store = waiting_doc()
     ref = next(iter(doc.waiting_cold))
