@@ -239,15 +239,7 @@ class CommitLoop:
         if budget <= 0:
             return
         self._segments.counters.held_commits += 1
-        waits = {
-            asyncio.ensure_future(written()),
-            asyncio.ensure_future(self._clock.sleep(budget)),
-        }
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
+        await _first_of(written(), self._clock.sleep(budget))
 
     # ------------------------------------------------------------------ writing
 
@@ -405,6 +397,16 @@ class CommitLoop:
         )
         self._intake.fail_pending(exc)
         self._waiters.release()
+
+
+async def _first_of(*waits: Awaitable[None]) -> None:
+    """Return once the first of ``waits`` is done (the others are cancelled)."""
+    futures = {asyncio.ensure_future(w) for w in waits}
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in futures:
+            waiting.cancel()
 
 
 def _writing(segments: SegmentManager) -> Callable[[], Awaitable[None]] | None:
