@@ -219,6 +219,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         models="a retry of a whole dead segment references the retried jobs and keeps the "
         "dead reference too (each job then in two places, retried again by the next retry)",
     ),
+    Mutation(
+        name="dead-aside-forgotten",
+        file="state/cold_dead.py",
+        original="    dead.set_aside(DeadAside(ref, op.reason[:1000], to_datetime(now)))\n",
+        replacement="    dead.swap(ref, None)\n",
+        family="set-asides (I13)",
+        models="a dead segment whose object is missing or broken is dropped from the document "
+        "instead of set aside (its jobs forgotten: nothing to readmit once the object is back)",
+    ),
     # ------------------------------------------------------------ delayed jobs in objects (I8)
     Mutation(
         name="delayed-load-forgets-run-at",
