@@ -22,7 +22,10 @@ from osqueue.state import DOCUMENT_KEY, Document, decode
 from osqueue.storage import from_url
 
 #: Long enough that an idle broker never renews its lease during a test, so the
-#: document's version moves only when an op commits.
+#: document's version moves only when an op commits.  No renewal wakes the idle
+#: commit loop either: a parked claim or ``result()`` that misses its wake-up
+#: waits out its whole wait, so a test's own timeout catches a lost wake-up (a
+#: default lease would hide it behind the next renewal, a third of the lease on).
 QUIET_LEASE_S = 3600.0
 
 

@@ -156,13 +156,21 @@ async def test_a_retried_push_after_a_lost_answer_exists_once(queue_url: str) ->
         assert server.broker is not None
         losing = LosesFirstAnswer(BrokerCalls(server.broker))
         server.server.service.attach(losing)  # type: ignore[arg-type]
-        async with connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client:
+        # A lost answer is noticed by its attempt's timeout: a short one for the
+        # client whose push and completion lose theirs (retrying them is safe).  The
+        # claim goes through a client with the usual timeout: a claim whose answer
+        # came later than that (a loaded machine) would leave its job to the lost
+        # attempt, and the retry would find none.
+        async with (
+            connect(queue_url, config=fast_config(rpc_timeout_s=0.5)) as client,
+            connect(queue_url, config=fast_config()) as worker,
+        ):
             job_id = await client.push(b"once")
             assert losing.lost == ["push"]
             doc = await read_document(queue_url)
             assert list(doc.jobs) == [job_id]
             assert doc.stats.pushed == 1
-            [job] = await client.claim("w")
+            [job] = await worker.claim("w")
             await client.complete(job)  # its answer is lost too; the retry is accepted
             assert losing.lost == ["push", "complete"]
             doc = await read_document(queue_url)
@@ -276,14 +284,20 @@ async def test_a_call_cut_off_by_the_close_of_its_dropped_channel_is_retried(
     on a new channel, not a ``CancelledError`` in a task nobody cancelled (a
     Worker's claim loop would take a claim ended so for its own stop); the
     caller's own cancellation still propagates."""
-    async with BrokerServer(
-        memory_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
-    ) as server:
+    async with (
+        BrokerServer(
+            memory_url, ServerConfig(listen="127.0.0.1:0"), quiet_broker_config()
+        ) as server,
+        connect(memory_url, config=fast_config()) as helper,
+    ):
+        # ``client`` (its grace of 0.5 s) makes the long polls only: a claim or a
+        # push of its own that answered later than that (a loaded machine) would
+        # fail over (one more connection) and a claim would lose its job.
         client = await connect(memory_url, config=fast_config(rpc_timeout_s=0.5))
         assert isinstance(client, RemoteClient)
         try:
-            job_id = await client.push(b"p", result_ttl_s=600.0)
-            (job,) = await client.claim("w")
+            job_id = await helper.push(b"p", result_ttl_s=600.0)
+            (job,) = await helper.claim("w")
             parkings = Parkings(server)
             waiting = asyncio.ensure_future(client.result(job_id, wait_s=30.0))
             await parkings.wait(1)
@@ -294,10 +308,10 @@ async def test_a_call_cut_off_by_the_close_of_its_dropped_channel_is_retried(
             await asyncio.wait({waiting, parked_again}, return_when=asyncio.FIRST_COMPLETED)
             assert not waiting.done(), "the cut-off long poll ended instead of being retried"
             assert client.connects == 2
-            await client.complete(job, result="after the cut")
+            await helper.complete(job, result="after the cut")
             assert (await asyncio.wait_for(waiting, 10.0)).value == "after the cut"
 
-            other = await client.push(b"q", result_ttl_s=600.0)
+            other = await helper.push(b"q", result_ttl_s=600.0)
             mine = asyncio.ensure_future(client.result(other, wait_s=30.0))
             await parkings.wait(3)
             mine.cancel()

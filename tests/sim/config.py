@@ -131,6 +131,9 @@ class SimConfig:
     #: (sim.damage: set aside by the broker, restored and readmitted by an operator)
     damage: tuple[str, ...] = ()
     damages: int = 0
+    #: rounds in which acknowledged pushes of jobs that left the document are sent
+    #: again (sim.resend: the dedupe of jobs in cold objects, or gone)
+    resends: int = 0
     # Cold delayed jobs (the "delayed-spill" family; docs/segments.md, "Delayed jobs")
     #: a pushed job's delay is drawn up to this (when it is drawn at all: delay_rate)
     delay_max_s: float = 5.0
@@ -449,7 +452,8 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
     """Jobs die into dead segments (a queue keeps one or two dead jobs in the
     document) and the operator retries all of them, a segment per commit, under
     broker crashes (in commits and around segment writes), lost answers and
-    takeovers."""
+    takeovers; acknowledged pushes are sent again once their jobs left (sim.resend:
+    the dead segments' id filters answer)."""
     s = _spilling(c, rng)
     side = _side(c.seed, "dead")
     return _mix(
@@ -465,6 +469,8 @@ def dead_segments(c: SimConfig, rng: random.Random) -> SimConfig:
         # a dead segment lost or corrupted two or three times (a side draw of its own)
         damage=("dead/",),
         damages=_side(c.seed, "damage").choice((2, 3)),
+        resends=_side(c.seed, "resend").choice((4, 8)),
+        dedupe_window_s=600.0,  # (pushes are sent again well after their jobs left)
         answer_lost=max(0.03, s.answer_lost),
         nemesis=_nemesis(s, broker_crash=0.03, broker_crash_in_commit=0.03, segment_crash=0.05),
     )
@@ -501,7 +507,9 @@ def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
     """Dependencies with tiny thresholds: waiting children move to objects and come
     back as their parents end (or fail), under crashes around those writes, in
     commits, lost answers and takeovers; the record is sealed every few
-    completions too, so children name parents the broker reads in sealed objects."""
+    completions too, so children name parents the broker reads in sealed objects;
+    acknowledged pushes are sent again once their jobs left (sim.resend: the
+    objects' id filters answer)."""
     s = scheduling(c, rng)
     side = _side(c.seed, "waiting")
     sealing = _side(c.seed, "waiting-sealed")
@@ -517,6 +525,8 @@ def waiting_cold(c: SimConfig, rng: random.Random) -> SimConfig:
         # an object of waiting children lost or corrupted two or three times (a side draw)
         damage=("waiting/",),
         damages=_side(c.seed, "damage").choice((2, 3)),
+        resends=_side(c.seed, "resend").choice((4, 8)),
+        dedupe_window_s=600.0,  # (pushes are sent again well after their jobs left)
         finished_seal_above_entries=sealing.randint(1, 3),
         finished_object_entries=sealing.randint(1, 4),
         nemesis=_nemesis(s, waiting_crash=0.1, broker_stop=0.02),

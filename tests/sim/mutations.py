@@ -213,11 +213,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="dead-retry-keeps-its-segment",
         file="state/cold_dead.py",
-        original="    doc.dead.replace(old, keep)\n",
-        replacement="    doc.dead.replace(old, keep if keep is not None else old)\n",
+        original="    doc.dead.swap(old, keep)\n",
+        replacement="    doc.dead.swap(old, keep if keep is not None else old)\n",
         family="dead segments",
         models="a retry of a whole dead segment references the retried jobs and keeps the "
         "dead reference too (each job then in two places, retried again by the next retry)",
+    ),
+    Mutation(
+        name="dead-aside-forgotten",
+        file="state/cold_dead.py",
+        original="    dead.set_aside(DeadAside(ref, op.reason[:1000], to_datetime(now)))\n",
+        replacement="    dead.swap(ref, None)\n",
+        family="set-asides (I13)",
+        models="a dead segment whose object is missing or broken is dropped from the document "
+        "instead of set aside (its jobs forgotten: nothing to readmit once the object is back)",
     ),
     # ------------------------------------------------------------ delayed jobs in objects (I8)
     Mutation(
@@ -261,6 +270,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         family="waiting children in objects",
         models="a load of waiting children takes them into the document and keeps the "
         "object's reference (each child in two places)",
+    ),
+    Mutation(
+        name="cold-dedupe-confirm-misses",
+        file="broker/cold/dedupe.py",
+        original=(
+            "        if any(job.id == job_id and job.created_at.timestamp() >= since"
+            " for job in jobs):\n"
+        ),
+        replacement="        if False:\n",
+        family="pushes applied once",
+        models="the broker reads the object of waiting children (or dead segment) whose "
+        "filter may hold a retried push's id, misses the job there, and applies the push "
+        "again (a second job)",
     ),
     Mutation(
         name="seal-writes-entries-without-results",

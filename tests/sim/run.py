@@ -44,6 +44,7 @@ from sim.history import History, Kind, Outcome, Problem, Violation, parse_archiv
 from sim.loop import SimulationStuck, run_virtual
 from sim.node import EPOCH_S
 from sim.realstore import RealServer
+from sim.resend import Resender
 from sim.results import sim_ttl
 from sim.store import PAUSED, Call, CrashTrigger, FaultRates, Phase, SharedStore
 
@@ -264,6 +265,8 @@ class Sim:
             self._spawn(Operator(self, "operator").run, "operator")
         if cfg.damages and cfg.damage:  # cold objects lost or corrupted (sim.damage)
             self._spawn(Damager(self, "damager").run, "damager")
+        if cfg.resends:  # acknowledged pushes sent again (sim.resend)
+            self._spawn(Resender(self, "resender").run, "resender")
         self._spawn(self._nemesis, "nemesis")
         await asyncio.sleep(cfg.fault_phase_s)
         self._heal()

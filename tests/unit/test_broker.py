@@ -30,7 +30,7 @@ from osqueue.errors import (
     ShuttingDown,
     StorageError,
 )
-from osqueue.state import DOCUMENT_KEY, decode, encode, make
+from osqueue.state import DOCUMENT_KEY, ClaimOp, Push, decode, encode, make
 from osqueue.storage import FileStorage, MemoryStorage, from_url
 from osqueue.storage.port import Blob, Capabilities, Storage
 
@@ -643,6 +643,31 @@ async def test_long_poll_claim_answers_right_after_the_commit_that_makes_a_job_c
         job_id = await q.push(b"now", queue="later")
         (job,) = await asyncio.wait_for(waiting, 5.0)
         assert job.id == job_id
+
+
+async def test_a_long_poll_answered_empty_by_the_commit_that_pushes_its_job_gets_the_job() -> None:
+    """The claim and the push land in one commit, the claim first: its own claim
+    finds nothing, and it parks only once that commit answered it (the commit's
+    wake-up found nothing parked).  It parks while the commit loop yields, so the
+    loop must look at it before idling, not at the lease renewal (an hour's lease
+    on a manual clock: never) or when its wait runs out."""
+    store = Scripted(MemoryStorage())
+    async with osqueue.Broker(store, config(lease_s=3600.0), clock=ManualClock()) as broker:
+        q = broker.client()
+        store.gate.clear()  # the next commit waits in its write: the two ops queue behind it
+        writing = asyncio.ensure_future(q.push(b"other", queue="other"))
+        await _turns()
+        waiting = asyncio.ensure_future(q.claim("w", ["late"], wait_s=30.0))
+        pushing = asyncio.ensure_future(q.push(b"late", queue="late"))
+        await _turns()
+        assert [type(op) for op in broker._intake.pending] == [ClaimOp, Push]
+        store.gate.set()
+        await _turns()
+        assert writing.done()
+        assert pushing.done()
+        assert waiting.done()
+        (job,) = waiting.result()
+        assert job.id == pushing.result()
 
 
 async def test_long_poll_wakes_for_a_delayed_job_when_it_comes_due() -> None:

@@ -27,6 +27,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.cold_waiting import build, plan_loads, plan_spills, read
+from osqueue.state.dedupe_filter import ReadToConfirm
 from osqueue.state.ops import Counted, LoadWaiting, Ok, Readmit, SetAside
 from osqueue.state.waiting_refs import WaitingRef
 
@@ -188,7 +189,9 @@ def test_a_push_naming_a_cold_child_waits_for_it_and_a_retried_push_of_one_is_kn
     doc = push(doc, "g", "c3")
     assert doc.jobs["g"].status == "waiting"
     doc, (res,) = apply(doc, [Push(id="c2", payload=b"p", after=("p",))], T0, POLICY)
-    assert res == Pushed("c2", False)  # its dedupe tombstone answers
+    # its object's filter answers: the broker reads the object, finds it, says "a retry"
+    assert isinstance(res, ReadToConfirm)
+    assert res.keys == ("waiting/u0.jsonl",)
     assert "c2" not in doc.jobs
 
 

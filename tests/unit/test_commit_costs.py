@@ -190,6 +190,27 @@ def test_the_lease_hands_the_same_owner_until_something_in_it_changes() -> None:
     assert lease.owner(T0 + 0.002, closing=False, epoch=9).epoch == 9
 
 
+def test_a_commit_within_a_millisecond_of_the_last_names_the_same_owner() -> None:
+    clock = ManualClock(start=T0)
+    counters = BrokerCounters()
+    lease = _lease(clock, counters)
+    first = lease.owner(T0, closing=False, mono=5.0)
+    # the next millisecond's commits: the same owner, its lease at most 1 ms short
+    assert lease.owner(T0 + 0.0009, closing=False, mono=5.0009) is first
+    counters.workers.claimed("w-1", ("q",), T0 + 0.0009)  # a new worker: shown at once
+    with_worker = lease.owner(T0 + 0.0009, closing=False, mono=5.0009)
+    assert [w.worker for w in with_worker.workers] == ["w-1"]
+    assert lease.owner(T0 + 0.001, closing=False, mono=5.001) is with_worker
+    later = lease.owner(T0 + 0.003, closing=False, mono=5.003)  # a millisecond on
+    assert later.lease_until == to_datetime(T0 + 10.003)
+    # a closing commit and a new epoch are never the reused one
+    closing = lease.owner(T0 + 0.0031, closing=True, mono=5.0031)
+    assert closing.lease_s == 0.0
+    assert lease.owner(T0 + 0.0032, closing=False, mono=5.0032).lease_s == 10.0
+    lease.epoch += 1
+    assert lease.owner(T0 + 0.0033, closing=False, mono=5.0033).epoch == lease.epoch
+
+
 def test_only_the_broker_s_segment_ops_make_the_intake_urgent() -> None:
     intake = Intake(BrokerConfig(), Lifecycle.__new__(Lifecycle), BrokerCounters())
     intake.mark_archived(3)

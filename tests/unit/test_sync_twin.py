@@ -48,6 +48,11 @@ def test_help_shows_the_async_signature_and_docstring() -> None:
     assert "push_results(self, jobs: 'Sequence[NewJob]') -> 'list[str | OsqueueError]'" in text
     assert "Push a batch; one result per job" in text
     assert "**options: 'Unpack[PushOptions]'" in text
+    # the dead-letter calls take the same filters as the async clients' (queue, error, ...)
+    assert (
+        "retry_dead(self, ids: 'Sequence[str] | None' = None, **options: 'Unpack[DeadOptions]')"
+        in text
+    )
 
 
 def test_the_twin_has_one_name() -> None:
@@ -90,3 +95,15 @@ def test_each_blocking_call_runs_the_clients_method(url: str) -> None:
         assert q.set_queue("q", max_claimed=3).max_claimed == 3
     with pytest.raises(osqueue.ShuttingDown):
         q.stats()  # closed: the loop thread is gone
+
+
+def test_the_blocking_dead_letter_calls_take_the_filters(url: str) -> None:
+    with osqueue.sync.connect(url, embedded=True) as q:
+        for queue in ("a", "a", "b"):
+            q.push(b"x", queue=queue, max_attempts=1)
+        for job in q.claim("w", ["a", "b"], max_jobs=3):
+            q.fail(job, error=f"boom in {job.queue}")
+        assert q.retry_dead(queue="a") == 2
+        assert q.stats().depth == 2
+        assert q.purge_dead(error="boom in b") == 1
+        assert q.purge_dead() == 0

@@ -28,9 +28,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, Unpack
 
-from osqueue.api import NewJob, QueueClient, Scheduling
+from osqueue.api import DeadOptions, NewJob, QueueClient, Scheduling
 from osqueue.client.connect import Connecting, connect
 from osqueue.client.loop_thread import LoopThread
 from osqueue.client.remote.config import RemoteConfig
@@ -47,12 +47,18 @@ class SyncClientProtocol(QueueClient, Scheduling, Protocol):
         """Push a batch; one result per job: its id, or the error that job got."""
         ...
 
-    async def retry_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Put dead jobs back in their queues (all of them when ``ids`` is None)."""
+    async def retry_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Put dead jobs back in their queues: ``ids``, or those the filters admit
+        (:class:`~osqueue.api.DeadOptions`; none: all of them).  A ``progress``
+        callback runs on the client's loop thread."""
         ...
 
-    async def purge_dead(self, ids: Sequence[str] | None = None) -> int:
-        """Delete dead jobs (all of them when ``ids`` is None)."""
+    async def purge_dead(
+        self, ids: Sequence[str] | None = None, **options: Unpack[DeadOptions]
+    ) -> int:
+        """Delete dead jobs: ``ids``, or those the filters admit (none: all)."""
         ...
 
 

@@ -15,8 +15,9 @@ The broker does the I/O between commits; these functions decide (pure):
 
 * ``SpillDead(ref, jobs)``: every job must still be in the document as the
   snapshot saw it (dead, of ``ref``'s queue, seq order) and ``ref`` must
-  describe exactly them.  The jobs leave the document (a dedupe tombstone
-  for each one created within ``dedupe_window_s``, as a ready spill leaves).
+  describe exactly them.  The jobs leave the document; a retried push of one
+  of them pushed with an id is recognised by ``ref``'s filter of those ids
+  (:mod:`osqueue.state.dedupe_filter`), not by a tombstone each.
 * ``SwapDead(old, keep, ready, first_seq)``: the one switch of a retry or a
   purge of a dead segment.  ``old`` must be referenced exactly as given (else
   ``Conflict``: it was retried or purged already), so a retry applied twice
@@ -24,7 +25,9 @@ The broker does the I/O between commits; these functions decide (pure):
   ``first_seq`` must not be behind ``next_seq`` (the commit reserves them).
   ``old``'s reference is replaced by ``keep`` (or dropped), the ready segments
   are referenced in their streams (claims load them in seq order like any
-  spilled backlog), and ``old``'s object is deleted after the commit.
+  spilled backlog), and ``old``'s object is deleted after the commit.  The
+  filters follow the jobs: ``keep``'s and the ready segments' hold their own
+  jobs' ids; a purged dedupe job still in its window leaves a tombstone.
 
 A failed op changes nothing; an object it would have referenced is left to
 the orphan sweep (``dead/`` and ``segments/`` are both swept).
@@ -49,6 +52,7 @@ from osqueue.state.segment_codec import (
     SEGMENT_PREFIX,
     build_segment,
     decode_checked,
+    dedupe_fields,
     encode_segment,
     object_key,
     priority_bounds,
@@ -98,6 +102,7 @@ def make_dead_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: 
         payload_refs=tuple(job.payload_ref for job in jobs if job.payload_ref is not None),
         min_priority=low,
         max_priority=high,
+        **dedupe_fields(jobs),
     )
 
 
@@ -150,11 +155,8 @@ def spill_dead(tx: Host, op: SpillDead) -> OpResult:
         now_job = current.get(job.id)
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the dead spill's snapshot")
-    window_start = tx.now - tx.policy.dedupe_window_s
-    for job in jobs:
+    for job in jobs:  # their ids: the reference's filter (osqueue.state.dedupe_filter)
         doc.drop_job(job.id)
-        if job.dedupe and job.created_at.timestamp() >= window_start:
-            doc.add_tombstone(job.id, job.created_at)
     doc.dead.append(ref)
     return Counted(len(jobs))
 
@@ -176,7 +178,8 @@ def swap_dead(tx: Host, op: SwapDead) -> OpResult:
         taken -= keep.count
     ready = _check_ready(doc, op, taken)
     _forget_retried(doc, op, ready)
-    doc.dead.replace(old, keep)
+    _leave_purged(tx, op, taken - sum(ref.count for ref in ready))
+    doc.dead.swap(old, keep)
     for ref in ready:
         doc.segments.append(ref)
     if ready:
@@ -202,6 +205,24 @@ def _forget_retried(doc: Document, op: SwapDead, ready: Sequence[SegmentRef]) ->
             entry = record.get(job_id)
             if entry is not None and entry.status == "dead":
                 record.remove(job_id)
+
+
+def _leave_purged(tx: Host, op: SwapDead, purged: int) -> None:
+    """The purged dedupe jobs created within ``dedupe_window_s`` leave a tombstone
+    each (``old``'s filter answered for them until now): ``purged`` names at most
+    the ``purged`` jobs taken and not retried, within ``old``'s id bounds."""
+    entries, old = op.purged, op.old
+    if not isinstance(entries, tuple | list) or len(entries) > purged:
+        raise InvalidInput(f"must name at most the {purged} jobs purged", field="purged")
+    window_start = tx.now - tx.policy.dedupe_window_s
+    for i, entry in enumerate(entries):
+        job_id, created = entry if isinstance(entry, tuple | list) and len(entry) == 2 else ("", 0)
+        if not isinstance(job_id, str) or not old.min_id <= job_id <= old.max_id:
+            raise InvalidInput(f"{job_id!r} is not a job of {old.key}", field=f"purged[{i}]")
+        if not isinstance(created, datetime):
+            raise InvalidInput("must be (id, created_at)", field=f"purged[{i}]")
+        if created.timestamp() >= window_start:
+            tx.doc.add_tombstone(job_id, created)
 
 
 def set_aside_dead(dead: DeadLetters, op: SetAside, now: float) -> Ok:
@@ -422,7 +443,8 @@ def plan_swap(
             ready.append(ref)
             objects.append((ref.key, data))
     retried = tuple(job.id for job in taken) if retry else ()
-    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0, retried)
+    purged = () if retry else tuple((job.id, job.created_at) for job in taken if job.dedupe)
+    op = SwapDead(old, keep, tuple(ready), first_seq if retry else 0, retried, purged)
     return Swap(op, tuple(objects), tuple(taken))
 
 

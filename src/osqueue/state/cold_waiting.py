@@ -47,6 +47,7 @@ import msgspec
 from osqueue.api import FinishedStatus
 from osqueue.errors import Conflict, CorruptDocument, InvalidInput, JobNotFound
 from osqueue.state import results as finishing
+from osqueue.state.dedupe_filter import leave_tombstone
 from osqueue.state.document import Document
 from osqueue.state.model import StoredJob, to_datetime
 from osqueue.state.ops import (
@@ -64,6 +65,7 @@ from osqueue.state.ops import (
 from osqueue.state.segment_codec import (
     SegmentLines,
     check_segment,
+    dedupe_fields,
     encode_segment,
     priority_bounds,
 )
@@ -109,6 +111,7 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
         max_seq=max(j.seq for j in jobs),
         min_priority=low,
         max_priority=high,
+        **dedupe_fields(jobs),
     )
 
 
@@ -184,11 +187,8 @@ def spill(host: Host, op: SpillWaiting) -> Counted:
         now_job = current.get(job.id)
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the spill's snapshot")
-    window_start = host.now - host.policy.dedupe_window_s
-    for job in jobs:
+    for job in jobs:  # their ids: the reference's filter (osqueue.state.dedupe_filter)
         doc.drop_job(job.id)
-        if job.dedupe and job.created_at.timestamp() >= window_start:
-            doc.add_tombstone(job.id, job.created_at)
     cold.add(ref)
     return Counted(len(jobs))
 
@@ -268,6 +268,7 @@ def load(host: Host, op: LoadWaiting) -> Counted:
     for job in jobs:
         if job.id in cancelled:
             host.removed.append(job)
+            leave_tombstone(doc, job, host.now, host.policy)  # (its filter answered so far)
             continue
         if job.id in doc.jobs:  # pushed again after its dedupe window: a new job
             continue
@@ -275,6 +276,7 @@ def load(host: Host, op: LoadWaiting) -> Counted:
             finishing.record(host, job, "cancelled")
             host.stats["cancelled"] += 1
             host.removed.append(job)
+            leave_tombstone(doc, job, host.now, host.policy)
             continue
         if ref.after:
             doc.put_job(_replace(job, after=ref.after), host.now)

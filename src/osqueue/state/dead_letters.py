@@ -8,6 +8,8 @@ from typing import Annotated
 
 import msgspec
 
+from osqueue.state.filter_refs import hold_filter
+
 
 class DeadRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One dead segment: an immutable object (``dead/<queue>/...``) holding dead jobs
@@ -41,6 +43,10 @@ class DeadRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     #: a listing pages by (None: a reference written before they were recorded)
     min_priority: int | None = None
     max_priority: int | None = None
+    #: the filter of its dedupe jobs' ids and the newest of their creation times,
+    #: as a ready segment's reference has them (osqueue.state.dedupe_filter): no tombstones
+    id_filter: tuple[str, ...] = ()
+    dedupe_created: datetime | None = None
 
     @property
     def priority(self) -> int:
@@ -65,7 +71,17 @@ class DeadLetters:
     """A document's dead segments, by queue in the order their jobs died, with the
     lookups counts and the payload sweep need (kept in step on every change)."""
 
-    __slots__ = ("_by_key", "_frags", "_section", "aside", "counts", "payloads", "queues")
+    __slots__ = (
+        "_by_key",
+        "_frags",
+        "_section",
+        "aside",
+        "counts",
+        "filter_floor",
+        "filtered",
+        "payloads",
+        "queues",
+    )
 
     def __init__(self, refs: dict[str, list[DeadRef]] | None = None) -> None:
         #: queue -> its references, oldest deaths first
@@ -79,6 +95,10 @@ class DeadLetters:
         self._section: bytes | None = None
         #: object key -> its reference set aside (object missing or broken)
         self.aside: dict[str, DeadAside] = {}
+        #: object key -> its reference (listed or set aside) that carries an id filter,
+        #: and the oldest of their ``dedupe_created`` (:mod:`osqueue.state.dedupe_filter`)
+        self.filtered: dict[str, DeadRef] = {}
+        self.filter_floor: float | None = None
         for queue_refs in (refs or {}).values():
             for ref in queue_refs:
                 self.append(ref)
@@ -92,6 +112,8 @@ class DeadLetters:
         new._frags = dict(self._frags)
         new._section = self._section
         new.aside = dict(self.aside)
+        new.filtered = dict(self.filtered)
+        new.filter_floor = self.filter_floor
         return new
 
     def __bool__(self) -> bool:
@@ -148,9 +170,10 @@ class DeadLetters:
         decoded from the set-aside list): not counted, listed or acted on; its
         payload objects held."""
         if listed:
-            self.replace(entry.ref, None)
+            self.swap(entry.ref, None)
         self.aside[entry.ref.key] = entry
         self.payloads.update(entry.ref.payload_refs)
+        hold_filter(self, entry.ref)  # (a set-aside object's filter still answers)
 
     def readmit(self, key: str) -> DeadRef:
         """Take ``key``'s reference back, in its queue's place by time of death."""
@@ -178,7 +201,11 @@ class DeadLetters:
         self.queues.setdefault(ref.queue, []).append(ref)
         self._index(ref)
 
-    def replace(self, old: DeadRef, new: DeadRef | None) -> None:
+    def replace(self, ref: DeadRef) -> None:
+        """Put ``ref`` in the place of the listed reference with the same key."""
+        self.swap(self._by_key[ref.key], ref)
+
+    def swap(self, old: DeadRef, new: DeadRef | None) -> None:
         """Put ``new`` in the place of ``old`` (None: drop ``old``)."""
         refs = self.queues[old.queue]
         at = next(i for i, r in enumerate(refs) if r.key == old.key)
@@ -196,6 +223,7 @@ class DeadLetters:
         self._frags[ref.key] = _encode(ref)
         self.counts[ref.queue] = self.counts.get(ref.queue, 0) + ref.count
         self.payloads.update(ref.payload_refs)
+        hold_filter(self, ref)
         self._section = None
 
     def _forget(self, ref: DeadRef) -> None:
@@ -209,4 +237,5 @@ class DeadLetters:
         self.payloads.difference_update(ref.payload_refs)
         for entry in self.aside.values():  # (set-aside segments keep theirs)
             self.payloads.update(entry.ref.payload_refs)
+        self.filtered.pop(ref.key, None)
         self._section = None

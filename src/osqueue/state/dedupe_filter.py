@@ -21,10 +21,11 @@ a false positive costs one read and never refuses a new job, and a retried
 push of a cold job is applied once.  A reference set aside is asked too (its
 object cannot be read: the broker then answers the push as a retry, the safe
 side).  Any kind of cold object can carry a filter: it is a tuple of filter
-strings (a merge of objects concatenates them) and a time.  Ready segments
-(``doc.segments``) and delayed objects (``doc.delayed``) do: each keeps its
-references with a filter in ``filtered`` (:func:`hold_filter`), and a push asks
-both (:func:`check`).
+strings (a merge of objects concatenates them) and a time.  Every kind does:
+ready segments (``doc.segments``), delayed objects (``doc.delayed``), dead
+segments (``doc.dead``) and objects of waiting children (``doc.waiting_cold``)
+each keep their references with a filter in ``filtered`` (:func:`hold_filter`),
+and a push asks all four (:func:`check`, :func:`holders`).
 """
 
 from __future__ import annotations
@@ -35,43 +36,20 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from itertools import chain
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from osqueue.errors import Conflict
+from osqueue.state.filter_refs import Filtered as Filtered
+from osqueue.state.filter_refs import FilterHolder as FilterHolder
+from osqueue.state.filter_refs import hold_filter as hold_filter
+from osqueue.state.model import StoredJob
 from osqueue.state.ops import Policy, Push
 
 #: filter bits per id (with HASHES hashes: about 1% false positives)
 BITS_PER_ID = 10
 HASHES = 7
-
-
-class Filtered(Protocol):
-    """A reference to a cold object that may carry a filter (``SegmentRef``,
-    ``DelayedRef``)."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def min_id(self) -> str: ...
-    @property
-    def max_id(self) -> str: ...
-    @property
-    def id_filter(self) -> tuple[str, ...]: ...
-    @property
-    def dedupe_created(self) -> datetime | None: ...
-
-
-class FilterHolder(Protocol):
-    """A kind's references (``Segments``, ``DelayedCold``): those with a filter in
-    ``filtered`` (listed or set aside), the oldest ``dedupe_created`` among them."""
-
-    filtered: dict[str, Any]
-    filter_floor: float | None
-
-    def find(self, key: str) -> Any: ...
-    def replace(self, ref: Any) -> None: ...
 
 
 class ColdKinds(Protocol):
@@ -81,6 +59,16 @@ class ColdKinds(Protocol):
     def segments(self) -> FilterHolder: ...
     @property
     def delayed(self) -> FilterHolder: ...
+    @property
+    def dead(self) -> FilterHolder: ...
+    @property
+    def waiting_cold(self) -> FilterHolder: ...
+
+
+def holders(doc: ColdKinds) -> tuple[FilterHolder, ...]:
+    """Every kind's references that may carry filters: ready segments, delayed
+    objects, dead segments, objects of waiting children."""
+    return (doc.segments, doc.delayed, doc.dead, doc.waiting_cold)
 
 
 class ReadToConfirm(Conflict):
@@ -176,24 +164,20 @@ def newest(times: Iterable[datetime | None]) -> datetime | None:
 
 def check(doc: ColdKinds, op: Push, now: float, policy: Policy) -> None:
     """For a push of an id the document does not hold: raise :class:`ReadToConfirm`
-    if a cold object's filter (ready segments', delayed objects') may hold it and
-    the broker has not read that object (``op.absent_from``)."""
-    segments, delayed = doc.segments.filtered, doc.delayed.filtered
-    if (segments or delayed) and op.dedupe:
+    if a cold object's filter (of any kind: :func:`holders`) may hold it and the
+    broker has not read that object (``op.absent_from``).  A push of a made-up
+    id (no ``dedupe``) pays one check, one with an id a look at each kind."""
+    if op.dedupe and (
+        doc.segments.filtered
+        or doc.delayed.filtered
+        or doc.dead.filtered
+        or doc.waiting_cold.filtered
+    ):
         since = now - policy.dedupe_window_s
-        refs = chain[Filtered](segments.values(), delayed.values())
+        refs = chain[Filtered].from_iterable(h.filtered.values() for h in holders(doc))
         keys = unconfirmed(refs, op.id, since, op.absent_from)
         if keys:
             raise ReadToConfirm(op.id, keys)
-
-
-def hold_filter(holder: FilterHolder, ref: Filtered) -> None:
-    """``ref`` (listed or set aside in ``holder``) answers for its ids, if it has a filter."""
-    created = ref.dedupe_created
-    if ref.id_filter and created is not None:
-        holder.filtered[ref.key] = ref
-        at, floor = created.timestamp(), holder.filter_floor
-        holder.filter_floor = at if floor is None else min(floor, at)
 
 
 def prune(holder: FilterHolder, cutoff: float) -> None:
@@ -211,3 +195,18 @@ def prune(holder: FilterHolder, cutoff: float) -> None:
         else:
             floor = at if floor is None else min(floor, at)
     holder.filter_floor = floor
+
+
+class Tombstones(Protocol):
+    """Where a job that left keeps its dedupe tombstone (a ``Document``)."""
+
+    def add_tombstone(self, job_id: str, created_at: datetime) -> None: ...
+
+
+def leave_tombstone(doc: Tombstones, job: StoredJob, now: float, policy: Policy) -> None:
+    """A cold job leaves for good (cancelled, skipped by its load; purged from a
+    dead segment): a retried push of it (a ``dedupe`` job created within
+    ``dedupe_window_s``) is recognised by a tombstone from now on (its object's
+    filter answered until then)."""
+    if job.dedupe and job.created_at.timestamp() >= now - policy.dedupe_window_s:
+        doc.add_tombstone(job.id, job.created_at)

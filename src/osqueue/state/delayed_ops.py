@@ -32,10 +32,11 @@ import msgspec
 
 from osqueue.errors import Conflict, InvalidInput
 from osqueue.state.cold_delayed import DELAYED_PREFIX, make_delayed_ref, order_key
+from osqueue.state.dedupe_filter import leave_tombstone
 from osqueue.state.document import Document
 from osqueue.state.model import DelayedRef, StoredJob
 from osqueue.state.ops import Counted, LoadDelayed, OpResult, Policy, SpillDelayed
-from osqueue.state.spill import check_lines, leave_tombstone
+from osqueue.state.spill import check_lines
 from osqueue.storage.keys import check_key
 
 _replace = msgspec.structs.replace

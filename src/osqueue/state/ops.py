@@ -315,13 +315,17 @@ class SwapDead(msgspec.Struct, frozen=True):
     (``Conflict``) if ``old`` is not referenced as given or ``first_seq`` is
     behind ``next_seq``, so each job is retried at most once.  ``retried`` names
     the jobs ``ready`` holds: their entries in the record of finished jobs (``dead``)
-    are dropped, so ``result()`` answers them as live again."""
+    are dropped, so ``result()`` answers them as live again.  ``purged`` names
+    the purged jobs pushed with an id (``dedupe``) and their creation times: those
+    created within ``dedupe_window_s`` leave a tombstone (``old``'s filter
+    answered for them so far)."""
 
     old: DeadRef
     keep: DeadRef | None = None
     ready: tuple[SegmentRef, ...] = ()
     first_seq: int = 0
     retried: tuple[str, ...] = ()
+    purged: tuple[tuple[str, datetime], ...] = ()
 
 
 class SpillDelayed(msgspec.Struct, frozen=True):

@@ -49,6 +49,7 @@ from osqueue.state.cold_delayed import (
     readmit_delayed,
     set_aside_delayed,
 )
+from osqueue.state.dedupe_filter import leave_tombstone
 from osqueue.state.document import Document
 from osqueue.state.model import SegmentRef, SetAsideRef, StoredJob, to_datetime
 from osqueue.state.ops import Cancel, Counted, Load, Ok, Policy, Readmit, Removed, SetAside, Spill
@@ -80,14 +81,6 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
     doc.index.compact(ref.queue, doc.jobs)
     segments.append(ref)
     return Counted(len(jobs))
-
-
-def leave_tombstone(doc: Document, job: StoredJob, now: float, policy: Policy) -> None:
-    """A cancelled cold job leaves for good (the load that skips it): a retried push
-    of it (a ``dedupe`` job created within ``dedupe_window_s``) is recognised by a
-    tombstone from now on (its object's filter answered until then)."""
-    if job.dedupe and job.created_at.timestamp() >= now - policy.dedupe_window_s:
-        doc.add_tombstone(job.id, job.created_at)
 
 
 def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:

@@ -80,7 +80,7 @@ def _reclaim_expired(tx: SweepTx, cutoff: datetime, timeout: float) -> None:
 def _prune_recent(tx: SweepTx) -> None:
     doc = tx.doc
     cutoff = tx.now - 1.25 * tx.policy.dedupe_window_s - 1
-    for holder in (doc.segments, doc.delayed):  # filters last as long as tombstones at least
+    for holder in dedupe_filter.holders(doc):  # filters last as long as tombstones at least
         floor = holder.filter_floor
         if floor is not None and floor < cutoff:
             dedupe_filter.prune(holder, cutoff)

@@ -31,6 +31,7 @@ from typing import Annotated
 import msgspec
 
 from osqueue.errors import CorruptDocument
+from osqueue.state.filter_refs import hold_filter
 
 #: Objects of waiting children live under this prefix.
 WAITING_PREFIX = "waiting/"
@@ -69,6 +70,10 @@ class WaitingRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     max_seq: int | None = None
     min_priority: int | None = None
     max_priority: int | None = None
+    #: the filter of its dedupe jobs' ids and the newest of their creation times,
+    #: as a ready segment's reference has them (osqueue.state.dedupe_filter): no tombstones
+    id_filter: tuple[str, ...] = ()
+    dedupe_created: datetime | None = None
 
     @property
     def due(self) -> bool:
@@ -102,6 +107,8 @@ class ColdWaiting:
         "aside",
         "by_parent",
         "due",
+        "filter_floor",
+        "filtered",
         "payloads",
         "refs",
     )
@@ -121,6 +128,10 @@ class ColdWaiting:
         self.due: dict[str, None] = {}
         #: the length of :meth:`framed` (None: measure it), asked by every push
         self._framed_len: int | None = None
+        #: key -> its reference (listed or set aside) that carries an id filter, and
+        #: the oldest of their ``dedupe_created`` (:mod:`osqueue.state.dedupe_filter`)
+        self.filtered: dict[str, WaitingRef] = {}
+        self.filter_floor: float | None = None
         for ref in refs or ():
             self.add(ref)
 
@@ -134,6 +145,8 @@ class ColdWaiting:
         new.aside = dict(self.aside)
         new.due = dict(self.due)
         new._framed_len = self._framed_len
+        new.filtered = dict(self.filtered)
+        new.filter_floor = self.filter_floor
         return new
 
     def __bool__(self) -> bool:
@@ -228,6 +241,7 @@ class ColdWaiting:
         self._frags[ref.key] = _encode(ref)
         self._changed(ref)
         self.payloads.update(ref.payload_refs)
+        hold_filter(self, ref)
         for parent in ref.after:
             self.by_parent.setdefault(parent, {})[ref.key] = None
 
@@ -244,6 +258,9 @@ class ColdWaiting:
             self.refs[ref.key] = ref
             self._frags[ref.key] = _encode(ref)
             self._changed(ref)
+        if ref.key in self.filtered:  # (the filter kept, or dropped by a prune)
+            del self.filtered[ref.key]
+            hold_filter(self, ref)
         if len(old.after) != len(ref.after):
             kept = set(ref.after)
             for parent in old.after:
@@ -259,6 +276,7 @@ class ColdWaiting:
             self.payloads.update(entry.ref.payload_refs)
         for parent in ref.after:
             self._unindex(parent, key)
+        self.filtered.pop(key, None)
         return ref
 
     def set_aside(self, entry: WaitingAside, *, listed: bool = True) -> None:
@@ -272,6 +290,7 @@ class ColdWaiting:
             self._changed(key=key)
         else:
             self.payloads.update(entry.ref.payload_refs)
+            hold_filter(self, entry.ref)
             for parent in entry.ref.after:
                 self.by_parent.setdefault(parent, {})[key] = None
         self.aside[key] = entry

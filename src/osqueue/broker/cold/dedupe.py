@@ -6,8 +6,9 @@ The push transition fails such a push alone with
 cache, checked: a push whose id one of them holds (at a position not loaded
 yet, created within ``dedupe_window_s``) is answered as a retry, the others
 are submitted again with ``absent_from`` naming what was read, and applied.
-A merge or a load meanwhile may ask again (four rounds at most).  See
-docs/segments.md, "Dedupe filter".
+A merge or a load meanwhile may ask again (four rounds at most).  Dead
+segments and objects of waiting children are read whole (:func:`_held_cold`),
+the others through the cache.  See docs/segments.md, "Dedupe filter".
 
 A push naming parents that sealed objects of the record of finished jobs may
 hold fails the same way, with the parents named (``ReadToConfirm.parents``):
@@ -24,9 +25,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from osqueue.errors import JobNotFound
-from osqueue.state import Push, Pushed, Result
+from osqueue.errors import CorruptDocument, JobNotFound, NotFound
+from osqueue.state import Document, Push, Pushed, Result
+from osqueue.state.cold_dead import DEAD_PREFIX
 from osqueue.state.dedupe_filter import ReadToConfirm
+from osqueue.state.model import StoredJob
+from osqueue.state.waiting_refs import WAITING_PREFIX
 
 if TYPE_CHECKING:
     from osqueue.broker.inproc.host import BrokerHost
@@ -67,11 +71,60 @@ async def _confirm(broker: BrokerHost, op: Push, asked: ReadToConfirm) -> Result
             op = await broker.segments.finished.read_parents(op, result, broker.document)
         else:
             since = broker.clock.now() - broker.config.dedupe_window_s
+            cold = [k for k in result.keys if k.startswith((DEAD_PREFIX, WAITING_PREFIX))]
+            hot = [k for k in result.keys if k not in cold]
             cache = broker.segments.cache
-            if await cache.holds_id(op.id, result.keys, lambda: broker.document, since):
+            if (hot and await cache.holds_id(op.id, hot, lambda: broker.document, since)) or (
+                cold and await _held_cold(broker, op.id, cold, since)
+            ):
                 return Pushed(op.id, False)
             op = msgspec.structs.replace(op, absent_from=(*op.absent_from, *result.keys))
         result = await broker.add_op(op)
         if type(result) is not ReadToConfirm:
             return result
     return result
+
+
+async def _held_cold(broker: BrokerHost, job_id: str, keys: Sequence[str], since: float) -> bool:
+    """Whether one of the dead segments or objects of waiting children ``keys``
+    (whose filters may hold ``job_id``) holds it, created at ``since`` or later:
+    read and checked.  Every job of such an object is one a retried push must
+    find (dead, or waiting: cancelled while cold too, as a tombstone would say).
+    An object that cannot be read while its reference stays (missing, broken,
+    set aside) counts as holding it (the safe side: a retry is never applied
+    twice); a key no longer referenced is passed over (swapped by a retry or a
+    purge, or loaded: the push is checked again against what is there now)."""
+    for key in keys:
+        doc = broker.document
+        if doc is None:
+            return True
+        try:
+            jobs = await _read(broker, doc, key)
+        except (NotFound, CorruptDocument):
+            now = broker.document
+            if now is None or _holds(now, key):
+                return True
+            continue
+        if jobs is None:
+            if _holds(doc, key):
+                return True  # set aside: its filter answers alone
+            continue
+        if any(job.id == job_id and job.created_at.timestamp() >= since for job in jobs):
+            return True
+    return False
+
+
+async def _read(broker: BrokerHost, doc: Document, key: str) -> list[StoredJob] | None:
+    """The jobs of the listed dead segment or object of waiting children ``key``
+    (None: not listed), read and checked."""
+    if key.startswith(DEAD_PREFIX):
+        dead = doc.dead.find(key)
+        return None if dead is None else await broker.segments.dead.read(dead)
+    waiting = doc.waiting_cold.refs.get(key)
+    return None if waiting is None else await broker.segments.waiting.read(waiting)
+
+
+def _holds(doc: Document, key: str) -> bool:
+    """``key`` is a dead segment or an object of waiting children the document still
+    references, listed or set aside."""
+    return doc.dead.holds(key) or doc.waiting_cold.holds(key)

@@ -264,6 +264,10 @@ class WaitingObjects:
                 attempt += 1
                 await self._retry.wait(attempt - 1, exc)
 
+    async def read(self, ref: WaitingRef) -> list[StoredJob]:
+        """``ref``'s jobs, read and checked (a storage error is raised)."""
+        return read(ref, await self._storage.get(ref.key))
+
     async def _read(self, ref: WaitingRef) -> None:
         try:
             jobs = read(ref, await self._get(ref.key))

@@ -37,6 +37,7 @@ from osqueue.errors import (
     StorageError,
 )
 from osqueue.state import DOCUMENT_KEY, Document, Load, Op, Transition, encode, transition
+from osqueue.state.document import HEAD_SLACK_BYTES
 from osqueue.storage.port import Blob, Storage
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ class CommitLoop:
         self._policy = config.policy()
         self._renew_s = config.renew_interval_s
         self._hold_bytes = config.spill_hold_bytes
+        #: the document this loop last wrote, and that write's size: while the lease
+        #: holds it, the hold's look at the size is an int compare
+        self._sized: tuple[Document | None, int] = (None, 0)
         self._drain_timeout_s = config.drain_timeout_s
         self._counters = counters
         self._retry = retry
@@ -221,26 +225,21 @@ class CommitLoop:
         is above ``spill_hold_bytes``, the next commit waits for them, so it drops the
         spilled tail as it adds the pushes waiting (at most until the lease
         renewal is due: a slow write never costs the lease)."""
-        written = _writing(self._segments)
-        if written is None:
-            return
         doc, hold_bytes = self._lease.doc, self._hold_bytes
-        if doc is None or hold_bytes is None or doc.size_upper() <= hold_bytes:
+        if doc is None or hold_bytes is None:
+            return
+        sized, size = self._sized
+        if sized is doc and size + HEAD_SLACK_BYTES <= hold_bytes:  # (size_upper's bound)
+            return
+        written = _writing(self._segments)
+        if written is None or doc.size_upper() <= hold_bytes:
             return
         mono = self._clock.monotonic()
         budget = self._renew_s - (mono - self._lease.written_at)
         if budget <= 0:
             return
         self._segments.counters.held_commits += 1
-        waits = {
-            asyncio.ensure_future(written()),
-            asyncio.ensure_future(self._clock.sleep(budget)),
-        }
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
+        await _first_of(written(), self._clock.sleep(budget))
 
     # ------------------------------------------------------------------ writing
 
@@ -341,6 +340,7 @@ class CommitLoop:
 
     def _committed(self, t: Transition, futures: Futures, size: int, lead: int) -> None:
         """``t`` is durable (the lease holds it): answer its ops, pass on what it leaves."""
+        self._sized = (t.doc, size)
         c = self._counters
         c.commits += 1
         c.ops += len(futures)
@@ -397,6 +397,16 @@ class CommitLoop:
         )
         self._intake.fail_pending(exc)
         self._waiters.release()
+
+
+async def _first_of(*waits: Awaitable[None]) -> None:
+    """Return once the first of ``waits`` is done (the others are cancelled)."""
+    futures = {asyncio.ensure_future(w) for w in waits}
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in futures:
+            waiting.cancel()
 
 
 def _writing(segments: SegmentManager) -> Callable[[], Awaitable[None]] | None:

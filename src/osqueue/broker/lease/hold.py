@@ -4,6 +4,7 @@ failed write means."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from osqueue.broker.archive.objects import by_version
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from osqueue.broker.archive.writer import Archiver
 
 log = logging.getLogger(__name__)
+
+
+#: how long (monotonic seconds) the owner a commit names is reused by the next
+#: commits: a busy broker's commits within a millisecond name the same one
+OWNER_REUSE_S = 0.001
 
 
 class Reapply(NamedTuple):
@@ -96,6 +102,8 @@ class Lease:
         self._watch = LeaseWatch(config.clock_skew_margin_s)
         #: the last :meth:`owner` made (handed again while nothing in it changed)
         self._owner: BrokerInfo | None = None
+        #: when :attr:`_owner` was made for an open lease (monotonic; -inf: not one)
+        self._owner_mono = -math.inf
 
     def wrote(self, doc: Document, etag: str, sent_at: float, *, at: float | None = None) -> None:
         """``doc`` is stored now (``at``, if the caller has just read the monotonic
@@ -117,7 +125,20 @@ class Lease:
         """This broker as the next version names it: with its address and a lease
         renewed from ``now``; ``closing``: no address, and the lease released
         (length 0, ending now).  ``mono``: the monotonic clock now, if the caller
-        has just read it."""
+        has just read it.
+
+        Within :data:`OWNER_REUSE_S` of the last open lease's owner, that one is
+        given again (its lease ends that much early at most: a lease is only
+        ever written short, never long)."""
+        if mono is not None and not closing and epoch is None:
+            last = self._owner
+            if (
+                last is not None
+                and mono - self._owner_mono < OWNER_REUSE_S
+                and last.epoch == self.epoch
+                and not self._counters.workers.news
+            ):
+                return last
         lease_s = 0.0 if closing else self._config.lease_s
         lease_until = to_datetime(now + lease_s)  # the same object within a millisecond
         epoch = self.epoch if epoch is None else epoch
@@ -126,6 +147,7 @@ class Lease:
             mono = self._clock.monotonic()
         perf = None if closing else self._counters.window.perf(mono)
         workers = () if closing else self._counters.workers.summary(now)
+        self._owner_mono = -math.inf if closing else mono
         last = self._owner
         if (
             last is not None

@@ -179,6 +179,11 @@ class RecentWorkers:
         if len(seen) > self.max_workers:
             seen.popitem(last=False)
 
+    @property
+    def news(self) -> bool:
+        """A worker was heard from for the first time since the last summary."""
+        return self._new
+
     def summary(self, now: float) -> tuple[WorkerSeen, ...]:
         """The workers heard from in the last ``window_s``, newest first."""
         if not self._new and now - self._summary_at < self.refresh_s:
