@@ -3,6 +3,8 @@ keys, dedupe, counts, and the planning helpers the broker calls."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 
@@ -40,6 +42,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.dedupe_filter import ReadToConfirm
+from osqueue.state.planning import sizes_changed
 from osqueue.state.segment_codec import SegmentLines
 
 T0 = 1_800_000_000.0
@@ -249,6 +252,33 @@ def test_a_load_with_the_objects_lines_keeps_them_as_the_jobs_encodings() -> Non
     assert lined.run(Load(same.key, 2, last, None, lines=(obj.lines[2],))).results == [Counted(1)]
 
 
+def test_a_load_names_its_chunks_first_wrong_job_and_puts_the_rest_in_as_one_by_one() -> None:
+    lined = Deep([push(i, key=f"k{i}") for i in range(8)])
+    plain = Deep([push(i, key=f"k{i}") for i in range(8)])
+    (ref,), (same,) = lined.spill(), plain.spill()
+    jobs = lined.objects[ref.key]
+    obj = SegmentLines.parse(encode_segment(jobs), ref.key)
+    good = msgspec.structs.replace(load_op(ref, jobs, 3), lines=tuple(obj.lines[:3]))
+    a, b, c = good.jobs
+    wrong = {  # (the chunk is checked in one pass; a wrong job is still named)
+        "jobs[1].status": (a, msgspec.structs.replace(b, status="claimed"), c),
+        "jobs[2].queue": (a, b, msgspec.structs.replace(c, queue="x")),
+        "jobs[1].seq": (a, a, c),
+    }
+    for field, chunk in wrong.items():
+        (res,) = lined.run(msgspec.structs.replace(good, jobs=chunk)).results
+        assert isinstance(res, InvalidInput), (field, res)
+        assert res.field == field
+    assert lined.run(good).results == [Counted(3)]  # at once, with its lines
+    plain.load(same, n=3)  # job by job
+    for doc in (lined.doc, plain.doc):
+        assert doc.index.keys == {f"k{i}": f"j{i}" for i in range(8)}
+    x, y = lined.doc.index, plain.doc.index
+    assert (x.counts, x.queued) == (y.counts, y.queued)
+    assert sorted(x.ready["default"]) == sorted(y.ready["default"])
+    assert lined.claim(10) == plain.claim(10) == [f"j{i}" for i in range(8)]
+
+
 def test_a_retried_push_of_a_spilled_job_is_recognised_and_its_key_stays_held() -> None:
     d = Deep([push(i, key=f"k{i}") for i in range(6)])
     (ref,) = d.spill()
@@ -401,6 +431,23 @@ def test_plan_spills_remembers_how_far_a_queue_is_from_spilling() -> None:
     assert doc.spill_scanned["default"] == (47, 30, 16, ((0, 46),))  # no scan since
 
 
+def test_new_spill_sizes_forget_only_the_scans_they_may_have_made_wrong() -> None:
+    policy = Policy(segment_jobs=50, head_jobs=2, spill_above_jobs=5)
+    d = Deep([push(i) for i in range(30)], policy)
+    d.spill()  # "default" has references now
+    d.run(*[push(i) for i in range(30, 33)], *[push(f"o{i}", queue="other") for i in range(6)])
+    assert plan_spills(d.doc, policy) == []
+    memos = dict(d.doc.spill_scanned)
+    assert set(memos) == {"default", "other"}
+    bigger = dataclasses.replace(policy, head_jobs=4, load_jobs=4)
+    sizes_changed(d.doc, policy, bigger)  # a demand that rose: every scan still holds
+    assert d.doc.spill_scanned == memos
+    sizes_changed(d.doc, bigger, policy)  # a smaller head: only a queue with no references
+    assert d.doc.spill_scanned == {"default": memos["default"]}  # (its tail is after them)
+    sizes_changed(d.doc, policy, dataclasses.replace(policy, spill_above_jobs=4))
+    assert d.doc.spill_scanned == {}  # a lower threshold: every scan is void
+
+
 def test_plan_spills_takes_the_whole_tail_up_to_segment_jobs() -> None:
     policy = Policy(segment_jobs=50, head_jobs=2, spill_above_jobs=5)
     d = Deep([push(i) for i in range(30)], policy)
@@ -443,8 +490,9 @@ def test_jobs_ahead_counts_only_jobs_before_the_barrier_up_to_the_limit() -> Non
     ready = sorted((j.priority, j.seq) for j in doc.jobs.values())
     for barrier in [(-1, 0), (0, 11), (0, 40), (1, 2), (2, 0)]:
         expected = sum(1 for e in ready if e < barrier)
-        assert jobs_ahead(doc, "default", barrier, 100) == expected
-        assert jobs_ahead(doc, "default", barrier, 3) == min(3, expected)
+        assert jobs_ahead(doc, "default", barrier, 100) == expected  # (one pass)
+        assert jobs_ahead(doc, "default", barrier, 8) == min(8, expected)  # (one pass)
+        assert jobs_ahead(doc, "default", barrier, 3) == min(3, expected)  # (the walk)
 
 
 def test_load_op_takes_the_next_chunk_and_names_the_job_after_it() -> None:

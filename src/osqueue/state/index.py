@@ -216,6 +216,23 @@ class Index:
         if job.group is not None or status == "waiting":
             self._extend(job, 1)
 
+    def add_ready(self, jobs: Sequence[StoredJob]) -> None:
+        """Index many ready queued jobs of one queue at once (a load's; each as
+        :meth:`add` would)."""
+        if not jobs:
+            return
+        k = (jobs[0].queue, "queued")
+        self.counts[k] = self.counts.get(k, 0) + len(jobs)
+        self.queued += len(jobs)
+        heap = self.ready.get(k[0])
+        if heap is None:
+            heap = self.ready[k[0]] = []
+        push, keys = heapq.heappush, self.keys
+        for job in jobs:
+            push(heap, (job.priority, job.seq, job.id))
+            if job.key is not None:
+                keys[job.key] = job.id
+
     def promote_due(self, jobs: dict[str, StoredJob], now_s: float) -> None:
         """Move delayed jobs whose time has come into their ready heaps."""
         delayed = self.delayed
@@ -242,12 +259,12 @@ class Index:
         their seqs: a deep backlog's worth of memory."""
         heap = self.ready.get(queue)
         if heap:
-            live = []
-            for entry in heap:
-                job = jobs.get(entry[2])
-                if job is not None and job.status == "queued" and job.seq == entry[1]:
-                    live.append(entry)
-            heap[:] = live
+            get = jobs.get
+            heap[:] = [
+                e
+                for e in heap
+                if (job := get(e[2])) is not None and job.seq == e[1] and job.status == "queued"
+            ]
             heapq.heapify(heap)
 
     def pop(self, queue: str) -> None:

@@ -47,6 +47,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from osqueue.state.document import Document
+from osqueue.state.index import ReadyEntry
 from osqueue.state.model import SegmentRef, StoredJob
 from osqueue.state.ops import Cancel, Load, Policy, Spill
 from osqueue.state.segment_codec import build_segment
@@ -126,6 +127,26 @@ def plan_spills(
     return plans
 
 
+def sizes_changed(doc: Document, old: Policy, new: Policy) -> None:
+    """The spill sizes went from ``old`` to ``new`` (the broker's claim demand):
+    forget the scans :func:`plan_spills` remembered that may now say a tail needs
+    more jobs than it does.  A memo's count came from ``spill_above_jobs`` and,
+    in a queue with no references, ``head_jobs`` (its tail starts after the
+    head): a lower threshold, or a smaller head there, may let a tail spill
+    sooner; a higher one only makes a scan come sooner than needed.  (A demand
+    that rises and falls by a commit's claims changes the head back and forth,
+    and forgetting every scan then rescanned a deep queue's tail each time.)"""
+    memos = doc.spill_scanned
+    if not memos:
+        return
+    before, after = old.spill_above_jobs, new.spill_above_jobs
+    if before is None or after is None or after < before:
+        memos.clear()
+    elif new.head_jobs < old.head_jobs:
+        for queue in [q for q in memos if q not in doc.segments.barriers]:
+            del memos[queue]
+
+
 def _lasts(doc: Document, queue: str) -> tuple[tuple[int, int], ...]:
     """(priority, last seq of its last reference) of ``queue``'s streams with
     references: what their tails start after."""
@@ -147,26 +168,21 @@ def _plan_queue(
     # A stream with references spills only jobs after its last one: the entries
     # before it (the head, most of the heap) are passed over by their seq.
     cuts = dict(_lasts(doc, queue))
+    heap = doc.index.ready[queue]
+    entries = [e for e in heap if e[1] > cuts.get(e[0], -1)] if cuts else list(heap)
+    entries.sort()  # by priority, then seq: each stream's jobs in seq order
     streams: dict[int, list[StoredJob]] = {}
-    seen: set[str] = set()
-    for entry in doc.index.ready[queue]:
-        priority, seq, job_id = entry
-        cut = cuts.get(priority)
-        if cut is not None and seq <= cut:
+    previous: ReadyEntry | None = None
+    ready: list[StoredJob] = []
+    for entry in entries:
+        if entry == previous:
+            continue  # the same job's entry twice (a lazy heap may hold both)
+        previous = entry
+        job = jobs.get(entry[2])
+        if job is None or job.seq != entry[1] or job.status != "queued" or job.run_at is not None:
             continue
-        job = jobs.get(job_id)
-        if (
-            job is None
-            or job.seq != seq
-            or job.status != "queued"
-            or job.run_at is not None
-            or job_id in seen
-        ):
-            continue
-        seen.add(job_id)
-        ready = streams.get(priority)
-        if ready is None:
-            ready = streams[priority] = []
+        if not ready or ready[0].priority != entry[0]:
+            ready = streams[entry[0]] = []
         ready.append(job)
     plans: list[SpillPlan] = []
     need = above
@@ -176,7 +192,6 @@ def _plan_queue(
         if size < above:
             need = min(need, above - max(0, size))
             continue
-        ready.sort(key=_seq)
         tail = ready[policy.head_jobs :] if last is None else ready
         per = policy.segment_jobs
         taken = min(len(tail), per * segments)
@@ -186,10 +201,6 @@ def _plan_queue(
             plans.append(SpillPlan(queue, priority, chosen, lines))
         need = min(need, above - (len(tail) - taken))
     return plans, need
-
-
-def _seq(job: StoredJob) -> int:
-    return job.seq
 
 
 def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) -> list[LoadPlan]:
@@ -211,12 +222,22 @@ def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) 
 def jobs_ahead(doc: Document, queue: str, barrier: Barrier, limit: int) -> int:
     """How many ready jobs of ``queue`` come before ``barrier`` in claim order
     (counted up to ``limit``).  The ready heap's entries below the barrier form
-    its top, so this visits about ``limit`` entries, not the whole heap."""
+    its top, so this visits about ``limit`` entries, not the whole heap (a heap
+    of at most ``4 * limit`` entries is passed over once instead: cheaper)."""
     heap = doc.index.ready.get(queue)
     if not heap:
         return 0
     jobs = doc.jobs
     n = len(heap)
+    if n <= 4 * limit:  # a short heap: one pass over its entries costs less than the walk
+        get = jobs.get
+        ahead = [e for e in heap if e < barrier]
+        count = sum(
+            1
+            for e in ahead
+            if (job := get(e[2])) is not None and job.status == "queued" and job.seq == e[1]
+        )
+        return min(count, limit)
     count = 0
     stack = [0]
     while stack and count < limit:

@@ -416,6 +416,13 @@ class SegmentLines:
         return obj
 
     @classmethod
+    def written(cls, key: str, data: bytes, lines: Sequence[bytes]) -> SegmentLines:
+        """The object ``key`` this broker built as ``data`` from ``lines`` (its job
+        lines, :func:`build_segment`), kept as written: nothing to read or check."""
+        header = _header_decoder.decode(data[: data.index(b"\n")])
+        return cls(key, header, list(lines), len(data))
+
+    @classmethod
     def checked_delayed(cls, ref: DelayedRef, data: bytes) -> SegmentLines:
         """``data``, read for the delayed object ``ref``: checked (size, SHA-256),
         split, and its header checked against ``ref``."""

@@ -91,12 +91,13 @@ def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
     _check_key(ref.key, "ref.key")
     if not isinstance(jobs, tuple | list) or not jobs:
         raise InvalidInput("a spill moves at least one job", field="jobs")
-    previous: int | None = None
-    for i, job in enumerate(jobs):
-        _check_spilled_job(job, ref, f"jobs[{i}]")
-        if previous is not None and job.seq <= previous:
-            raise InvalidInput(f"{job.seq} is not after {previous}", field=f"jobs[{i}].seq")
-        previous = job.seq
+    if not _ready_run(jobs, ref, -1):  # then the loop below names the first one wrong
+        previous: int | None = None
+        for i, job in enumerate(jobs):
+            _check_spilled_job(job, ref, f"jobs[{i}]")
+            if previous is not None and job.seq <= previous:
+                raise InvalidInput(f"{job.seq} is not after {previous}", field=f"jobs[{i}].seq")
+            previous = job.seq
     expected = make_ref(ref.key, jobs, ref.size_bytes, ref.sha256)
     if ref != expected:
         wrong = next(
@@ -106,6 +107,27 @@ def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
             f"{getattr(ref, wrong)!r} does not describe the jobs ({getattr(expected, wrong)!r})",
             field=f"ref.{wrong}",
         )
+
+
+def _ready_run(jobs: Sequence[StoredJob], ref: SegmentRef, previous: int) -> bool:
+    """Whether ``jobs`` are all ready queued jobs of ``ref``'s stream, their seqs
+    rising from above ``previous`` to ``ref.last_seq`` at most: the checks of
+    :func:`_check_spilled_job` and of the seq order, in one pass (the per-job
+    loops that name what is wrong run only when this says something is)."""
+    queue, priority, last = ref.queue, ref.priority, ref.last_seq
+    for job in jobs:
+        if (
+            type(job) is not StoredJob
+            or job.queue != queue
+            or job.priority != priority
+            or job.status != "queued"
+            or job.run_at is not None
+            or job.claim is not None
+            or not previous < job.seq <= last
+        ):
+            return False
+        previous = job.seq
+    return True
 
 
 def _check_spilled_job(job: StoredJob, ref: SegmentRef, where: str) -> None:
@@ -151,18 +173,23 @@ def load(
     final = _check_load(ref, jobs, op.next_job)
     cancelled = set(ref.cancelled)
     skipped: list[StoredJob] = []
-    inserted = 0
     lines = check_lines(op.lines, len(jobs)) if op.lines else None
-    for i, job in enumerate(jobs):
-        if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
-            skipped.append(job)
-            leave_tombstone(doc, job, now, policy)
-        elif job.id not in doc.jobs:
-            if lines is not None:
-                doc.put_encoded(job, lines[i], now)
-            else:
-                doc.put_job(job, now)
-            inserted += 1
+    held = doc.jobs
+    if lines is not None and not cancelled and held.keys().isdisjoint(j.id for j in jobs):
+        doc.put_loaded(jobs, lines)  # the common chunk: every job goes in, as encoded
+        inserted = len(jobs)
+    else:
+        inserted = 0
+        for i, job in enumerate(jobs):
+            if job.id in cancelled:  # it leaves: its tombstone (its filter answered so far)
+                skipped.append(job)
+                leave_tombstone(doc, job, now, policy)
+            elif job.id not in held:
+                if lines is not None:
+                    doc.put_encoded(job, lines[i], now)
+                else:
+                    doc.put_job(job, now)
+                inserted += 1
     if final:
         segments.remove(ref)
         return Counted(inserted), skipped, ref.key
@@ -198,14 +225,17 @@ def _check_load(ref: SegmentRef, jobs: Sequence[StoredJob], next_job: StoredJob 
     if not isinstance(jobs, tuple | list) or not 0 < len(jobs) <= left:
         raise InvalidInput(f"must be 1 to {left} jobs (the ones not loaded yet)", field="jobs")
     previous = ref.next_seq - 1
-    for i, job in enumerate(jobs):
-        _check_spilled_job(job, ref, f"jobs[{i}]")
-        if not previous < job.seq <= ref.last_seq or (i == 0 and job.seq != ref.next_seq):
-            raise InvalidInput(
-                f"{job.seq} is not the segment's next seq after {previous}",
-                field=f"jobs[{i}].seq",
-            )
-        previous = job.seq
+    if _ready_run(jobs, ref, previous) and jobs[0].seq == ref.next_seq:
+        previous = jobs[-1].seq
+    else:  # name the first job that is wrong
+        for i, job in enumerate(jobs):
+            _check_spilled_job(job, ref, f"jobs[{i}]")
+            if not previous < job.seq <= ref.last_seq or (i == 0 and job.seq != ref.next_seq):
+                raise InvalidInput(
+                    f"{job.seq} is not the segment's next seq after {previous}",
+                    field=f"jobs[{i}].seq",
+                )
+            previous = job.seq
     final = len(jobs) == left
     if final != (next_job is None):
         raise InvalidInput(

@@ -45,6 +45,22 @@ class SegmentCache:
         self.bytes = 0
         #: objects read from storage (a figure for tests and benchmarks)
         self.reads = 0
+        #: small segments a spill of this broker just wrote, kept for the compactions
+        #: (never for a load, which reads and checks what is stored); oldest first
+        self._written: OrderedDict[str, SegmentLines] = OrderedDict()
+        self._written_bytes = 0
+
+    def keep_written(self, obj: SegmentLines) -> None:
+        """Keep ``obj`` as this broker wrote it, for :meth:`written` (the oldest go
+        once they pass a quarter of the budget)."""
+        self._written[obj.key] = obj
+        self._written_bytes += obj.size_bytes
+        while self._written_bytes > self._max_bytes // 4:
+            self._written_bytes -= self._written.popitem(last=False)[1].size_bytes
+
+    def written(self, key: str) -> SegmentLines | None:
+        """The object ``key`` as a spill of this broker wrote it, if it is kept."""
+        return self._written.get(key)
 
     def __contains__(self, key: str) -> bool:
         return key in self._objects
@@ -109,6 +125,9 @@ class SegmentCache:
         obj = self._objects.pop(key, None)
         if obj is not None:
             self.bytes -= obj.size_bytes
+        obj = self._written.pop(key, None)
+        if obj is not None:
+            self._written_bytes -= obj.size_bytes
 
     async def locate(
         self,

@@ -14,13 +14,19 @@ meanwhile), the merged object is deleted at once.  A part that is missing or
 fails its check is set aside, as for a load, and the compaction is given up.
 A broker that dies before the commit leaves an object nothing names: the
 orphan sweep's.
+
+A part this broker's spill wrote a moment ago (a queue pushed to behind a deep
+backlog spills its tail in small objects, merged soon after) is merged from the
+lines the spill wrote (:meth:`Compactor.wrote`; the cache keeps them within
+its budget): not read back and checked, since the merged object is then built
+from exactly what the part was built from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.build import put_object
@@ -29,7 +35,8 @@ from osqueue.broker.cold.sweep import SegmentCounters
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, OsqueueError, StorageError
 from osqueue.ids import new_id
-from osqueue.state import Compact, CompactPlan, Document, Policy, plan_compactions
+from osqueue.state import Compact, CompactPlan, Document, Policy, SegmentRef, plan_compactions
+from osqueue.state.compaction import PART_SHARE
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
 
@@ -80,6 +87,14 @@ class Compactor:
         self._running: bool | Compact = False
         #: ``Segments.changes`` at the last plan (nothing to plan until it moves)
         self._planned_at = -1
+        #: the most jobs a part holds (a tenth of ``compact_jobs``, from the last plan)
+        self._part_jobs = 0
+
+    def wrote(self, key: str, data: bytes, lines: Sequence[bytes]) -> None:
+        """A spill stored ``data``, built from the job ``lines``, under ``key``: kept
+        (:meth:`SegmentCache.keep_written`) if it could be a part."""
+        if len(lines) <= self._part_jobs:
+            self._cache.keep_written(SegmentLines.written(key, data, lines))
 
     @property
     def busy(self) -> bool:
@@ -87,6 +102,7 @@ class Compactor:
 
     def plan(self, doc: Document, policy: Policy) -> None:
         """Start a compaction if none runs and the references changed since the last look."""
+        self._part_jobs = (policy.compact_jobs or 0) // PART_SHARE
         if self._running is not False or policy.compact_jobs is None:
             return
         changes = doc.segments.changes
@@ -159,7 +175,7 @@ class Compactor:
         """The parts' objects, read and checked; None if one is missing or broken
         (set aside) or cannot be read now."""
         outcomes = await asyncio.gather(
-            *(self._cache.fetch(ref, attempts=3) for ref in plan.refs), return_exceptions=True
+            *(self._part(ref) for ref in plan.refs), return_exceptions=True
         )
         objects: list[SegmentLines] = []
         for ref, got in zip(plan.refs, outcomes, strict=True):
@@ -174,3 +190,10 @@ class Compactor:
             else:
                 objects.append(got)
         return objects if len(objects) == len(plan.refs) else None
+
+    async def _part(self, ref: SegmentRef) -> SegmentLines:
+        """A part's object: as a spill of this broker wrote it, or read and checked."""
+        obj = self._cache.written(ref.key)
+        if obj is not None and obj.size_bytes == ref.size_bytes:
+            return obj
+        return await self._cache.fetch(ref, attempts=3)

@@ -74,7 +74,7 @@ from osqueue.state import (
     jobs_ahead,
 )
 from osqueue.state.cold_delayed import DELAYED_PREFIX
-from osqueue.state.planning import cold_idle
+from osqueue.state.planning import cold_idle, sizes_changed
 from osqueue.state.segment_codec import SegmentLines, decode_checked
 from osqueue.storage.port import Storage
 
@@ -209,10 +209,11 @@ class SegmentManager:
         self._quiet.set()
 
     def _count_claims(self, t: Transition) -> None:
-        """The claim demand after ``t`` (a rise changes the sizes: the spill memos are void)."""
+        """The claim demand after ``t`` (new sizes void the spill memos they make wrong)."""
+        old = self._policy
         if self._demand.after_commit(t.claimed):
             self._policy = self._demand.policy
-            t.doc.spill_scanned.clear()
+            sizes_changed(t.doc, old, self._policy)
 
     @property
     def busy(self) -> bool:
@@ -479,8 +480,9 @@ def _parts_busy(m: SegmentManager) -> bool:
 
 def _compactor(m: SegmentManager) -> Compactor:
     """The compactions of ``m``'s broker (sharing its storage, cache, side tasks,
-    keys being written, deletes and set-asides)."""
-    return Compactor(
+    keys being written, deletes and set-asides); told of the objects its spills
+    write (small ones are merged as written, not read back)."""
+    compactor = Compactor(
         m._storage,
         cache=m.cache,
         retry=m._retry,
@@ -493,6 +495,8 @@ def _compactor(m: SegmentManager) -> Compactor:
         broken=m._set_aside,
         changed=m._check_quiet,
     )
+    m.spills.wrote = compactor.wrote
+    return compactor
 
 
 def _dead_part(m: SegmentManager) -> DeadLetterManager:

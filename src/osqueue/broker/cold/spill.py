@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.build import build_objects, put_object
@@ -68,6 +68,9 @@ class SpillWriter:
         self._changed = changed
         #: stream -> its Spills once their objects are written (None while they are)
         self.in_flight: dict[Stream, list[Spill] | None] = {}
+        #: told of each object written, with its job lines, before its Spill goes
+        #: (the compactions keep small ones: :meth:`Compactor.wrote`)
+        self.wrote: Callable[[str, bytes, Sequence[bytes]], None] | None = None
         #: set while no spill's objects are being written
         self._written = asyncio.Event()
         self._written.set()
@@ -193,6 +196,9 @@ class SpillWriter:
             self._give_up(stream, keys)
             return
         ops = [op for op, _ in built]
+        if self.wrote is not None:
+            for (op, data), plan in zip(built, plans, strict=True):
+                self.wrote(op.ref.key, data, plan.lines)
         self.in_flight[stream] = ops
         for op in ops:
             self._intake.add_internal(op)
