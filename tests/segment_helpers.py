@@ -3,7 +3,11 @@ claims load, and nothing else (sweeps, stats logs, lease renewals) gets in the w
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from osqueue.broker import BrokerConfig
+from osqueue.state.dedupe_filter import may_hold
+from osqueue.state.filter_refs import Filtered
 
 SMALL = {
     "segment_jobs": 4,
@@ -40,4 +44,21 @@ def delayed_config(**kw: object) -> BrokerConfig:
             "heartbeat_timeout_s": 10_000.0,
             **kw,
         }
+    )
+
+
+def filter_false_positive(ids: Sequence[str], refs: Iterable[Filtered]) -> str:
+    """An id never pushed that one of ``refs``' filters may hold (inside its id
+    bounds): its push must be read to confirm, then applied as a new job."""
+    refs = list(refs)
+    return next(
+        candidate
+        for job_id in ids
+        for n in range(5000)
+        for candidate in [f"{job_id}{n}"]
+        if any(
+            ref.min_id <= candidate <= ref.max_id
+            and any(may_hold(f, candidate) for f in ref.id_filter)
+            for ref in refs
+        )
     )

@@ -11,25 +11,12 @@ from pathlib import Path
 
 import pytest
 from backends import BACKENDS, backend_url
-from segment_helpers import config
+from cold_helpers import cold_config
+from segment_helpers import filter_false_positive
 
 from osqueue.api import NewJob
-from osqueue.broker import Broker, BrokerConfig
+from osqueue.broker import Broker
 from osqueue.state.cold_dead import DeadFilter
-from osqueue.state.dedupe_filter import may_hold
-
-_COLD = {
-    "dead_keep_jobs": 2,
-    "dead_spill_jobs": 2,
-    "spill_above_jobs": None,
-    "waiting_spill_above_jobs": 5,
-    "waiting_object_jobs": 4,
-    "waiting_load_below_queued": 6,
-}
-
-
-def cold_config() -> BrokerConfig:
-    return config(**_COLD)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -131,16 +118,6 @@ async def test_an_id_a_dead_filter_only_may_hold_is_read_and_applied(url: str) -
         q = broker.client()
         await kill(broker, ids)
         refs = list(broker.document.dead)
-        fake = next(  # inside a dead segment's id bounds, its filter may hold it: never pushed
-            candidate
-            for job_id in ids
-            for n in range(5000)
-            for candidate in [f"{job_id}{n}"]
-            if any(
-                ref.min_id <= candidate <= ref.max_id
-                and any(may_hold(f, candidate) for f in ref.id_filter)
-                for ref in refs
-            )
-        )
+        fake = filter_false_positive(ids, refs)  # a dead segment's filter may hold it
         assert await q.push(b"new", id=fake) == fake
         assert (await q.stats()).depth == 1
