@@ -127,9 +127,10 @@ class Lease:
         (length 0, ending now).  ``mono``: the monotonic clock now, if the caller
         has just read it.
 
-        Within :data:`OWNER_REUSE_S` of the last open lease's owner, that one is
-        given again (its lease ends that much early at most: a lease is only
-        ever written short, never long)."""
+        Within :data:`OWNER_REUSE_S` (monotonic) of the last open lease's owner,
+        that one is given again: its ``lease_until`` is a commit's of at most a
+        millisecond before (another broker judges the lease by its own monotonic
+        clock and the versions it sees, not by this time)."""
         if mono is not None and not closing and epoch is None:
             last = self._owner
             if (
