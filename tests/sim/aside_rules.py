@@ -25,25 +25,21 @@ from sim.findings import Chain, Findings
 from sim.history import Rule
 
 _Refs = Callable[[Document], Mapping[str, Any]]
-#: kind -> (the references a version lists, those it sets aside), by key
-_KINDS: dict[str, tuple[_Refs, _Refs]] = {
-    "segment": (
-        lambda d: {r.key: r for r in d.segments},
-        lambda d: {k: e.ref for k, e in d.segments.aside.items()},
-    ),
-    "delayed object": (
-        lambda d: d.delayed.refs,
-        lambda d: {k: e.ref for k, e in d.delayed.aside.items()},
-    ),
-    "dead segment": (
-        lambda d: {r.key: r for r in d.dead},
-        lambda d: {k: e.ref for k, e in d.dead.aside.items()},
-    ),
-    "waiting object": (
-        lambda d: d.waiting_cold.refs,
-        lambda d: {k: e.ref for k, e in d.waiting_cold.aside.items()},
-    ),
+#: kind -> (the references a version lists, by key; its holder, whose ``aside``
+#: maps each key set aside to an entry holding the reference)
+_KINDS: dict[str, tuple[_Refs, Callable[[Document], Any]]] = {
+    "segment": (lambda d: {r.key: r for r in d.segments}, lambda d: d.segments),
+    "delayed object": (lambda d: d.delayed.refs, lambda d: d.delayed),
+    "dead segment": (lambda d: {r.key: r for r in d.dead}, lambda d: d.dead),
+    "waiting object": (lambda d: d.waiting_cold.refs, lambda d: d.waiting_cold),
 }
+
+
+def _aside(holder: Any) -> dict[str, Any]:
+    """The references ``holder`` sets aside, by key."""
+    return {k: e.ref for k, e in holder.aside.items()}
+
+
 #: what a reference says of its object's jobs, which no op changes while it is aside
 _FIXED = ("count", "min_id", "max_id")
 
@@ -51,13 +47,13 @@ _FIXED = ("count", "min_id", "max_id")
 def check_asides(chain: Chain, f: Findings) -> None:
     """ASIDE_KEPT over the chain, and the counts of dead and waiting objects set
     aside and readmitted."""
-    if not any(_KINDS[k][1](doc) for doc in chain.docs for k in _KINDS):
+    if not any(_KINDS[k][1](doc).aside for doc in chain.docs for k in _KINDS):
         return
     told: set[str] = set()
     seen: set[str] = set()
     for before, after in chain.steps:
-        for kind, (listed, aside) in _KINDS.items():
-            was, now, back = aside(before), aside(after), listed(after)
+        for kind, (listed, holder) in _KINDS.items():
+            was, now, back = _aside(holder(before)), _aside(holder(after)), listed(after)
             left = was.keys() - now.keys()
             readmitted = left & back.keys()
             if kind == "dead segment":

@@ -922,14 +922,19 @@ def _cold_children() -> tuple[Story, str]:
     return s, op.ref.key
 
 
-def test_cold_children_loaded_after_their_parent_pass() -> None:
-    s, key = _cold_children()
+def _parent_done_then_loaded(s: Story, key: str) -> None:
+    """The parent is claimed and completed, then the children's object ``key`` loads."""
     s.apply(ClaimOp("w", ("default",), 1))
     s.said(Kind.CLAIMED, "w", "p", 1)
     s.apply(Complete("p", 1))
     s.said(Kind.COMPLETE_OK, "w", "p", 1)
     ref = s.doc.waiting_cold.refs[key]
     s.apply(LoadWaiting(key, tuple(cold_waiting.read(ref, s.segments[key][1]))))
+
+
+def test_cold_children_loaded_after_their_parent_pass() -> None:
+    s, key = _cold_children()
+    _parent_done_then_loaded(s, key)
     assert [j.status for j in s.doc.jobs.values() if j.id != "p"] == ["queued"] * 3
     s.deletes.append((len(s.landed), key))
     assert s.rules() == set()
@@ -947,12 +952,7 @@ def _cold_children_aside() -> tuple[Story, str]:
 
 def test_cold_children_set_aside_and_readmitted_pass() -> None:
     s, key = _cold_children_aside()
-    s.apply(ClaimOp("w", ("default",), 1))
-    s.said(Kind.CLAIMED, "w", "p", 1)
-    s.apply(Complete("p", 1))
-    s.said(Kind.COMPLETE_OK, "w", "p", 1)
-    ref = s.doc.waiting_cold.refs[key]
-    s.apply(LoadWaiting(key, tuple(cold_waiting.read(ref, s.segments[key][1]))))
+    _parent_done_then_loaded(s, key)
     assert {"c1", "c2", "c3"} <= set(s.doc.jobs)
     assert s.rules() == set()
 
