@@ -273,6 +273,14 @@ class Document:
         self._flush(encode)
         return self._frags.values()
 
+    def encoded_jobs(self, jobs: Sequence[StoredJob]) -> tuple[bytes, ...]:
+        """The encoded bytes of ``jobs`` (in the document), as :meth:`encoded_job`."""
+        frags = self._frags
+        lines = tuple([frags[job.id] for job in jobs])
+        if all(lines):
+            return lines
+        return tuple(self.encoded_job(job.id) for job in jobs)
+
     def encoded_job(self, job_id: str) -> bytes:
         """One job's encoded bytes (cached; a segment object reuses them)."""
         frag = self._frags[job_id]

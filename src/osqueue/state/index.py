@@ -253,18 +253,14 @@ class Index:
             heapq.heappop(heap)
         return None
 
-    def compact(self, queue: str, jobs: dict[str, StoredJob]) -> None:
-        """Drop the stale entries of ``queue``'s ready heap at once.  After a spill
-        its jobs' entries would otherwise stay, stale, until the claims reach
-        their seqs: a deep backlog's worth of memory."""
+    def compact(self, queue: str, gone: Sequence[StoredJob]) -> None:
+        """Drop the entries of ``gone`` (a spill's jobs, out of the document now)
+        from ``queue``'s ready heap at once.  They would otherwise stay, stale,
+        until the claims reach their seqs: a deep backlog's worth of memory."""
         heap = self.ready.get(queue)
         if heap:
-            get = jobs.get
-            heap[:] = [
-                e
-                for e in heap
-                if (job := get(e[2])) is not None and job.seq == e[1] and job.status == "queued"
-            ]
+            ids = {job.id for job in gone}
+            heap[:] = [e for e in heap if e[2] not in ids]
             heapq.heapify(heap)
 
     def pop(self, queue: str) -> None:

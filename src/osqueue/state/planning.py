@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from operator import eq
 
 from osqueue.state.document import Document
 from osqueue.state.index import ReadyEntry
@@ -169,21 +170,13 @@ def _plan_queue(
     # before it (the head, most of the heap) are passed over by their seq.
     cuts = dict(_lasts(doc, queue))
     heap = doc.index.ready[queue]
-    entries = [e for e in heap if e[1] > cuts.get(e[0], -1)] if cuts else list(heap)
+    if len(cuts) == 1:  # (one stream with references: no lookup per entry)
+        ((priority, cut),) = cuts.items()
+        entries = [e for e in heap if e[1] > cut or e[0] != priority]
+    else:
+        entries = [e for e in heap if e[1] > cuts.get(e[0], -1)] if cuts else list(heap)
     entries.sort()  # by priority, then seq: each stream's jobs in seq order
-    streams: dict[int, list[StoredJob]] = {}
-    previous: ReadyEntry | None = None
-    ready: list[StoredJob] = []
-    for entry in entries:
-        if entry == previous:
-            continue  # the same job's entry twice (a lazy heap may hold both)
-        previous = entry
-        job = jobs.get(entry[2])
-        if job is None or job.seq != entry[1] or job.status != "queued" or job.run_at is not None:
-            continue
-        if not ready or ready[0].priority != entry[0]:
-            ready = streams[entry[0]] = []
-        ready.append(job)
+    streams = _ready_streams(entries, jobs)
     plans: list[SpillPlan] = []
     need = above
     for priority, ready in sorted(streams.items()):
@@ -197,10 +190,43 @@ def _plan_queue(
         taken = min(len(tail), per * segments)
         for start in range(0, taken, per):
             chosen = tuple(tail[start : min(start + per, taken)])
-            lines = tuple(doc.encoded_job(job.id) for job in chosen)
+            lines = doc.encoded_jobs(chosen)
             plans.append(SpillPlan(queue, priority, chosen, lines))
         need = min(need, above - (len(tail) - taken))
     return plans, need
+
+
+def _ready_streams(
+    entries: list[ReadyEntry], jobs: dict[str, StoredJob]
+) -> dict[int, list[StoredJob]]:
+    """The ready queued jobs of sorted heap ``entries``, by priority (stale entries,
+    and a job's entry that a lazy heap holds twice, passed over)."""
+    get = jobs.get
+    if entries and entries[0][0] == entries[-1][0] and not any(map(eq, entries, entries[1:])):
+        # one priority, no entry twice (the common case): one comprehension
+        ready = [
+            job
+            for e in entries
+            if (job := get(e[2])) is not None
+            and job.seq == e[1]
+            and job.status == "queued"
+            and job.run_at is None
+        ]
+        return {entries[0][0]: ready} if ready else {}
+    streams: dict[int, list[StoredJob]] = {}
+    previous: ReadyEntry | None = None
+    ready = []
+    for entry in entries:
+        if entry == previous:
+            continue  # the same job's entry twice (a lazy heap may hold both)
+        previous = entry
+        job = get(entry[2])
+        if job is None or job.seq != entry[1] or job.status != "queued" or job.run_at is not None:
+            continue
+        if not ready or ready[0].priority != entry[0]:
+            ready = streams[entry[0]] = []
+        ready.append(job)
+    return streams
 
 
 def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) -> list[LoadPlan]:

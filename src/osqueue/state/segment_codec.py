@@ -166,7 +166,25 @@ def join_segments(objects: Sequence[SegmentLines]) -> bytes:
 
 def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
     """The reference to a new segment object ``key`` of ``size_bytes`` with digest
-    ``sha256`` (hex) holding ``jobs``."""
+    ``sha256`` (hex) holding ``jobs``.
+
+    The last one made is kept: a spill's reference is made where its object is
+    built and made again where the ``Spill`` is checked, from the same tuple of
+    frozen jobs (a tuple, so the same object means the same jobs)."""
+    made = _last_made
+    if made and made[0][0] is jobs and made[0][1] == (key, size_bytes, sha256):
+        return made[0][2]
+    ref = _make_ref(key, jobs, size_bytes, sha256)
+    if type(jobs) is tuple:
+        _last_made[:] = [(jobs, (key, size_bytes, sha256), ref)]
+    return ref
+
+
+#: (jobs, (key, size_bytes, sha256), ref) of the last :func:`make_ref` of a tuple
+_last_made: list[tuple[Sequence[StoredJob], tuple[str, int, str], SegmentRef]] = []
+
+
+def _make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
     first = jobs[0]
     ids = [job.id for job in jobs]
     return SegmentRef(

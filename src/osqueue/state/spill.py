@@ -78,7 +78,7 @@ def spill(doc: Document, op: Spill, now: float, policy: Policy) -> Counted:
         if now_job is not job and now_job != job:
             raise Conflict(f"job {job.id} changed since the spill's snapshot")
     doc.drop_ready(jobs)  # their ids: the reference's filter (osqueue.state.dedupe_filter)
-    doc.index.compact(ref.queue, doc.jobs)
+    doc.index.compact(ref.queue, jobs)
     segments.append(ref)
     return Counted(len(jobs))
 
@@ -99,7 +99,7 @@ def _check_spill(ref: SegmentRef, jobs: Sequence[StoredJob]) -> None:
                 raise InvalidInput(f"{job.seq} is not after {previous}", field=f"jobs[{i}].seq")
             previous = job.seq
     expected = make_ref(ref.key, jobs, ref.size_bytes, ref.sha256)
-    if ref != expected:
+    if ref is not expected and ref != expected:
         wrong = next(
             name for name in ref.__struct_fields__ if getattr(ref, name) != getattr(expected, name)
         )
