@@ -329,12 +329,8 @@ class _Tx:
             queues, single = gate.open(queues), None
         out: list[StoredJob] = []
         while queues and len(out) < max_jobs:
-            if single is not None:  # the fast path (next_in_order for one queue)
+            if single is not None and single not in barriers:  # the fast path
                 best, best_queue = index.head(single, jobs), single
-                barrier = barriers.get(single) if barriers else None
-                if barrier is not None and (best is None or best > barrier):
-                    self.starved.add((single, barrier[0]))  # the next job is in a segment
-                    break
             else:
                 best, best_queue, starved = next_in_order(doc, queues, barriers, gate)
                 if starved is not None:
