@@ -168,12 +168,14 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
     """The reference to a new segment object ``key`` of ``size_bytes`` with digest
     ``sha256`` (hex) holding ``jobs``.
 
-    The last one made is kept: a spill's reference is made where its object is
-    built and made again where the ``Spill`` is checked, from the same tuple of
-    frozen jobs (a tuple, so the same object means the same jobs)."""
-    made = _last_made
-    if made and made[0][0] is jobs and made[0][1] == (key, size_bytes, sha256):
-        return made[0][2]
+    The last one made is kept until it is asked for again: a spill's reference
+    is made where its object is built and made again where the ``Spill`` is
+    checked, from the same tuple of frozen jobs (a tuple, so the same object
+    means the same jobs).  Taken once, it is let go (with the jobs it holds)."""
+    made = next(iter(_last_made), None)  # (a spill's object may be built in a thread)
+    if made is not None and made[0] is jobs and made[1] == (key, size_bytes, sha256):
+        _last_made.clear()
+        return made[2]
     ref = _make_ref(key, jobs, size_bytes, sha256)
     if type(jobs) is tuple:
         _last_made[:] = [(jobs, (key, size_bytes, sha256), ref)]
