@@ -30,6 +30,7 @@ from osqueue.state import (
     transition,
 )
 from osqueue.state.finished_jobs import PRUNE_SLACK_S, FinishedJob
+from osqueue.state.model import to_datetime
 from osqueue.state.results import answer
 
 T0 = 1_800_000_000.0
@@ -313,3 +314,40 @@ def test_the_record_section_is_appended_and_rebuilt_after_removals() -> None:
     record.add(FinishedJob("j9", "cancelled", entries[0].finished_at, 1.0))
     assert record.size_bytes() == len(record.section())
     assert record.copy() == record
+
+
+def _entry(i: int, at: float, ttl_s: float) -> FinishedJob:
+    return FinishedJob(f"e{i:04d}", "done", to_datetime(at), ttl_s)
+
+
+def test_past_as_many_stale_heap_items_as_entries_the_heap_is_made_again_in_order() -> None:
+    # A seal takes the record's oldest entries at once: their heap items go stale.
+    # Past as many of them as there are entries the heap is rebuilt from the
+    # entries: the soonest to expire still comes first, and none is lost.
+    record = FinishedRecord(_entry(i, T0 + i % 7, 100.0 + i) for i in range(300))
+    for i in range(0, 300, 3):  # two thirds of the entries leave, and some come back
+        record.remove(f"e{i:04d}")
+        record.remove(f"e{i + 1:04d}")
+    for i in range(0, 30, 3):
+        record.add(_entry(i, T0, 1.0 + i))
+    assert record._stale > len(record)
+    expected = sorted(record, key=lambda e: (e.expires_at, e.id))
+    evicted = record.evict(max_jobs=len(record) - 40, max_bytes=1 << 30)
+    assert record._stale == 0  # made again once, then only current items were popped
+    assert [e.id for e in evicted] == [e.id for e in expected[: len(evicted)]]
+    assert sorted(e.id for e in record) == sorted(e.id for e in expected[len(evicted) :])
+    pruned = record.prune(T0 + 200 + PRUNE_SLACK_S)
+    assert [e.id for e in pruned] == [
+        e.id for e in expected[len(evicted) :] if e.expires_at <= T0 + 200 + PRUNE_SLACK_S
+    ]
+
+
+def test_an_entry_expires_by_its_own_finished_at_whatever_was_converted_before() -> None:
+    shared = to_datetime(T0 + 5)
+    a = FinishedJob("a", "done", shared, 10.0)
+    b = FinishedJob("b", "done", shared, 20.0)  # the same finished_at object: remembered
+    c = FinishedJob("c", "done", to_datetime(T0 + 5), 30.0)  # an equal one, not the same
+    d = FinishedJob("d", "done", to_datetime(T0 + 9.5), 0.5)
+    assert [e.expires_at for e in (a, b, c, d, a)] == [
+        e.finished_at.timestamp() + e.ttl_s for e in (a, b, c, d, a)
+    ]

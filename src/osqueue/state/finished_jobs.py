@@ -48,6 +48,33 @@ FINISHED_ERROR_CHARS = 1024
 _encode = msgspec.json.Encoder().encode
 
 
+class Stamp:
+    """``at.timestamp()``, remembered for the last ``datetime`` asked.
+
+    Converting an aware ``datetime`` to seconds costs a timedelta's arithmetic
+    each time.  The entries of one commit share one ``finished_at`` (the same
+    object), so a record of finished jobs, and a seal of its oldest entries,
+    convert it about once a commit instead of once an entry.  (Reading the pair
+    is atomic: a stamp used from another thread at worst converts again.)"""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[datetime | None, float] = (None, 0.0)
+
+    def __call__(self, at: datetime) -> float:
+        last = self._last
+        if last[0] is at:
+            return last[1]
+        seconds = at.timestamp()
+        self._last = (at, seconds)
+        return seconds
+
+
+#: the seconds of a finished entry's ``finished_at``
+_finished_seconds = Stamp()
+
+
 class ResultData(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A job's result as the document references it: inline, or in an object."""
 
@@ -83,7 +110,7 @@ class FinishedJob(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     @property
     def expires_at(self) -> float:
         """Broker time (seconds) after which the entry is gone."""
-        return self.finished_at.timestamp() + self.ttl_s
+        return _finished_seconds(self.finished_at) + self.ttl_s
 
 
 class FinishedRecord:
@@ -94,7 +121,7 @@ class FinishedRecord:
     leaves a stale heap item that is skipped).
     """
 
-    __slots__ = ("_blob", "_bytes", "_expires", "_frags", "_heap", "entries", "sealed")
+    __slots__ = ("_blob", "_bytes", "_expires", "_frags", "_heap", "_stale", "entries", "sealed")
 
     def __init__(self, entries: Iterable[FinishedJob] = ()) -> None:
         self.entries: dict[str, FinishedJob] = {}
@@ -105,6 +132,10 @@ class FinishedRecord:
         self._heap: list[tuple[float, str]] = []
         #: id -> its entry's expiry (a heap item is current while it matches)
         self._expires: dict[str, float] = {}
+        #: heap items whose entry is gone (a seal takes a thousand at once: past
+        #: as many as there are entries, the heap is made again from ``_expires``
+        #: rather than popped an item at a time)
+        self._stale = 0
         #: the encoded section (fragments joined by commas), grown by appending;
         #: None after a removal until :meth:`section` rebuilds it
         self._blob: bytearray | None = None
@@ -120,6 +151,7 @@ class FinishedRecord:
         new._bytes = self._bytes
         new._heap = list(self._heap)
         new._expires = dict(self._expires)
+        new._stale = self._stale
         new._blob = None if self._blob is None else bytearray(self._blob)
         new.sealed = self.sealed.copy()
         return new
@@ -200,6 +232,7 @@ class FinishedRecord:
             self._bytes -= len(self._frags.pop(job_id))
             del self._expires[job_id]
             self._blob = None
+            self._stale += 1  # its heap item stays, stale
         return entry
 
     def discard(self, job_id: str) -> None:
@@ -209,21 +242,34 @@ class FinishedRecord:
 
     def _pop_soonest(self) -> FinishedJob | None:
         """Remove and return the entry closest to expiry (skipping stale heap items)."""
+        self._drop_stale()
         heap, current = self._heap, self._expires
         while heap:
             expires, job_id = heapq.heappop(heap)
             if current.get(job_id) == expires:
-                return self.remove(job_id)
+                entry = self.remove(job_id)
+                self._stale -= 1  # (its item is popped, not left stale)
+                return entry
+            self._stale -= 1
         return None
 
     def _soonest(self) -> float | None:
+        self._drop_stale()
         heap, current = self._heap, self._expires
         while heap:
             expires, job_id = heap[0]
             if current.get(job_id) == expires:
                 return expires
             heapq.heappop(heap)
+            self._stale -= 1
         return None
+
+    def _drop_stale(self) -> None:
+        """More stale heap items than entries: make the heap again from the entries."""
+        if self._stale > 64 and self._stale > len(self._expires):
+            self._heap = [(expires, job_id) for job_id, expires in self._expires.items()]
+            heapq.heapify(self._heap)
+            self._stale = 0
 
     def prune(self, now: float) -> list[FinishedJob]:
         """Drop the entries expired at ``now``, once the soonest has been expired

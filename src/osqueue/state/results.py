@@ -23,7 +23,13 @@ from osqueue.api import RESULT_KINDS, EncodedResult, FinishedStatus, JobResult
 from osqueue.errors import InvalidInput
 from osqueue.state import validate
 from osqueue.state.document import Document
-from osqueue.state.finished_jobs import FINISHED_ERROR_CHARS, RESULT_PREFIX, FinishedJob, ResultData
+from osqueue.state.finished_jobs import (
+    FINISHED_ERROR_CHARS,
+    RESULT_PREFIX,
+    FinishedJob,
+    ResultData,
+    Stamp,
+)
 from osqueue.state.model import StoredJob
 from osqueue.state.ops import Policy
 from osqueue.storage.keys import check_key
@@ -201,6 +207,9 @@ class Finishing(Protocol):
     ended: list[tuple[str, FinishedStatus]]
 
 
+#: the seconds of ``doc.dependencies_at`` (one object until a push names parents again)
+_dependencies_seconds = Stamp()
+
 #: How long a result given is kept when no TTL is set (push, queue or broker).
 DEFAULT_RESULT_TTL_S = 3600.0
 
@@ -236,7 +245,7 @@ def dependency_hold(doc: Document, job_id: str, now: float, policy: Policy) -> f
     used = doc.dependencies_at
     if job_id in doc.index.children or job_id in doc.waiting_cold.by_parent:
         return window
-    if used is not None and now - used.timestamp() <= window:
+    if used is not None and now - _dependencies_seconds(used) <= window:
         return window
     return 0.0
 
