@@ -45,7 +45,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from operator import eq, itemgetter
+from itertools import groupby
+from operator import attrgetter, eq, itemgetter
 
 from osqueue.state.document import Document
 from osqueue.state.index import ReadyEntry
@@ -56,6 +57,7 @@ from osqueue.state.segments import Barrier, Stream
 
 _PRIORITY = itemgetter(0)
 _SEQ = itemgetter(1)
+_JOB_PRIORITY = attrgetter("priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,32 +210,22 @@ def _ready_streams(
 ) -> dict[int, list[StoredJob]]:
     """The ready queued jobs of sorted heap ``entries``, by priority (stale entries,
     and a job's entry that a lazy heap holds twice, passed over)."""
+    if any(map(eq, entries, entries[1:])):  # the same job's entry twice: keep one
+        entries = [e for i, e in enumerate(entries) if i == 0 or e != entries[i - 1]]
     get = jobs.get
-    if entries and entries[0][0] == entries[-1][0] and not any(map(eq, entries, entries[1:])):
-        # one priority, no entry twice (the common case): one comprehension
-        ready = [
-            job
-            for e in entries
-            if (job := get(e[2])) is not None
-            and job.seq == e[1]
-            and job.status == "queued"
-            and job.run_at is None
-        ]
-        return {entries[0][0]: ready} if ready else {}
-    streams: dict[int, list[StoredJob]] = {}
-    previous: ReadyEntry | None = None
-    ready = []
-    for entry in entries:
-        if entry == previous:
-            continue  # the same job's entry twice (a lazy heap may hold both)
-        previous = entry
-        job = get(entry[2])
-        if job is None or job.seq != entry[1] or job.status != "queued" or job.run_at is not None:
-            continue
-        if not ready or ready[0].priority != entry[0]:
-            ready = streams[entry[0]] = []
-        ready.append(job)
-    return streams
+    ready = [
+        job
+        for e in entries
+        if (job := get(e[2])) is not None
+        and job.seq == e[1]
+        and job.status == "queued"
+        and job.run_at is None
+    ]
+    if not ready:
+        return {}
+    if ready[0].priority == ready[-1].priority:  # one priority (the common case)
+        return {ready[0].priority: ready}
+    return {p: list(group) for p, group in groupby(ready, key=_JOB_PRIORITY)}
 
 
 def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) -> list[LoadPlan]:

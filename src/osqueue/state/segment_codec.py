@@ -172,18 +172,19 @@ def make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) 
     is made where its object is built and made again where the ``Spill`` is
     checked, from the same tuple of frozen jobs (a tuple, so the same object
     means the same jobs).  Taken once, it is let go (with the jobs it holds)."""
-    made = next(iter(_last_made), None)  # (a spill's object may be built in a thread)
+    global _last_made
+    made = _last_made  # (read once: a spill's object may be built in a thread)
     if made is not None and made[0] is jobs and made[1] == (key, size_bytes, sha256):
-        _last_made.clear()
+        _last_made = None
         return made[2]
     ref = _make_ref(key, jobs, size_bytes, sha256)
     if type(jobs) is tuple:
-        _last_made[:] = [(jobs, (key, size_bytes, sha256), ref)]
+        _last_made = (jobs, (key, size_bytes, sha256), ref)
     return ref
 
 
 #: (jobs, (key, size_bytes, sha256), ref) of the last :func:`make_ref` of a tuple
-_last_made: list[tuple[Sequence[StoredJob], tuple[str, int, str], SegmentRef]] = []
+_last_made: tuple[Sequence[StoredJob], tuple[str, int, str], SegmentRef] | None = None
 
 
 def _make_ref(key: str, jobs: Sequence[StoredJob], size_bytes: int, sha256: str) -> SegmentRef:
