@@ -178,7 +178,21 @@ def test_a_spill_must_come_after_the_streams_last_segment() -> None:
             "ref.keyed",
         ),
         (lambda op: Spill(op.ref, op.jobs[::-1]), "jobs[1].seq"),
+        (lambda op: Spill(op.ref, (*op.jobs[:2], op.jobs[1])), "jobs[2].seq"),  # not rising
+        (lambda op: Spill(op.ref, (*op.jobs[:2], "j2")), "jobs[2]"),  # type: ignore[arg-type]
         (lambda op: Spill(op.ref, ()), "jobs"),
+        (
+            lambda op: Spill(
+                op.ref, (*op.jobs[:2], msgspec.structs.replace(op.jobs[2], priority=5))
+            ),
+            "jobs[2].queue",
+        ),
+        (
+            lambda op: Spill(
+                op.ref, (*op.jobs[:2], msgspec.structs.replace(op.jobs[2], status="claimed"))
+            ),
+            "jobs[2].status",
+        ),
         (
             lambda op: Spill(
                 op.ref, (*op.jobs[:2], msgspec.structs.replace(op.jobs[2], queue="x"))
@@ -245,11 +259,12 @@ def test_a_load_with_the_objects_lines_keeps_them_as_the_jobs_encodings() -> Non
     bad = {
         "lines": Load(same.key, 2, last, None, lines=tuple(obj.lines[:2])),
         "lines[0]": Load(same.key, 2, last, None, lines=(b"junk",)),
+        "lines[0] ": Load(same.key, 2, last, None, lines=("x",)),  # type: ignore[arg-type]
     }
     for field, wrong in bad.items():
         (res,) = lined.run(wrong).results
         assert isinstance(res, InvalidInput), (field, res)
-        assert res.field == field
+        assert res.field == field.strip()
     assert lined.run(Load(same.key, 2, last, None, lines=(obj.lines[2],))).results == [Counted(1)]
 
 

@@ -167,6 +167,24 @@ def test_segment_lines_name_a_line_that_does_not_decode_when_its_chunk_is_read()
     assert err.value.path.startswith("line 5: ")
 
 
+@pytest.mark.parametrize(
+    "line",
+    [b"", b'{"id":"j3"},{"id":"j4"}', b"  "],
+    ids=["empty", "two values", "blank"],
+)
+def test_a_chunk_read_at_once_still_names_a_line_that_is_not_one_job(line: bytes) -> None:
+    """A chunk is decoded in one call; a line that is empty or holds two values
+    (which that call could pass over or split) is named as read line by line."""
+    data = encode_segment(_jobs(6))
+    broken = b"\n".join([*_lines(data)[:4], line, *_lines(data)[5:]])
+    obj = SegmentLines.parse(broken, "segments/q/x.jsonl")
+    assert obj.jobs(0, 3) == _jobs(6)[:3]
+    with pytest.raises(CorruptDocument) as err:
+        obj.jobs(0, 6)
+    assert err.value.path is not None
+    assert err.value.path.startswith("line 5: ")
+
+
 def test_check_object_names_what_differs_from_the_reference() -> None:
     jobs = _jobs()
     ref, data = build_segment(jobs, "u")
