@@ -35,6 +35,9 @@ runs' median; ``of_empty_by_round``: each run over the empty run of its round;
 ``cpu_of_empty``: the empty runs' CPU time per job over this case's, steadier
 on a shared machine),
 ``p50_ms``/``p99_ms`` (claim + complete, per job), ``cpu_us_per_job``,
+``jobs_per_commit`` (the timed run's jobs over its commits: the closed loop's
+200 workers run in lock step, a commit of their claims and one of their
+completions and pushes, so 100 unless the batches split),
 ``setup_s`` (the backlog's setup; then the run waits, 10 s at most, until the
 document stops shrinking), ``queue_json_bytes`` (after the setup and at
 the end: ``_end``), ``queue_json_max_bytes_setup`` and ``queue_json_max_bytes``
@@ -285,6 +288,7 @@ async def one_case(
     deadline = time.perf_counter() + args.seconds
     start = time.perf_counter()
     cpu_start = time.process_time()
+    commits_start = getattr(broker, "commits", 0)  # (a version without it: 0)
     # A setup that was refused leaves no room for the workers' pushes either: no timed run.
     loops = [worker(client, f"w{i}", deadline, lat, queues[i]) for i in range(workers)]
     if probing:
@@ -298,6 +302,7 @@ async def one_case(
         profile.dump_stats(args.profile)
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
+    commits = getattr(broker, "commits", 0) - commits_start
     sampler.cancel()
     end_stats = await client.stats()
     rss_end = rss_mib()
@@ -310,6 +315,7 @@ async def one_case(
         "workers": workers,
         "jobs_per_s": round(jobs / elapsed, 1),
         "cpu_us_per_job": round(cpu_s / jobs * 1e6, 1) if jobs else None,
+        "jobs_per_commit": round(jobs / commits, 1) if commits else None,
         "p50_ms": percentile_ms(lat, 0.50),
         "p99_ms": percentile_ms(lat, 0.99),
         "setup_s": round(setup_s, 2),
