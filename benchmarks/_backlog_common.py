@@ -113,6 +113,24 @@ def peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def document_figures(
+    directory: str, loaded_json: int, stats: Any, end_stats: Any
+) -> dict[str, Any]:
+    """The figures of the document and the process every run reports: queue.json's
+    size after the setup and at the end, what the broker counts against its cap
+    then (``stats``, ``end_stats``: ``client.stats()``), the jobs in segments
+    after the setup (0 for a version without them), and the resident memory."""
+    return {
+        "queue_json_bytes": loaded_json,
+        "queue_json_bytes_end": queue_json_bytes(directory),
+        "document_bytes": stats.document_bytes,
+        "document_bytes_end": end_stats.document_bytes,
+        "spilled": sum(getattr(q, "spilled", 0) for q in stats.queues.values()),
+        "rss_mib": peak_rss_mib(),
+        "rss_end_mib": rss_mib(),
+    }
+
+
 async def sample_size(directory: str, sizes: list[int]) -> None:
     """Record queue.json's size every 50 ms (the largest goes in the report)."""
     while True:

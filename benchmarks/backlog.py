@@ -56,13 +56,12 @@ from typing import Any
 
 from _backlog_common import (
     child_run,
+    document_figures,
     load,
     log,
     median_line,
-    peak_rss_mib,
     percentile_ms,
     queue_json_bytes,
-    rss_mib,
     sample_size,
     time_takeover,
     worker,
@@ -104,7 +103,7 @@ async def one_depth(
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
     end_stats = await client.stats()
-    rss_end = rss_mib()
+    figures = document_figures(directory, loaded_json, stats, end_stats)  # (before a takeover)
     failover = await time_takeover(broker, url, config) if takeover else {}
     await broker.stop()
     sampler.cancel()
@@ -120,14 +119,8 @@ async def one_depth(
         "p99_ms": percentile_ms(lat, 0.99),
         "load_jobs_per_s": round(load_rate, 1) if depth else None,
         "refused": refused,
-        "queue_json_bytes": loaded_json,
-        "queue_json_bytes_end": queue_json_bytes(directory),
         "queue_json_max_bytes": max(sizes, default=0),
-        "document_bytes": stats.document_bytes,
-        "document_bytes_end": end_stats.document_bytes,
-        "spilled": sum(getattr(q, "spilled", 0) for q in stats.queues.values()),
-        "rss_mib": peak_rss_mib(),
-        "rss_end_mib": rss_end,
+        **figures,
         **failover,
         **({"config": settings} if settings else {}),
     }

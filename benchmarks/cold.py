@@ -75,13 +75,12 @@ from typing import Any
 from _backlog_common import (
     PAYLOAD,
     child_run,
+    document_figures,
     load,
     log,
     median_line,
-    peak_rss_mib,
     percentile_ms,
     queue_json_bytes,
-    rss_mib,
     run_directory,
     sample_size,
     time_takeover,
@@ -305,7 +304,7 @@ async def one_case(
     commits = getattr(broker, "commits", 0) - commits_start
     sampler.cancel()
     end_stats = await client.stats()
-    rss_end = rss_mib()
+    figures = document_figures(directory, loaded_json, stats, end_stats)  # (before a takeover)
     failover = await time_takeover(broker, url, config, queues[0]) if args.takeover else {}
     await broker.stop()
     lat.sort()
@@ -320,15 +319,9 @@ async def one_case(
         "p99_ms": percentile_ms(lat, 0.99),
         "setup_s": round(setup_s, 2),
         "refused": refused,
-        "queue_json_bytes": loaded_json,
-        "queue_json_bytes_end": queue_json_bytes(directory),
         "queue_json_max_bytes_setup": max(setup_sizes, default=0),
         "queue_json_max_bytes": max(run_sizes, default=0),
-        "document_bytes": stats.document_bytes,
-        "document_bytes_end": end_stats.document_bytes,
-        "spilled": sum(getattr(q, "spilled", 0) for q in stats.queues.values()),
-        "rss_mib": peak_rss_mib(),
-        "rss_end_mib": rss_end,
+        **figures,
         **(_lateness(lateness) if probing else {}),
         **failover,
         **({"config": settings} if settings else {}),
