@@ -172,9 +172,11 @@ def test_segment_lines_name_a_line_that_does_not_decode_when_its_chunk_is_read()
     [b"", b'{"id":"j3"},{"id":"j4"}', b"  "],
     ids=["empty", "two values", "blank"],
 )
-def test_a_chunk_read_at_once_still_names_a_line_that_is_not_one_job(line: bytes) -> None:
-    """A chunk is decoded in one call; a line that is empty or holds two values
-    (which that call could pass over or split) is named as read line by line."""
+def test_a_chunk_names_a_line_that_is_not_one_job(line: bytes) -> None:
+    """A line that is empty, blank or holds two values is named, though the lines
+    around it decode.  (A chunk decoded in one ``decode_lines`` call would pass
+    over the first two, split the third, and could then count as many jobs as
+    lines: so the chunk is read a line at a time.)"""
     data = encode_segment(_jobs(6))
     broken = b"\n".join([*_lines(data)[:4], line, *_lines(data)[5:]])
     obj = SegmentLines.parse(broken, "segments/q/x.jsonl")

@@ -463,16 +463,6 @@ class SegmentLines:
     def jobs(self, start: int, end: int) -> list[StoredJob]:
         """The jobs at positions ``start..end-1`` (CorruptDocument names a line that
         does not decode)."""
-        chunk = self.lines[start:end]
-        if chunk:
-            # One call for the chunk; a line that is not one job each (the count
-            # differs, or one does not decode) is named by the loop below.
-            try:
-                jobs = _job_decoder.decode_lines(b"\n".join(chunk))
-            except (msgspec.MsgspecError, UnicodeDecodeError):
-                jobs = []
-            if len(jobs) == len(chunk):
-                return jobs
         out: list[StoredJob] = []
         decode = _job_decoder.decode
         for i in range(start, min(end, len(self.lines))):
