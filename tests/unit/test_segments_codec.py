@@ -167,19 +167,31 @@ def test_segment_lines_name_a_line_that_does_not_decode_when_its_chunk_is_read()
     assert err.value.path.startswith("line 5: ")
 
 
+def _two_on_one_line(data: bytes) -> bytes:
+    """Line 5 holds its own job and, after a space, line 6's; line 6 is left empty:
+    as many lines as before, and as many values."""
+    lines = _lines(data)
+    lines[4], lines[5] = lines[4] + b" " + lines[5], b""
+    return b"\n".join(lines)
+
+
 @pytest.mark.parametrize(
-    "line",
-    [b"", b'{"id":"j3"},{"id":"j4"}', b"  "],
-    ids=["empty", "two values", "blank"],
+    "edit",
+    [
+        lambda d: b"\n".join([*_lines(d)[:4], b"", *_lines(d)[5:]]),
+        lambda d: b"\n".join([*_lines(d)[:4], b"  ", *_lines(d)[5:]]),
+        lambda d: b"\n".join([*_lines(d)[:4], b'{"id":"j3"},{"id":"j4"}', *_lines(d)[5:]]),
+        _two_on_one_line,
+    ],
+    ids=["empty", "blank", "two values", "two values, then an empty line"],
 )
-def test_a_chunk_names_a_line_that_is_not_one_job(line: bytes) -> None:
+def test_a_chunk_names_a_line_that_is_not_one_job(edit: Any) -> None:
     """A line that is empty, blank or holds two values is named, though the lines
     around it decode.  (A chunk decoded in one ``decode_lines`` call would pass
-    over the first two, split the third, and could then count as many jobs as
-    lines: so the chunk is read a line at a time.)"""
-    data = encode_segment(_jobs(6))
-    broken = b"\n".join([*_lines(data)[:4], line, *_lines(data)[5:]])
-    obj = SegmentLines.parse(broken, "segments/q/x.jsonl")
+    over the empty and blank lines and take two values from one line: with one
+    of each, as many jobs as lines, read misaligned.  So a chunk is read a line
+    at a time.)"""
+    obj = SegmentLines.parse(edit(encode_segment(_jobs(6))), "segments/q/x.jsonl")
     assert obj.jobs(0, 3) == _jobs(6)[:3]
     with pytest.raises(CorruptDocument) as err:
         obj.jobs(0, 6)
