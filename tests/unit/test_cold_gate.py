@@ -1,7 +1,8 @@
 """A commit pays for the cold state only when the queue uses it: with no cold reference,
 nothing in flight and the document below every spill and seal threshold, the
 segment manager calls into none of its parts (one look, :meth:`_untouched`);
-past a threshold the part runs as before.  And the index's count of dead jobs
+past a threshold the part runs as before (each of the four: dead letters, delayed
+jobs, waiting children, the record of finished jobs).  And the index's count of dead jobs
 (that look's check for the dead spill) follows every way a job dies or leaves."""
 
 from __future__ import annotations
@@ -73,29 +74,45 @@ async def test_a_queue_without_cold_state_calls_no_cold_part_after_its_commits()
 
 
 @pytest.mark.parametrize(
-    ("part", "config", "make"),
+    ("part", "config"),
     [
-        ("dead", {"dead_keep_jobs": 2, "dead_spill_jobs": 3}, "dead"),
-        ("delayed", {"delay_spill_above_jobs": 3}, "delayed"),
+        ("dead", {"dead_keep_jobs": 2, "dead_spill_jobs": 3}),
+        ("delayed", {"delay_spill_above_jobs": 3}),
+        ("waiting", {"waiting_spill_above_jobs": 3, "waiting_object_jobs": 5}),
+        (
+            "finished",
+            {"finished_seal_above_entries": 3, "finished_object_entries": 4, "result_ttl_s": 60},
+        ),
     ],
 )
-async def test_past_a_threshold_the_part_runs_and_spills(
-    part: str, config: dict[str, int], make: str
-) -> None:
+async def test_past_a_threshold_the_part_runs_and_spills(part: str, config: dict[str, int]) -> None:
     async with Broker(MemoryStorage(), BrokerConfig(**config)) as broker:  # type: ignore[arg-type]
         calls = _calls(broker)
         q = broker.client()
+        if part == "waiting":  # children of a parent nobody claims
+            await q.push(b"parent", id="par", queue="parents")
         for n in range(8):
-            if make == "dead":
+            if part == "dead":
                 await q.push(b"x", id=f"d{n}", max_attempts=1)
                 (job,) = await q.claim("w", ["default"])
                 await q.fail(job, error="boom")
-            else:
+            elif part == "delayed":
                 await q.push(b"x", id=f"d{n}", delay_s=3600.0)
+            elif part == "waiting":
+                await q.push(b"x", id=f"d{n}", after=["par"])
+            else:  # finished jobs whose results are kept
+                await q.push(b"x", id=f"d{n}")
+                (job,) = await q.claim("w", ["default"])
+                await q.complete(job, result={"n": n})
         await broker.segments.settled()
         assert calls[part] > 0
         doc = broker.document
-        spilled = doc.dead if make == "dead" else doc.delayed
+        spilled = {
+            "dead": doc.dead,
+            "delayed": doc.delayed,
+            "waiting": doc.waiting_cold.refs,
+            "finished": doc.finished.sealed.refs,
+        }[part]
         assert spilled, f"no {part} object after crossing the threshold"
 
 
