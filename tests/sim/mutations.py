@@ -181,8 +181,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="claim-crosses-segment-barrier",
         file="state/order.py",
-        original="        if barrier is not None and (entry is None or entry > barrier):\n",
-        replacement="        if barrier is not None and entry is None:\n",
+        original="    return entry is None or entry > barrier\n",
+        replacement="    return entry is None\n",
         family="segments: order",
         models="a claim takes a job behind a segment not loaded yet (spilled jobs are passed over)",
     ),

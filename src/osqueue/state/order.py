@@ -35,6 +35,14 @@ def claimable(doc: Document, queues: Sequence[str], now: float) -> bool:
     return next_in_order(doc, queues, barriers, gate)[0] is not None
 
 
+def behind(entry: ReadyEntry | None, barrier: Barrier) -> bool:
+    """A claim stops at ``barrier``: its queue's next ready entry in the document
+    (``entry``, None: none) comes after the first segment not loaded yet, so the
+    next job in claim order sits in that segment.  (The one place this rule is
+    written: :func:`next_in_order` and a claim's one-queue path both ask it.)"""
+    return entry is None or entry > barrier
+
+
 def next_in_order(
     doc: Document, queues: Sequence[str], barriers: dict[str, Barrier], gate: Gate | None = None
 ) -> tuple[ReadyEntry | None, str, Stream | None]:
@@ -49,7 +57,7 @@ def next_in_order(
     for q in queues:
         entry = index.head(q, jobs) if gate is None else gate.head(q)
         barrier = barriers.get(q) if barriers else None
-        if barrier is not None and (entry is None or entry > barrier):
+        if barrier is not None and behind(entry, barrier):
             if stop is None or barrier < stop:
                 stop, stop_queue = barrier, q
         elif entry is not None and (best is None or entry < best):

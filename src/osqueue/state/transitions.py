@@ -70,7 +70,7 @@ from osqueue.state.ops import (
     SetQueue,
     Spill,
 )
-from osqueue.state.order import claimable, next_in_order, next_tick_at, next_wakeup
+from osqueue.state.order import behind, claimable, next_in_order, next_tick_at, next_wakeup
 from osqueue.state.segments import Stream
 from osqueue.state.stats import depths
 
@@ -329,8 +329,12 @@ class _Tx:
             queues, single = gate.open(queues), None
         out: list[StoredJob] = []
         while queues and len(out) < max_jobs:
-            if single is not None and single not in barriers:  # the fast path
+            if single is not None:  # the fast path (next_in_order for one queue)
                 best, best_queue = index.head(single, jobs), single
+                barrier = barriers.get(single) if barriers else None
+                if barrier is not None and behind(best, barrier):
+                    self.starved.add((single, barrier[0]))  # the next job is in a segment
+                    break
             else:
                 best, best_queue, starved = next_in_order(doc, queues, barriers, gate)
                 if starved is not None:
