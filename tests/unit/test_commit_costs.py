@@ -112,6 +112,27 @@ def test_the_header_is_byte_for_byte_the_header_struct(full: bool) -> None:
     assert len(encode(doc)) == doc.size_bytes()
 
 
+@pytest.mark.parametrize(("jobs", "tombstones"), [(0, 0), (1, 0), (2, 0), (40, 0), (3, 400)])
+def test_the_jobs_are_joined_once_and_the_document_is_whole(jobs: int, tombstones: int) -> None:
+    """A document whose jobs outweigh the rest is joined with its header folded
+    into the first job (one copy of the jobs); one whose jobs do not is joined
+    part by part.  Both give the whole document: every job, in order, and the
+    length the push cap counts."""
+    doc = Document(queue_id=new_queue_id())
+    doc.broker = _owner(T0 + 10)
+    for i in range(tombstones):  # ids of jobs long gone: more bytes than the jobs
+        doc.add_tombstone(f"01GONE{i:020d}", to_datetime(T0))
+    pushes = [Push(f"j{i}", b"%d" % i, "q", i % 3, 0.0, None, 5) for i in range(jobs)]
+    transition(doc, pushes, T0, in_place=True)
+    data = encode(doc)
+    assert decode(data) == doc
+    assert len(data) == doc.size_bytes()
+    listed = msgspec.json.decode(data)["jobs"]
+    assert [job["id"] for job in listed] == list(doc.jobs)
+    heavy = doc.jobs_bytes > len(data) - doc.jobs_bytes
+    assert heavy == (jobs >= 40)  # (each path is taken)
+
+
 def test_the_header_follows_a_new_broker_and_a_new_history() -> None:
     doc = Document(queue_id=new_queue_id())
     doc.broker = _owner(T0 + 10)

@@ -86,8 +86,18 @@ def encode(doc: Document) -> bytes:
         parts.append(doc.dead.aside_section())
     if doc.delayed:
         parts.append(doc.delayed.section())
-    parts += (b',"jobs":[', b",".join(doc.fragments(_encoder.encode)), b"]}")
-    return b"".join(parts)
+    parts.append(b',"jobs":[')
+    frags = list(doc.fragments(_encoder.encode))
+    if doc.jobs_bytes <= sum(map(len, parts)):  # (the jobs are the smaller part)
+        parts += (b",".join(frags), b"]}")
+        return b"".join(parts)
+    # The jobs are most of a busy document's bytes: copied once, by one join of
+    # them all, with everything before them joined into the first (a join of
+    # the joined jobs with the rest would copy them twice every commit).
+    parts.append(frags[0])
+    frags[0] = b"".join(parts)
+    frags[-1] += b"]}"
+    return b",".join(frags)
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:

@@ -273,6 +273,11 @@ class Document:
         self._flush(encode)
         return self._frags.values()
 
+    @property
+    def jobs_bytes(self) -> int:
+        """The summed length of the jobs' cached encodings (exact after :meth:`fragments`)."""
+        return self._jobs_bytes
+
     def encoded_jobs(self, jobs: Sequence[StoredJob]) -> tuple[bytes, ...]:
         """The encoded bytes of ``jobs`` (in the document), as :meth:`encoded_job`."""
         frags = self._frags
