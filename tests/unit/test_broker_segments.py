@@ -310,3 +310,85 @@ async def test_a_large_spill_is_built_off_the_loop_and_its_objects_check() -> No
             await broker.segments.settled()
         assert got == ids
         assert broker.segments.counters.set_aside == 0
+
+
+def test_a_transition_lists_the_jobs_it_claimed() -> None:
+    policy = config().policy()
+    ops = [Push(f"d{i:03d}", b"p", queue="deep", dedupe=False) for i in range(8)]
+    doc = transition(Document.empty(), ops, T0, policy).doc
+    for plan in plan_spills(doc, policy):
+        doc = transition(doc, [plan.build("u1")[0]], T0, policy).doc
+    assert "deep" in doc.segments.barriers
+    pushes = [Push(f"b{i}", b"p", queue="busy", dedupe=False) for i in range(2)]
+    doc = transition(doc, pushes, T0, policy).doc
+    t = transition(doc, [ClaimOp("w", ("busy",), 2), ClaimOp("v", ("deep",), 3)], T0, policy)
+    assert t.claimed == 4  # (the deep one stops at its barrier, after its head of 2)
+    assert [(job.id, job.status) for job in t.claimed_jobs] == [
+        ("b0", "claimed"),
+        ("b1", "claimed"),
+        ("d000", "claimed"),
+        ("d001", "claimed"),
+    ]
+
+
+async def _counting_heap_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from osqueue.broker.cold import manager
+
+    walks: list[int] = []
+    count = manager.jobs_ahead
+
+    def counted(*args: object, **kw: object) -> int:
+        walks.append(1)
+        return count(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(manager, "jobs_ahead", counted)
+    return walks
+
+
+async def test_another_queue_s_claims_neither_load_a_deep_queue_nor_walk_its_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The estimate of a deep queue's jobs before its barrier is lowered by its own
+    claims only: claims of another queue (the deep one holding a claimed job)
+    load none of its segments, and no commit of theirs counts its heap."""
+    async with Broker(MemoryStorage(), config()) as broker:
+        q = broker.client()
+        await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(40)])
+        await broker.segments.settled()
+        assert broker.document.segments
+        held = await q.claim("w", ("deep",), max_jobs=1)
+        await broker.segments.settled()
+        loads = broker.segments.counters.loads
+        walks = await _counting_heap_walks(monkeypatch)
+        for _ in range(10):
+            await q.push_many([osqueue.NewJob(b"b", queue="busy") for _ in range(2)])
+            assert len(await q.claim("w", ("busy",), max_jobs=2)) == 2
+            await broker.segments.settled()
+        assert broker.segments.counters.loads == loads
+        assert walks == []
+        assert len(held) == 1
+
+
+async def test_a_deep_queue_s_heap_is_counted_every_few_loads_and_every_job_comes_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from osqueue.broker.cold.manager import _RECOUNT_LOADS
+
+    async with Broker(MemoryStorage(), config()) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(120)])
+        await broker.segments.settled()
+        loads = broker.segments.counters.loads
+        walks = await _counting_heap_walks(monkeypatch)
+        seen: list[str] = []
+        while len(seen) < len(ids):
+            jobs = await q.claim("w", ("deep",), max_jobs=2, wait_s=5.0)
+            assert jobs
+            seen += [job.id for job in jobs]
+            for job in jobs:
+                await q.complete(job)
+            await broker.segments.settled()
+        assert seen == ids  # in order, each once
+        loaded = broker.segments.counters.loads - loads
+        assert loaded >= 3 * _RECOUNT_LOADS
+        assert len(walks) <= loaded // _RECOUNT_LOADS + 4  # not one a load

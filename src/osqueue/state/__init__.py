@@ -65,6 +65,7 @@ from osqueue.state.ops import (
     SetQueue,
     Spill,
 )
+from osqueue.state.order import claimable, next_tick_at, next_wakeup
 from osqueue.state.planning import (
     LoadPlan,
     SpillPlan,
@@ -89,15 +90,7 @@ from osqueue.state.segment_codec import (
 )
 from osqueue.state.segments import Segments, Stream
 from osqueue.state.stats import stats_of
-from osqueue.state.transitions import (
-    Transition,
-    apply,
-    backoff_s,
-    claimable,
-    next_tick_at,
-    next_wakeup,
-    transition,
-)
+from osqueue.state.transitions import Transition, apply, backoff_s, transition
 
 DOCUMENT_KEY = "queue.json"
 #: Payloads above the inline limit live under this prefix, one object per upload:

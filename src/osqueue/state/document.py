@@ -79,7 +79,6 @@ class Document:
         "_frags",
         "_head_len",
         "_history_json",
-        "_jobs_bytes",
         "_recent_blob",
         "archived_through",
         "broker",
@@ -90,6 +89,7 @@ class Document:
         "history",
         "index",
         "jobs",
+        "jobs_bytes",
         "next_seq",
         "next_token",
         "queue_id",
@@ -166,8 +166,8 @@ class Document:
         #: stale and hold ``b""``
         self._frags: dict[str, bytes] = frags
         self._dirty: set[str] = dirty
-        #: the summed length of the cached fragments
-        self._jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
+        #: the summed length of the cached fragments (exact after :meth:`fragments`)
+        self.jobs_bytes = jobs_bytes if jobs_bytes is not None else sum(map(len, frags.values()))
         #: the encoded inside of the ``recent`` map, kept in step by add_tombstone
         self._recent_blob: bytearray | None = recent_blob
         self._head_len: int | None = None  # the header's length when it was last encoded
@@ -198,7 +198,7 @@ class Document:
             frags=dict(self._frags),
             dirty_ids=set(self._dirty),
             recent_blob=None if self._recent_blob is None else bytearray(self._recent_blob),
-            jobs_bytes=self._jobs_bytes,
+            jobs_bytes=self.jobs_bytes,
             history=self.history,
             queue_settings=dict(self.queue_settings),
             schedules=self.schedules.copy(),
@@ -224,7 +224,7 @@ class Document:
         if old is not None:
             frag = frags[job_id]
             if frag:
-                self._jobs_bytes -= len(frag)
+                self.jobs_bytes -= len(frag)
             self.index.remove(old)
         frags[job_id] = b""
         self._dirty.add(job_id)
@@ -234,14 +234,14 @@ class Document:
         """Add a new job whose encoding the caller has already made (a push)."""
         self.jobs[job.id] = job
         self._frags[job.id] = frag
-        self._jobs_bytes += len(frag)
+        self.jobs_bytes += len(frag)
         self.index.add(job, now_s)
 
     def drop_job(self, job_id: str) -> StoredJob | None:
         old = self.jobs.pop(job_id, None)
         if old is not None:
             self.index.remove(old)
-            self._jobs_bytes -= len(self._frags.pop(job_id))
+            self.jobs_bytes -= len(self._frags.pop(job_id))
             self._dirty.discard(job_id)
         return old
 
@@ -255,7 +255,7 @@ class Document:
             size += len(frags.pop(job.id))
             if dirty:
                 dirty.discard(job.id)
-        self._jobs_bytes -= size
+        self.jobs_bytes -= size
         self.index.remove_queued(leaving)
 
     def put_loaded(self, jobs: Sequence[StoredJob], lines: Sequence[bytes]) -> None:
@@ -265,18 +265,13 @@ class Document:
         for job, line in zip(jobs, lines, strict=True):
             mine[job.id] = job
             frags[job.id] = line
-        self._jobs_bytes += sum(map(len, lines))
+        self.jobs_bytes += sum(map(len, lines))
         self.index.add_ready(jobs)
 
     def fragments(self, encode: Callable[[StoredJob], bytes] = encode_job) -> Iterable[bytes]:
         """Every job's encoded bytes in document order (re-encoding only changed jobs)."""
         self._flush(encode)
         return self._frags.values()
-
-    @property
-    def jobs_bytes(self) -> int:
-        """The summed length of the jobs' cached encodings (exact after :meth:`fragments`)."""
-        return self._jobs_bytes
 
     def encoded_jobs(self, jobs: Sequence[StoredJob]) -> tuple[bytes, ...]:
         """The encoded bytes of ``jobs`` (in the document), as :meth:`encoded_job`."""
@@ -291,7 +286,7 @@ class Document:
         frag = self._frags[job_id]
         if not frag:
             frag = self._frags[job_id] = encode_job(self.jobs[job_id])
-            self._jobs_bytes += len(frag)
+            self.jobs_bytes += len(frag)
             self._dirty.discard(job_id)
         return frag
 
@@ -303,7 +298,7 @@ class Document:
             for job_id in dirty:
                 frag = frags[job_id] = encode(jobs[job_id])
                 added += len(frag)
-            self._jobs_bytes += added
+            self.jobs_bytes += added
             dirty.clear()
 
     # -- the header ----------------------------------------------------------------
@@ -399,7 +394,7 @@ class Document:
             + tombstones
             + (2 if tombstones else 1)
             + _JOBS_OPEN
-            + self._jobs_bytes
+            + self.jobs_bytes
             + max(0, n - 1)
             + 2
         )

@@ -70,7 +70,7 @@ from osqueue.state.ops import (
     SetQueue,
     Spill,
 )
-from osqueue.state.order import behind, claimable, next_in_order, next_tick_at, next_wakeup
+from osqueue.state.order import behind, next_in_order
 from osqueue.state.segments import Stream
 from osqueue.state.stats import depths
 
@@ -109,6 +109,7 @@ class Transition:
     #: ``result()`` long polls are answered now)
     finished: list[str] = field(default_factory=list)
     claimed: int = 0  #: jobs claimed in this version (the segment manager sizes its head by it)
+    claimed_jobs: list[StoredJob] = field(default_factory=list)  #: those jobs, as claimed
 
 
 def _check_digest(op: Push) -> None:
@@ -166,7 +167,7 @@ class _Tx:
         self.reclaimed: list[str] = []
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
-        self.claimed = 0
+        self.claimed_jobs: list[StoredJob] = []
         #: set by :func:`transition` while it applies the callers' ops: a run of
         #: pushes keeps :attr:`size_bound` from one to the next instead of
         #: measuring the document for each
@@ -365,7 +366,7 @@ class _Tx:
                 queues = tuple(q for q in queues if q != claimed.queue)
         if gate is not None:
             gate.commit()
-        self.claimed += len(out)
+        self.claimed_jobs += out
         return Claimed(tuple(out))
 
     def heartbeat(self, op: Heartbeat) -> OpResult:
@@ -571,7 +572,8 @@ def transition(
         tx.starved,
         tx.dropped_segments,
         finished=[job_id for job_id, _ in tx.ended],
-        claimed=tx.claimed,
+        claimed=len(tx.claimed_jobs),
+        claimed_jobs=tx.claimed_jobs,
     )
 
 
@@ -593,8 +595,5 @@ __all__ = [
     "Transition",
     "apply",
     "backoff_s",
-    "claimable",
-    "next_tick_at",
-    "next_wakeup",
     "transition",
 ]

@@ -80,13 +80,9 @@ class ClaimDemand:
         base = self.configured
         return max(base.head_jobs, min(head, cap)), max(base.load_jobs, min(load, cap))
 
-    def head_of(self, doc: Document, first: SegmentRef, claimed: int) -> tuple[int, int]:
-        """``(taken, head_jobs)`` for the stream of ``first`` after a commit that
-        claimed ``claimed`` jobs: a queue with no job claimed after the commit had
-        none claimed in it (``taken`` 0: its jobs ahead are as many as before; a
-        cancel makes that high, and the claim that then stops loads at once)."""
-        held = _claims_held(doc, first.queue)
-        return (claimed if held else 0), self.sizes(first, held)[0]
+    def head_of(self, doc: Document, first: SegmentRef) -> int:
+        """``head_jobs`` for the stream of ``first`` after a commit."""
+        return self.sizes(first, _claims_held(doc, first.queue))[0]
 
     def load_of(self, doc: Document | None, ref: SegmentRef) -> int:
         """The jobs the next ``Load`` of ``ref`` puts back."""

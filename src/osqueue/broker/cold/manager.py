@@ -16,8 +16,8 @@ plans what comes next:
   leaves an object no reference names, deleted at once.
 * **Load.**  A stream's first segment is read ahead once fewer than twice
   ``head_jobs`` ready jobs come before its barrier (the count is kept as an
-  estimate lowered by each commit's claims and recounted only near the
-  thresholds, so a commit does not walk the heap), and a ``Load`` of the next
+  estimate lowered by each commit's claims of the queue and recounted every
+  few loads, so a commit does not walk the heap), and a ``Load`` of the next
   ``load_jobs`` jobs goes to the next commit once fewer than ``head_jobs`` are
   left, or at once when a claim stopped at the barrier (``Transition.starved``).
   The commit that loads wakes the parked claims it serves, so a long-polling
@@ -69,6 +69,7 @@ from osqueue.state import (
     Document,
     Load,
     SegmentRef,
+    StoredJob,
     Stream,
     Transition,
     jobs_ahead,
@@ -88,6 +89,10 @@ log = logging.getLogger(__name__)
 
 #: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
+#: loads a stream's estimate of its jobs ahead is trusted for below ``head_jobs``
+#: before they are counted again (what jobs put back can make it low by is what
+#: comes back in that many loads)
+_RECOUNT_LOADS = 8
 
 
 class SegmentManager:
@@ -123,8 +128,8 @@ class SegmentManager:
         self.counters = SegmentCounters()
         #: stream -> the Load submitted for it, until a commit took it
         self._loads: dict[Stream, Load] = {}
-        #: stream -> (first reference's key, its loaded count, ready jobs ahead estimate)
-        self._ahead: dict[Stream, tuple[str, int, int]] = {}
+        #: stream -> (first reference's key, loaded count, jobs ahead, loads since counted)
+        self._ahead: dict[Stream, tuple[str, int, int, int]] = {}
         #: streams whose load is due (submitted as soon as their object is read)
         self._due: set[Stream] = set()
         self._reading: set[str] = set()
@@ -193,7 +198,7 @@ class SegmentManager:
             return
         self._count_claims(t)
         if doc.segments.streams:
-            self._plan_loads(doc, t.starved, t.claimed)
+            self._plan_loads(doc, t.starved, t.claimed_jobs)
         elif self._ahead or self._due:
             self._ahead.clear()
             self._due.clear()
@@ -260,14 +265,16 @@ class SegmentManager:
             self.counters.loaded_jobs += len(load.jobs)
             first = doc.segments.first(stream)
             if memo is not None and first is not None:  # the jobs it put ahead of the barrier
-                self._ahead[stream] = (first.key, first.loaded, memo[2] + len(load.jobs))
+                ahead = memo[2] + len(load.jobs)
+                self._ahead[stream] = (first.key, first.loaded, ahead, memo[3] + 1)
         self.spills.settle(doc)
         self.compactor.settle(doc)
 
     # ------------------------------------------------------------------ loads
 
-    def _plan_loads(self, doc: Document, starved: set[Stream], claimed: int) -> None:
+    def _plan_loads(self, doc: Document, starved: set[Stream], claimed: list[StoredJob]) -> None:
         due: set[Stream] = set()
+        by_queue = _by_queue(claimed) if claimed and self._ahead else {}
         streams = doc.segments.streams
         for stream, refs in streams.items():
             if stream in self._loads:
@@ -276,8 +283,8 @@ class SegmentManager:
             if stream in starved:
                 now_due = True
             else:
-                taken, head = self._demand.head_of(doc, first, claimed)
-                ahead = self._jobs_ahead(doc, stream, first, taken, head)
+                head = self._demand.head_of(doc, first)
+                ahead = self._jobs_ahead(doc, stream, first, by_queue.get(stream[0], 0), head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -292,21 +299,19 @@ class SegmentManager:
     def _jobs_ahead(
         self, doc: Document, stream: Stream, first: SegmentRef, claimed: int, head: int
     ) -> int:
-        """The ready jobs before ``stream``'s barrier, at least ``head`` or
-        exactly.  An estimate lowered by each commit's ``claimed`` (its claims
-        that may be this queue's: :meth:`ClaimDemand.head_of`) and raised by the
-        loads is kept (so a commit walks no heap); only once it falls below
-        ``head_jobs`` are they counted (a load is due if they are that few).
-        Jobs put back or coming due make it low (it counts sooner); a queued job
-        cancelled makes it high, and a claim that then stops loads at once."""
+        """The ready jobs before ``stream``'s barrier, about: an estimate lowered by
+        the queue's ``claimed`` and raised by loads, counted (a walk of the heap)
+        when it falls below ``head_jobs`` :data:`_RECOUNT_LOADS` loads after the
+        last count.  Jobs put back since make it low (a load comes early); a
+        cancel makes it high (a claim then starves, and loads at once)."""
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
-            if estimate >= head:
-                self._ahead[stream] = (first.key, first.loaded, estimate)
+            if estimate >= head or memo[3] < _RECOUNT_LOADS:
+                self._ahead[stream] = (first.key, first.loaded, estimate, memo[3])
                 return estimate
         ahead = jobs_ahead(doc, stream[0], (stream[1], first.next_seq), 2 * head)
-        self._ahead[stream] = (first.key, first.loaded, ahead)
+        self._ahead[stream] = (first.key, first.loaded, ahead, 0)
         return ahead
 
     def _want(self, stream: Stream, ref: SegmentRef, due: bool) -> None:
@@ -524,3 +529,11 @@ def _delayed_part(m: SegmentManager) -> DelayedManager:
     return DelayedManager(
         m._storage, m._policy, m._clock, m, m._retry, m._tasks, m._intake, m._lease, m._life
     )
+
+
+def _by_queue(claimed: list[StoredJob]) -> dict[str, int]:
+    """How many of a commit's ``claimed`` jobs each queue gave."""
+    by: dict[str, int] = {}
+    for job in claimed:
+        by[job.queue] = by.get(job.queue, 0) + 1
+    return by
