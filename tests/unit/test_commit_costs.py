@@ -36,6 +36,7 @@ from osqueue.state import (
     to_datetime,
     transition,
 )
+from osqueue.state.codec import _FOLD_BYTES
 from osqueue.state.history import HistorySample
 from osqueue.state.model import (
     FORMAT,
@@ -112,11 +113,13 @@ def test_the_header_is_byte_for_byte_the_header_struct(full: bool) -> None:
     assert len(encode(doc)) == doc.size_bytes()
 
 
-@pytest.mark.parametrize(("jobs", "tombstones"), [(0, 0), (1, 0), (2, 0), (40, 0), (3, 400)])
+@pytest.mark.parametrize(
+    ("jobs", "tombstones"), [(0, 0), (1, 0), (2, 0), (300, 0), (3, 1200), (300, 6000)]
+)
 def test_the_jobs_are_joined_once_and_the_document_is_whole(jobs: int, tombstones: int) -> None:
-    """A document whose jobs outweigh the rest is joined with its header folded
-    into the first job (one copy of the jobs); one whose jobs do not is joined
-    part by part.  Both give the whole document: every job, in order, and the
+    """A document whose jobs outweigh the rest, and pass ``_FOLD_BYTES``, is joined
+    with its header folded into the first job (one copy of the jobs); any other
+    is joined part by part.  Both give the whole document: every job, in order, and the
     length the push cap counts."""
     doc = Document(queue_id=new_queue_id())
     doc.broker = _owner(T0 + 10)
@@ -129,8 +132,8 @@ def test_the_jobs_are_joined_once_and_the_document_is_whole(jobs: int, tombstone
     assert len(data) == doc.size_bytes()
     listed = msgspec.json.decode(data)["jobs"]
     assert [job["id"] for job in listed] == list(doc.jobs)
-    heavy = doc.jobs_bytes > len(data) - doc.jobs_bytes
-    assert heavy == (jobs >= 40)  # (each path is taken)
+    folded = doc.jobs_bytes >= _FOLD_BYTES and doc.jobs_bytes > len(data) - doc.jobs_bytes
+    assert folded == (jobs == 300 and not tombstones)  # (each path is taken)
 
 
 def test_the_header_follows_a_new_broker_and_a_new_history() -> None:

@@ -43,6 +43,9 @@ _decoder = msgspec.json.Decoder(WireDocument)
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 _PATH_RE = re.compile(r"at `([^`]+)`")
 _MAX_INT = 2**53
+#: jobs of at least this many bytes, and more than the rest of the document, are
+#: joined once (:func:`encode`); below it a second copy costs less than the check
+_FOLD_BYTES = 16_384
 
 
 class _FormatOnly(msgspec.Struct):
@@ -87,17 +90,19 @@ def encode(doc: Document) -> bytes:
     if doc.delayed:
         parts.append(doc.delayed.section())
     parts.append(b',"jobs":[')
-    frags = list(doc.fragments(_encoder.encode))
-    if doc.jobs_bytes <= sum(map(len, parts)):  # (the jobs are the smaller part)
+    frags = doc.fragments(_encoder.encode)
+    size = doc.jobs_bytes  # (exact once the fragments are up to date)
+    if size < _FOLD_BYTES or size <= sum(map(len, parts)):
         parts += (b",".join(frags), b"]}")
         return b"".join(parts)
     # The jobs are most of a busy document's bytes: copied once, by one join of
     # them all, with everything before them joined into the first (a join of
     # the joined jobs with the rest would copy them twice every commit).
-    parts.append(frags[0])
-    frags[0] = b"".join(parts)
-    frags[-1] += b"]}"
-    return b",".join(frags)
+    jobs = list(frags)
+    parts.append(jobs[0])
+    jobs[0] = b"".join(parts)
+    jobs[-1] += b"]}"
+    return b",".join(jobs)
 
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:
