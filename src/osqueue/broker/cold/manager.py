@@ -89,10 +89,10 @@ log = logging.getLogger(__name__)
 
 #: a segment whose load the commit refused is not tried again for this long
 _FAILED_PAUSE_S = 5.0
-#: loads a stream's estimate of its jobs ahead is trusted for below ``head_jobs``
-#: before they are counted again (what jobs put back can make it low by is what
-#: comes back in that many loads)
-_RECOUNT_LOADS = 8
+#: a stream's estimate of its jobs ahead is trusted below ``head_jobs`` until this
+#: many heads, and at most _RECOUNT_JOBS jobs, were loaded since they were counted
+#: (a load that jobs put back made early adds no more than that to the document)
+_RECOUNT_LOADS, _RECOUNT_JOBS = 8, 4096
 
 
 class SegmentManager:
@@ -128,7 +128,7 @@ class SegmentManager:
         self.counters = SegmentCounters()
         #: stream -> the Load submitted for it, until a commit took it
         self._loads: dict[Stream, Load] = {}
-        #: stream -> (first reference's key, loaded count, jobs ahead, loads since counted)
+        #: stream -> (first reference's key, loaded count, jobs ahead, loaded since counted)
         self._ahead: dict[Stream, tuple[str, int, int, int]] = {}
         #: streams whose load is due (submitted as soon as their object is read)
         self._due: set[Stream] = set()
@@ -265,8 +265,8 @@ class SegmentManager:
             self.counters.loaded_jobs += len(load.jobs)
             first = doc.segments.first(stream)
             if memo is not None and first is not None:  # the jobs it put ahead of the barrier
-                ahead = memo[2] + len(load.jobs)
-                self._ahead[stream] = (first.key, first.loaded, ahead, memo[3] + 1)
+                n = len(load.jobs)
+                self._ahead[stream] = (first.key, first.loaded, memo[2] + n, memo[3] + n)
         self.spills.settle(doc)
         self.compactor.settle(doc)
 
@@ -301,13 +301,13 @@ class SegmentManager:
     ) -> int:
         """The ready jobs before ``stream``'s barrier, about: an estimate lowered by
         the queue's ``claimed`` and raised by loads, counted (a walk of the heap)
-        when it falls below ``head_jobs`` :data:`_RECOUNT_LOADS` loads after the
-        last count.  Jobs put back since make it low (a load comes early); a
-        cancel makes it high (a claim then starves, and loads at once)."""
+        when it falls below ``head_jobs`` a few loads after the last count
+        (:data:`_RECOUNT_LOADS`).  Jobs put back since make it low (a load comes
+        early); a cancel makes it high (a claim then starves, and loads at once)."""
         memo = self._ahead.get(stream)
         if memo is not None and memo[0] == first.key and memo[1] == first.loaded:
             estimate = memo[2] - claimed
-            if estimate >= head or memo[3] < _RECOUNT_LOADS:
+            if estimate >= head or memo[3] < min(_RECOUNT_LOADS * head, _RECOUNT_JOBS):
                 self._ahead[stream] = (first.key, first.loaded, estimate, memo[3])
                 return estimate
         ahead = jobs_ahead(doc, stream[0], (stream[1], first.next_seq), 2 * head)
