@@ -331,7 +331,7 @@ def test_a_transition_lists_the_jobs_it_claimed() -> None:
     ]
 
 
-async def _counting_heap_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _counting_heap_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     from osqueue.broker.cold import manager
 
     walks: list[int] = []
@@ -359,7 +359,7 @@ async def test_another_queue_s_claims_neither_load_a_deep_queue_nor_walk_its_hea
         held = await q.claim("w", ("deep",), max_jobs=1)
         await broker.segments.settled()
         loads = broker.segments.counters.loads
-        walks = await _counting_heap_walks(monkeypatch)
+        walks = _counting_heap_walks(monkeypatch)
         for _ in range(10):
             await q.push_many([osqueue.NewJob(b"b", queue="busy") for _ in range(2)])
             assert len(await q.claim("w", ("busy",), max_jobs=2)) == 2
@@ -379,7 +379,7 @@ async def test_a_deep_queue_s_heap_is_counted_every_few_loads_and_every_job_come
         ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(120)])
         await broker.segments.settled()
         loads = broker.segments.counters.loads
-        walks = await _counting_heap_walks(monkeypatch)
+        walks = _counting_heap_walks(monkeypatch)
         seen: list[str] = []
         while len(seen) < len(ids):
             jobs = await q.claim("w", ("deep",), max_jobs=2, wait_s=5.0)
@@ -410,7 +410,7 @@ async def test_a_deep_queue_loading_more_than_the_trust_bound_counts_its_heap_ea
         await broker.segments.settled()
         assert broker.document.segments
         loads = broker.segments.counters.loads
-        walks = await _counting_heap_walks(monkeypatch)
+        walks = _counting_heap_walks(monkeypatch)
         taken = 0
         while taken < 5 * size:
             jobs = await q.claim("w", ("deep",), max_jobs=size // 2, wait_s=5.0)
