@@ -322,7 +322,7 @@ def test_a_transition_lists_the_jobs_it_claimed() -> None:
     pushes = [Push(f"b{i}", b"p", queue="busy", dedupe=False) for i in range(2)]
     doc = transition(doc, pushes, T0, policy).doc
     t = transition(doc, [ClaimOp("w", ("busy",), 2), ClaimOp("v", ("deep",), 3)], T0, policy)
-    assert t.claimed == 4  # (the deep one stops at its barrier, after its head of 2)
+    assert len(t.claimed_jobs) == 4  # (the deep one stops at its barrier, after its head of 2)
     assert [(job.id, job.status) for job in t.claimed_jobs] == [
         ("b0", "claimed"),
         ("b1", "claimed"),

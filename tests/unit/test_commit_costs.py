@@ -274,10 +274,10 @@ def test_push_and_claim_counts_reach_the_transition() -> None:
     doc = Document()
     ops = [Push(f"j{i}", b"p", "q", 0, 0.0, None, 5) for i in range(3)]
     t = transition(doc, ops, T0, in_place=True)
-    assert t.claimed == 0
+    assert len(t.claimed_jobs) == 0
     assert t.doc.stats.pushed == 3
     t = transition(doc, [ClaimOp("w", ("q",), 2), ClaimOp("w", ("q",), 5)], T0, in_place=True)
-    assert t.claimed == 3
+    assert len(t.claimed_jobs) == 3
     assert (t.doc.stats.pushed, t.doc.stats.completed) == (3, 0)
 
 

@@ -108,8 +108,8 @@ class Transition:
     #: ids of jobs that finished in this version: done, dead or cancelled (their
     #: ``result()`` long polls are answered now)
     finished: list[str] = field(default_factory=list)
-    claimed: int = 0  #: jobs claimed in this version (the segment manager sizes its head by it)
-    claimed_jobs: list[StoredJob] = field(default_factory=list)  #: those jobs, as claimed
+    #: jobs claimed in this version (the segment manager sizes its head by them)
+    claimed_jobs: list[StoredJob] = field(default_factory=list)
 
 
 def _check_digest(op: Push) -> None:
@@ -572,7 +572,6 @@ def transition(
         tx.starved,
         tx.dropped_segments,
         finished=[job_id for job_id, _ in tx.ended],
-        claimed=len(tx.claimed_jobs),
         claimed_jobs=tx.claimed_jobs,
     )
 

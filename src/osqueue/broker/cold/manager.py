@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from osqueue.broker.cold.asides import PendingAsides
@@ -216,7 +217,7 @@ class SegmentManager:
     def _count_claims(self, t: Transition) -> None:
         """The claim demand after ``t`` (new sizes void the spill memos they make wrong)."""
         old = self._policy
-        if self._demand.after_commit(t.claimed):
+        if self._demand.after_commit(len(t.claimed_jobs)):
             self._policy = self._demand.policy
             sizes_changed(t.doc, old, self._policy)
 
@@ -274,7 +275,7 @@ class SegmentManager:
 
     def _plan_loads(self, doc: Document, starved: set[Stream], claimed: list[StoredJob]) -> None:
         due: set[Stream] = set()
-        by_queue = _by_queue(claimed) if claimed and self._ahead else {}
+        by_queue = Counter(job.queue for job in claimed) if claimed and self._ahead else Counter()
         streams = doc.segments.streams
         for stream, refs in streams.items():
             if stream in self._loads:
@@ -284,7 +285,7 @@ class SegmentManager:
                 now_due = True
             else:
                 head = self._demand.head_of(doc, first)
-                ahead = self._jobs_ahead(doc, stream, first, by_queue.get(stream[0], 0), head)
+                ahead = self._jobs_ahead(doc, stream, first, by_queue[stream[0]], head)
                 if ahead >= 2 * head:
                     continue
                 now_due = ahead < head
@@ -529,11 +530,3 @@ def _delayed_part(m: SegmentManager) -> DelayedManager:
     return DelayedManager(
         m._storage, m._policy, m._clock, m, m._retry, m._tasks, m._intake, m._lease, m._life
     )
-
-
-def _by_queue(claimed: list[StoredJob]) -> dict[str, int]:
-    """How many of a commit's ``claimed`` jobs each queue gave."""
-    by: dict[str, int] = {}
-    for job in claimed:
-        by[job.queue] = by.get(job.queue, 0) + 1
-    return by
