@@ -89,12 +89,12 @@ def encode(doc: Document) -> bytes:
         parts.append(doc.dead.aside_section())
     if doc.delayed:
         parts.append(doc.delayed.section())
-    parts.append(b',"jobs":[')
     frags = doc.fragments(_encoder.encode)
     size = doc.jobs_bytes  # (exact once the fragments are up to date)
     if size < _FOLD_BYTES or size <= sum(map(len, parts)):
-        parts += (b",".join(frags), b"]}")
+        parts += (b',"jobs":[', b",".join(frags), b"]}")
         return b"".join(parts)
+    parts.append(b',"jobs":[')
     # The jobs are most of a busy document's bytes: copied once, by one join of
     # them all, with everything before them joined into the first (a join of
     # the joined jobs with the rest would copy them twice every commit).
