@@ -27,6 +27,7 @@ from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import InvalidInput, LeaseLost, Retryable
 from osqueue.state import Document, decode
 from sim.actors import Client
+from sim.history import Kind
 
 if TYPE_CHECKING:
     from sim.run import Sim
@@ -91,6 +92,8 @@ class Damager(Client):
             broken = written[:at] + bytes([written[at] ^ 0x20]) + written[at + 1 :]
             await store.inner.put(key, broken)
             sim.faults["object_corrupted"] += 1
+        if prefix == "dead/":  # an operator retries the dead letters: a broker reads it
+            await self._retry_dead()
         while sim.now() < end:  # until a broker read it and set it aside
             doc = self._last()
             if doc is not None and (key in aside(doc, prefix) or key not in listed(doc, prefix)):
@@ -104,6 +107,21 @@ class Damager(Client):
             elif doc is not None and key not in listed(doc, prefix) and sim.now() >= end:
                 return
             await asyncio.sleep(_WATCH_S)
+
+    async def _retry_dead(self) -> None:
+        """Retry every dead job (as the operator does, and recorded as its retries
+        are: the checker allows one revival per retry sent)."""
+        sim = self.sim
+        sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, "retry-after-damage")
+        attempt = 0
+        while True:
+            try:
+                await self.call(LocalClient.retry_dead)
+                sim.faults["dead_retried"] += 1
+                return
+            except (Retryable, LeaseLost):
+                await self.backoff(attempt)
+                attempt = min(attempt + 1, 6)
 
     async def _readmit(self, key: str) -> None:
         attempt = 0

@@ -6,6 +6,7 @@ graceful stop with segment work in flight."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from backends import Wrapped
@@ -419,3 +420,55 @@ async def test_a_deep_queue_loading_more_than_the_trust_bound_counts_its_heap_ea
         loaded = broker.segments.counters.loads - loads
         assert loaded >= 3
         assert len(walks) >= loaded - 2  # (a load a starved claim asked for is not counted first)
+
+
+async def test_after_a_claim_stops_at_the_barrier_claims_within_the_head_never_do() -> None:
+    """A claim larger than the head stops at the barrier (and its load goes at
+    once).  The jobs it took count: the estimate of the jobs before the barrier
+    starts again from none, so each later load is planned a commit before the
+    claims that need it, and no claim of at most ``head_jobs`` stops again."""
+    small = config(head_jobs=4, load_jobs=4, spill_above_jobs=4, segment_jobs=50)
+    small = dataclasses.replace(small, head_max_bytes=1)  # configured sizes, whatever the claims
+    async with Broker(MemoryStorage(), small) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(120)])
+        await broker.segments.settled()
+        assert broker.document.segments
+        counters = broker.segments.counters
+        first = await q.claim("w", ("deep",), max_jobs=10)
+        assert [job.id for job in first] == ids[:4]  # the head, then the barrier
+        assert counters.starved == 1
+        await broker.segments.settled()
+        seen = [job.id for job in first]
+        while len(seen) < 100:
+            jobs = await q.claim("w", ("deep",), max_jobs=2, wait_s=5.0)
+            assert len(jobs) == 2
+            seen += [job.id for job in jobs]
+            await broker.segments.settled()
+        assert seen == ids[:100]
+        assert counters.starved == 1
+        assert counters.loads >= 20
+
+
+async def test_a_stream_s_next_segment_is_read_before_the_load_that_reaches_it() -> None:
+    """Once a stream's first segment has two loads or fewer left, its second one is
+    read ahead, so the load that crosses into it finds it read (a read then would
+    make that commit's claims stop at the barrier and wait)."""
+    async with Broker(MemoryStorage(), config(segment_jobs=12)) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(60)])
+        await broker.segments.settled()
+        cache, counters = broker.segments.cache, broker.segments.counters
+        seen: list[str] = []
+        crossed = 0
+        while len(seen) < 40:
+            refs = broker.document.segments.streams[("deep", 0)]
+            if len(refs) > 1 and refs[0].remaining <= 2 * 3:  # two loads of 3 left
+                assert refs[1].key in cache
+                crossed += 1
+            jobs = await q.claim("w", ("deep",), max_jobs=1, wait_s=5.0)
+            seen += [job.id for job in jobs]
+            await broker.segments.settled()
+        assert seen == ids[:40]
+        assert crossed >= 3
+        assert counters.starved == 0

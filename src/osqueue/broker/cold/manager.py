@@ -198,6 +198,8 @@ class SegmentManager:
         if not life.serving or life.closing:
             return
         self._count_claims(t)
+        if t.starved:
+            self.counters.starved += 1
         if doc.segments.streams:
             self._plan_loads(doc, t.starved, t.claimed_jobs)
         elif self._ahead or self._due:
@@ -281,7 +283,14 @@ class SegmentManager:
             if stream in self._loads:
                 continue  # decided again once it has committed
             first = refs[0]
+            if len(refs) > 1 and first.remaining <= 2 * self._demand.load_of(doc, first):
+                # the load after the next crosses into the second: read it ahead (a
+                # read left for then would make that commit's claims wait for it)
+                self._want(stream, refs[1], False)
             if stream in starved:
+                # a claim stopped at the barrier: no ready job is left before it
+                # (the estimate, counted exactly, restarts at 0 for the load to raise)
+                self._ahead[stream] = (first.key, first.loaded, 0, 0)
                 now_due = True
             else:
                 head = self._demand.head_of(doc, first)
@@ -409,22 +418,10 @@ class SegmentManager:
         jobs it would readmit."""
         if key.startswith(DELAYED_PREFIX):
             return await self.delayed.check_restored(key)
-        doc = self._lease.doc
-        entry = doc.segments.aside.get(key) if doc is not None else None
-        if entry is None:
-            raise InvalidInput(f"segment {key} is not set aside", field="key")
-        ref = entry.ref
-        try:
-            decode_checked(ref, await self._storage.get(key))
-        except NotFound:
-            raise InvalidInput(
-                f"segment {key} is still missing; restore it first", field="key"
-            ) from None
-        except CorruptDocument as exc:
-            raise InvalidInput(f"segment {key} still fails its check: {exc}", field="key") from exc
+        remaining = await _check_restored(self._storage, self._lease.doc, key)
         self.cache.evict(key)
         self._failed.pop(key, None)
-        return ref.remaining
+        return remaining
 
     # ------------------------------------------------------------------ deletes and orphans
 
@@ -446,6 +443,24 @@ class SegmentManager:
         if found is None:
             found = await self.waiting.locate(job_id)
         return found if found is not None else await self.delayed.locate(job_id)
+
+
+async def _check_restored(storage: Storage, doc: Document | None, key: str) -> int:
+    """The jobs ``key``'s set-aside reference in ``doc`` would readmit, once its
+    object checks (:meth:`SegmentManager.check_restored`)."""
+    entry = doc.segments.aside.get(key) if doc is not None else None
+    if entry is None:
+        raise InvalidInput(f"segment {key} is not set aside", field="key")
+    ref = entry.ref
+    try:
+        decode_checked(ref, await storage.get(key))
+    except NotFound:
+        raise InvalidInput(
+            f"segment {key} is still missing; restore it first", field="key"
+        ) from None
+    except CorruptDocument as exc:
+        raise InvalidInput(f"segment {key} still fails its check: {exc}", field="key") from exc
+    return ref.remaining
 
 
 def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:

@@ -52,6 +52,8 @@ class SegmentCounters:
     swept: int = 0
     failed_spills: int = 0
     failed_loads: int = 0
+    #: commits whose claims stopped at a barrier (and waited a commit for a load)
+    starved: int = 0
     #: segments set aside (their object missing or failing its check)
     set_aside: int = 0
     #: commits that waited for a spill's objects (``spill_hold_bytes``)
