@@ -38,6 +38,8 @@ on a shared machine),
 ``jobs_per_commit`` (the timed run's jobs over its commits: the closed loop's
 200 workers run in lock step, a commit of their claims and one of their
 completions and pushes, so 100 unless the batches split),
+``starved_commits`` (the timed run's commits whose claims stopped at a
+segment barrier and waited a commit for a load: 0 when the loads keep ahead),
 ``setup_s`` (the backlog's setup; then the run waits, 10 s at most, until the
 document stops shrinking), ``queue_json_bytes`` (after the setup and at
 the end: ``_end``), ``queue_json_max_bytes_setup`` and ``queue_json_max_bytes``
@@ -288,6 +290,7 @@ async def one_case(
     start = time.perf_counter()
     cpu_start = time.process_time()
     commits_start = getattr(broker, "commits", 0)  # (a version without it: 0)
+    starved_start = _starved(broker)
     # A setup that was refused leaves no room for the workers' pushes either: no timed run.
     loops = [worker(client, f"w{i}", deadline, lat, queues[i]) for i in range(workers)]
     if probing:
@@ -302,6 +305,7 @@ async def one_case(
     elapsed = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
     commits = getattr(broker, "commits", 0) - commits_start
+    starved = _starved(broker)
     sampler.cancel()
     end_stats = await client.stats()
     figures = document_figures(directory, loaded_json, stats, end_stats)  # (before a takeover)
@@ -315,6 +319,7 @@ async def one_case(
         "jobs_per_s": round(jobs / elapsed, 1),
         "cpu_us_per_job": round(cpu_s / jobs * 1e6, 1) if jobs else None,
         "jobs_per_commit": round(jobs / commits, 1) if commits else None,
+        "starved_commits": None if starved is None else starved - (starved_start or 0),
         "p50_ms": percentile_ms(lat, 0.50),
         "p99_ms": percentile_ms(lat, 0.99),
         "setup_s": round(setup_s, 2),
@@ -326,6 +331,13 @@ async def one_case(
         **failover,
         **({"config": settings} if settings else {}),
     }
+
+
+def _starved(broker: Any) -> int | None:
+    """The broker's commits whose claims stopped at a segment barrier so far (None: a
+    version that does not count them)."""
+    counters = getattr(getattr(broker, "segments", None), "counters", None)
+    return getattr(counters, "starved", None)
 
 
 def child(args: argparse.Namespace) -> None:

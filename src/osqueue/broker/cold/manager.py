@@ -19,7 +19,9 @@ plans what comes next:
   estimate lowered by each commit's claims of the queue and recounted every
   few loads, so a commit does not walk the heap), and a ``Load`` of the next
   ``load_jobs`` jobs goes to the next commit once fewer than ``head_jobs`` are
-  left, or at once when a claim stopped at the barrier (``Transition.starved``).
+  left, or at once when a claim stopped at the barrier (``Transition.starved``:
+  none is left before it then, and the estimate restarts at 0).  The second
+  segment is read ahead once the first has two loads left.
   The commit that loads wakes the parked claims it serves, so a long-polling
   claimer waits one load at most.  Objects are kept parsed, within
   ``segment_cache_bytes`` (:mod:`~osqueue.broker.cold.cache`).
