@@ -472,3 +472,26 @@ async def test_a_stream_s_next_segment_is_read_before_the_load_that_reaches_it()
         assert seen == ids[:40]
         assert crossed >= 3
         assert counters.starved == 0
+
+
+async def test_a_next_segment_the_cache_cannot_keep_beside_the_first_is_not_read_ahead() -> None:
+    """With room for one object only, reading the second ahead would push out the
+    first while its loads still need it (read again, and again): each object is
+    read once, when it becomes the first."""
+    store = MemoryStorage()
+    async with Broker(store, config(segment_jobs=12)) as broker:
+        q = broker.client()
+        ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(60)])
+        await broker.segments.settled()
+        sizes = [ref.size_bytes for ref in broker.document.segments.streams[("deep", 0)]]
+    one = config(segment_jobs=12, segment_cache_bytes=max(sizes) * 3 // 2)
+    async with Broker(store, one) as broker:
+        q = broker.client()
+        cache = broker.segments.cache
+        seen: list[str] = []
+        while len(seen) < len(ids):
+            jobs = await q.claim("w", ("deep",), max_jobs=1, wait_s=5.0)
+            seen += [job.id for job in jobs]
+            await broker.segments.settled()
+        assert seen == ids
+        assert cache.reads == len(sizes)  # each object once

@@ -68,6 +68,11 @@ class SegmentCache:
     def __len__(self) -> int:
         return len(self._objects)
 
+    def fits(self, size_bytes: int) -> bool:
+        """An object of ``size_bytes`` would be kept beside every object kept now
+        (a read ahead that does not fit would push out one still in use)."""
+        return self.bytes + size_bytes <= self._max_bytes
+
     def get(self, key: str) -> SegmentLines | None:
         """The kept object ``key`` (now the most recently used), if it is kept."""
         obj = self._objects.get(key)

@@ -285,9 +285,11 @@ class SegmentManager:
             if stream in self._loads:
                 continue  # decided again once it has committed
             first = refs[0]
-            if len(refs) > 1 and first.remaining <= 2 * self._demand.load_of(doc, first):
-                # the load after the next crosses into the second: read it ahead (a
-                # read left for then would make that commit's claims wait for it)
+            # the load after the next crosses into the second: read it ahead (a read
+            # left for then would make that commit's claims wait), if the cache keeps
+            # it beside the first (else the first, still loading, would be pushed out)
+            near = len(refs) > 1 and first.remaining <= 2 * self._demand.load_of(doc, first)
+            if near and self.cache.fits(refs[1].size_bytes):
                 self._want(stream, refs[1], False)
             if stream in starved:
                 # a claim stopped at the barrier: no ready job is left before it
