@@ -5,8 +5,10 @@ In the families that name prefixes (``SimConfig.damage``: ``dead/`` in
 few times during the faults, an object the last version references under one of
 them and deletes it from the server or flips one of its bytes (straight at the
 server: the store's record of puts keeps what was written, so the checker's
-rules still know the object's jobs).  A broker that reads it then finds it
-missing or failing its check and sets its reference aside (its jobs are
+rules still know the object's jobs).  A dead object is read only by a retry
+of dead letters, so after damaging one the damager retries them all, as an
+operator would (a retry the checker counts like the operator's).  A broker
+that reads it then finds it missing or failing its check and sets its reference aside (its jobs are
 reported, not lost: ASIDE_KEPT and the rules of each kind).  Once a version
 shows it aside, the damager puts the object back as it was written and asks
 the broker to readmit it (``readmit_segment``, retried until answered), and
