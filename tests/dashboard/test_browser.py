@@ -30,6 +30,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from osqueue.api import NewJob
@@ -101,6 +103,15 @@ def cell(driver: WebDriver, queue: str, field: str) -> str:
 def total(driver: WebDriver, name: str) -> str:
     text: str = driver.find_element(By.CSS_SELECTOR, f'[data-total="{name}"]').text
     return text
+
+
+def submit(driver: WebDriver, button: WebElement) -> None:
+    """Click a form's ``button`` and wait until the page the form loads has replaced
+    this one (a click returns before that: a notice read at once may be the old
+    page's, which a page after an action already shows)."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, WAIT_S).until(staleness_of(page))
 
 
 def wait_for(driver: WebDriver, css: str) -> None:
@@ -178,11 +189,11 @@ async def test_overview_job_pages_retry_and_refusal(
     def log_in_and_retry() -> str:
         browser.find_element(By.ID, "message-login").click()
         browser.find_element(By.ID, "token").send_keys(TOKEN)
-        browser.find_element(By.ID, "login-submit").click()
+        submit(browser, browser.find_element(By.ID, "login-submit"))
         assert "logged in" in browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
         browser.get(f"{base}/dead")
         browser.find_element(By.CSS_SELECTOR, f'input[name="id"][value="{seeded.dead}"]').click()
-        browser.find_element(By.ID, "retry-selected").click()
+        submit(browser, browser.find_element(By.ID, "retry-selected"))
         text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
         return text
 
@@ -193,7 +204,7 @@ async def test_overview_job_pages_retry_and_refusal(
     def pause_emails() -> str:
         browser.get(f"{base}/")
         row = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
-        row.find_element(By.CSS_SELECTOR, 'button[data-action="pause"]').click()
+        submit(browser, row.find_element(By.CSS_SELECTOR, 'button[data-action="pause"]'))
         text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
         # the page after the click offers resume, and says the queue is paused
         row = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"]')
@@ -208,7 +219,8 @@ async def test_overview_job_pages_retry_and_refusal(
     assert await client.claim("worker-9", ["emails"], max_jobs=3, wait_s=0.3) == []
 
     def resume_emails() -> str:
-        browser.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]').click()
+        # (the page shows the pause's notice until the resume's page replaces it)
+        submit(browser, browser.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]'))
         text: str = browser.find_element(By.CSS_SELECTOR, ".notice.ok").text
         return text
 
