@@ -398,3 +398,34 @@ async def test_a_drained_queue_keeps_its_series_with_per_queue_counters_and_paus
     assert answer.headers["content-type"].startswith("application/openmetrics-text")
     families = list(openmetrics_families(answer.body.decode()))
     assert len({f.name for f in families}) == len(families)
+
+
+async def test_a_deep_queue_s_spills_loads_and_starved_claims_are_counted() -> None:
+    """A claim larger than the head stops at the barrier once (a starved commit);
+    the spills and loads of the deep queue are counted as the broker counts them."""
+    small = config(
+        segment_jobs=8,
+        head_jobs=2,
+        load_jobs=3,
+        spill_above_jobs=3,
+        compact_jobs=None,
+        head_max_bytes=1,
+        payload_sweep_interval_s=None,
+    )
+    async with osqueue.Broker(MemoryStorage(), small) as broker:
+        q = broker.client()
+        before = await scrape(broker.metrics_address)
+        await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(30)])
+        await broker.segments.settled()
+        assert len(await q.claim("w", ["deep"], max_jobs=5)) == 2  # the head, then the barrier
+        await broker.segments.settled()
+        for _ in range(6):
+            assert len(await q.claim("w", ["deep"], max_jobs=1, wait_s=5.0)) == 1
+            await broker.segments.settled()
+        after = await scrape(broker.metrics_address)
+        counters = broker.segments.counters
+        assert counters.spills > 0
+        assert counters.loads > 0
+        assert delta(after, before, "osqueue_broker_segment_spills_total") == counters.spills
+        assert delta(after, before, "osqueue_broker_segment_loads_total") == counters.loads
+        assert delta(after, before, "osqueue_broker_segment_starved_commits_total") == 1

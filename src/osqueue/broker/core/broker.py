@@ -211,6 +211,7 @@ class Broker:
             intake=self._intake,
             waiters=self._waiters,
             archiver=self._archiver,
+            segments=self.segments.counters,
         )
 
     def client(self) -> LocalClient:

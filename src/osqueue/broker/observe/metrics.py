@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import (
 
 from osqueue.api import Stats
 from osqueue.broker.archive.writer import Archiver
+from osqueue.broker.cold.sweep import SegmentCounters
 from osqueue.broker.core.intake import Intake
 from osqueue.broker.core.lifecycle import Lifecycle, State
 from osqueue.broker.core.waiters import Waiters
@@ -114,6 +115,7 @@ class BrokerCollector:
         intake: Intake,
         waiters: Waiters,
         archiver: Archiver,
+        segments: SegmentCounters | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._address = address
@@ -127,6 +129,7 @@ class BrokerCollector:
         self._intake = intake
         self._waiters = waiters
         self._archiver = archiver
+        self._segments = segments
         self._outcomes: dict[type, str] = {}
 
     def collect(self) -> Iterator[Metric]:
@@ -195,6 +198,7 @@ class BrokerCollector:
             "Unreferenced payload objects deleted by the payload sweep.",
             value=c.payloads_swept,
         )
+        yield from self._segment_io()
         yield GaugeMetricFamily(
             "osqueue_broker_pending_ops",
             "Ops waiting for the next commit.",
@@ -204,6 +208,29 @@ class BrokerCollector:
             "osqueue_broker_parked_claims",
             "Long-poll claims waiting for a job.",
             value=len(self._waiters.parked),
+        )
+
+    def _segment_io(self) -> Iterator[Metric]:
+        """What this broker did with segment objects of ready jobs (a deep backlog)."""
+        sc = self._segments
+        if sc is None:
+            return
+        yield CounterMetricFamily(
+            "osqueue_broker_segment_spills_total",
+            "Segment objects of ready jobs written and referenced (a deep queue's tail "
+            "leaving the document).",
+            value=sc.spills,
+        )
+        yield CounterMetricFamily(
+            "osqueue_broker_segment_loads_total",
+            "Chunks of ready jobs loaded from segment objects back into the document.",
+            value=sc.loads,
+        )
+        yield CounterMetricFamily(
+            "osqueue_broker_segment_starved_commits_total",
+            "Commits whose claims stopped at a segment barrier and waited a commit for "
+            "a load (steady growth: a head too small for the claims, head_jobs).",
+            value=sc.starved,
         )
 
     def _commits(self) -> Iterator[Metric]:
