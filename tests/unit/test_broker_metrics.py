@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
+from segment_helpers import SMALL
 
 import osqueue
 from osqueue.broker.core.broker import State
@@ -403,15 +404,7 @@ async def test_a_drained_queue_keeps_its_series_with_per_queue_counters_and_paus
 async def test_a_deep_queue_s_spills_loads_and_starved_claims_are_counted() -> None:
     """A claim larger than the head stops at the barrier once (a starved commit);
     the spills and loads of the deep queue are counted as the broker counts them."""
-    small = config(
-        segment_jobs=8,
-        head_jobs=2,
-        load_jobs=3,
-        spill_above_jobs=3,
-        compact_jobs=None,
-        head_max_bytes=1,
-        payload_sweep_interval_s=None,
-    )
+    small = config(**{**SMALL, "segment_jobs": 8, "head_max_bytes": 1})  # (the configured head)
     async with osqueue.Broker(MemoryStorage(), small) as broker:
         q = broker.client()
         before = await scrape(broker.metrics_address)
