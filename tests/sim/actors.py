@@ -278,6 +278,24 @@ class Client:
             self._target = None
             raise
 
+    async def _until_done(self, fn: Callable[[LocalClient], Awaitable[object]]) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self.call(fn)
+                return
+            except Retryable:
+                await self.backoff(attempt)
+                attempt = min(attempt + 1, 6)
+
+    async def retry_dead(self, label: str) -> None:
+        """Retry every dead job (in dead segments too) until a broker answers:
+        recorded as sent (the checker allows one revival per retry) and counted."""
+        sim = self.sim
+        sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, label)
+        await self._until_done(partial(LocalClient.retry_dead))
+        sim.faults["dead_retried"] += 1
+
     async def backoff(self, attempt: int) -> None:
         await self.clock.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + self.sim.rng.random()))
 
@@ -585,16 +603,4 @@ class Operator(Client):
             await self._until_done(partial(LocalClient.set_queue, queue=queue, paused=False))
         for i in range(cfg.dead_retries):  # retry every dead job (in dead segments too)
             await self.clock.sleep(sim.rng.uniform(cfg.fault_phase_s / 4, cfg.fault_phase_s / 3))
-            sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, f"retry-{i}")
-            await self._until_done(partial(LocalClient.retry_dead))
-            sim.faults["dead_retried"] += 1
-
-    async def _until_done(self, fn: Callable[[LocalClient], Awaitable[object]]) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self.call(fn)
-                return
-            except Retryable:
-                await self.backoff(attempt)
-                attempt = min(attempt + 1, 6)
+            await self.retry_dead(f"retry-{i}")

@@ -8,12 +8,13 @@ server: the store's record of puts keeps what was written, so the checker's
 rules still know the object's jobs).  A dead object is read only by a retry
 of dead letters, so after damaging one the damager retries them all, as an
 operator would (a retry the checker counts like the operator's).  A broker
-that reads it then finds it missing or failing its check and sets its reference aside (its jobs are
-reported, not lost: ASIDE_KEPT and the rules of each kind).  Once a version
-shows it aside, the damager puts the object back as it was written and asks
-the broker to readmit it (``readmit_segment``, retried until answered), and
-the jobs come back once.  An object the brokers never read while it was
-damaged is put back at the end of the faults all the same.
+that reads it then finds it missing or failing its check and sets its
+reference aside (its jobs are reported, not lost: ASIDE_KEPT and the rules
+of each kind).  Once a version shows it aside, the damager puts the object
+back as it was written and asks the broker to readmit it
+(``readmit_segment``, retried until answered), and the jobs come back once.
+An object the brokers never read while it was damaged is put back at the end
+of the faults all the same.
 
 Its timing and choices come from a side RNG of its own, so a family without
 damage runs exactly as before.
@@ -29,7 +30,6 @@ from osqueue.broker.inproc.client import LocalClient
 from osqueue.errors import InvalidInput, LeaseLost, Retryable
 from osqueue.state import Document, decode
 from sim.actors import Client
-from sim.history import Kind
 
 if TYPE_CHECKING:
     from sim.run import Sim
@@ -95,7 +95,7 @@ class Damager(Client):
             await store.inner.put(key, broken)
             sim.faults["object_corrupted"] += 1
         if prefix == "dead/":  # an operator retries the dead letters: a broker reads it
-            await self._retry_dead()
+            await self.retry_dead("retry-after-damage")
         while sim.now() < end:  # until a broker read it and set it aside
             doc = self._last()
             if doc is not None and (key in aside(doc, prefix) or key not in listed(doc, prefix)):
@@ -109,21 +109,6 @@ class Damager(Client):
             elif doc is not None and key not in listed(doc, prefix) and sim.now() >= end:
                 return
             await asyncio.sleep(_WATCH_S)
-
-    async def _retry_dead(self) -> None:
-        """Retry every dead job (as the operator does, and recorded as its retries
-        are: the checker allows one revival per retry sent)."""
-        sim = self.sim
-        sim.history.add(sim.now(), Kind.DEAD_RETRY_SENT, self.name, "retry-after-damage")
-        attempt = 0
-        while True:
-            try:
-                await self.call(LocalClient.retry_dead)
-                sim.faults["dead_retried"] += 1
-                return
-            except (Retryable, LeaseLost):
-                await self.backoff(attempt)
-                attempt = min(attempt + 1, 6)
 
     async def _readmit(self, key: str) -> None:
         attempt = 0
