@@ -6,7 +6,6 @@ graceful stop with segment work in flight."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 from backends import Wrapped
@@ -427,8 +426,8 @@ async def test_after_a_claim_stops_at_the_barrier_claims_within_the_head_never_d
     once).  The jobs it took count: the estimate of the jobs before the barrier
     starts again from none, so each later load is planned a commit before the
     claims that need it, and no claim of at most ``head_jobs`` stops again."""
-    small = config(head_jobs=4, load_jobs=4, spill_above_jobs=4, segment_jobs=50)
-    small = dataclasses.replace(small, head_max_bytes=1)  # configured sizes, whatever the claims
+    # (head_max_bytes=1: the configured sizes, whatever the claims)
+    small = config(head_jobs=4, load_jobs=4, spill_above_jobs=4, segment_jobs=50, head_max_bytes=1)
     async with Broker(MemoryStorage(), small) as broker:
         q = broker.client()
         ids = await q.push_many([osqueue.NewJob(b"p", queue="deep") for _ in range(120)])

@@ -115,7 +115,7 @@ class BrokerCollector:
         intake: Intake,
         waiters: Waiters,
         archiver: Archiver,
-        segments: SegmentCounters | None = None,
+        segments: SegmentCounters,
     ) -> None:
         self._broker_id = broker_id
         self._address = address
@@ -213,8 +213,6 @@ class BrokerCollector:
     def _segment_io(self) -> Iterator[Metric]:
         """What this broker did with segment objects of ready jobs (a deep backlog)."""
         sc = self._segments
-        if sc is None:
-            return
         yield CounterMetricFamily(
             "osqueue_broker_segment_spills_total",
             "Segment objects of ready jobs written and referenced (a deep queue's tail "
