@@ -315,3 +315,23 @@ async def test_an_urgent_op_of_the_broker_s_own_sent_while_the_loop_yields_is_co
             await asyncio.sleep(0)
         assert broker.commits == commits + 1
         assert not broker._intake.internal
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_time_rounds_to_its_nearest_millisecond_as_the_decimal_rounding_does(seed: int) -> None:
+    # to_datetime rounds by an integer round(ts * 1000) (no decimal formatting, once a
+    # commit); away from a half millisecond it gives what round(ts, 3) gave.
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(20_000):
+        ts = rng.uniform(0.0, 4_000_000_000.0)
+        if abs((ts * 1000) % 1 - 0.5) < 1e-3:  # within a microsecond of a tie: either is right
+            continue
+        got = to_datetime(ts)
+        assert got == datetime.fromtimestamp(round(ts, 3), UTC), ts
+        assert got.microsecond % 1000 == 0, ts
+        assert abs(got.timestamp() - ts) <= 0.0005 + 1e-6, ts
+        checked += 1
+    assert checked > 19_000
+    assert to_datetime(T0 + 0.0004) == to_datetime(T0)
+    assert to_datetime(T0 + 0.0006) == to_datetime(T0 + 0.001)

@@ -43,14 +43,19 @@ STATUSES: tuple[JobStatus, ...] = ("waiting", "queued", "claimed", "done", "dead
 
 
 def to_datetime(ts: float) -> datetime:
-    """Broker clock seconds -> a millisecond-precision UTC datetime."""
-    return _ms_datetime(round(ts, 3))
+    """Broker clock seconds -> a millisecond-precision UTC datetime (the nearest
+    millisecond; ``round(ts * 1000)`` is an integer rounding, where ``round(ts, 3)``
+    formats the float in decimal: they differ only within a fraction of a
+    microsecond of a half millisecond)."""
+    return _ms_datetime(round(ts * 1000))
 
 
 @functools.lru_cache(maxsize=256)
-def _ms_datetime(ts: float) -> datetime:
+def _ms_datetime(ms: int) -> datetime:
     # A busy broker stamps many commits within one millisecond (datetimes are immutable).
-    return datetime.fromtimestamp(ts, UTC)
+    # ms / 1000 is the double nearest the decimal, which fromtimestamp takes exactly
+    # to its microsecond.
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def to_seconds(dt: datetime) -> float:

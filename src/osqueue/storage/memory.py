@@ -75,6 +75,7 @@ class MemoryStorage:
             self._url = f"memory://{name}" + ("?etag=md5" if etag == "md5" else "")
             self._bucket = _bucket(name)
         self.etag_mode: EtagMode = etag
+        self._counted = etag == "counter"
         self._capabilities = Capabilities(
             cross_process=False, content_etags=etag == "md5", durable=False
         )
@@ -135,7 +136,8 @@ class MemoryStorage:
             if if_match is not None and (current is None or current.etag != if_match):
                 state = "does not exist" if current is None else "changed"
                 raise Conflict(f"{self._url}: {key!r} {state} (if_match={if_match!r})")
-            etag = self._etag(data)
+            # (the counter inline: every commit's write)
+            etag = f"m{next(_counter)}" if self._counted else self._etag(data)
             bucket.objects[key] = Blob(data, etag)
             return etag
 

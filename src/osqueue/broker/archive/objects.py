@@ -99,6 +99,7 @@ def record(job: StoredJob) -> ArchiveRecord:
     assert job.done_at is not None
     assert job.done_version is not None
     claim = job.claim
+    first_claimed_at = job.first_claimed_at
     return ArchiveRecord(
         id=job.id,
         queue=job.queue,
@@ -106,10 +107,10 @@ def record(job: StoredJob) -> ArchiveRecord:
         key=job.key,
         attempts=job.attempts,
         max_attempts=job.max_attempts,
-        created_at=iso(job.created_at) or "",
-        first_claimed_at=iso(job.first_claimed_at),
-        claimed_at=iso(claim.claimed_at) if claim else None,
-        completed_at=iso(job.done_at) or "",
+        created_at=_iso(job.created_at),
+        first_claimed_at=None if first_claimed_at is None else _iso(first_claimed_at),
+        claimed_at=_iso(claim.claimed_at) if claim else None,
+        completed_at=_iso(job.done_at),
         worker=claim.worker if claim else None,
         token=claim.token if claim else None,
         version=job.done_version,
@@ -117,14 +118,18 @@ def record(job: StoredJob) -> ArchiveRecord:
     )
 
 
-def render(jobs: Iterable[StoredJob], queue_id: str) -> tuple[str, bytes]:
+def render(jobs: Sequence[StoredJob], queue_id: str) -> tuple[str, bytes]:
     """The archive object (key, bytes) for the jobs done in one version."""
-    ordered = sorted(jobs, key=lambda j: j.id)
+    ordered = sorted(jobs, key=_job_id) if len(jobs) > 1 else jobs
     first = ordered[0]
     assert first.done_at is not None
     assert first.done_version is not None
     body = _encoder.encode_lines([record(j) for j in ordered])  # a line per job
     return archive_key(first.done_version, first.done_at, queue_id), body
+
+
+def _job_id(job: StoredJob) -> str:
+    return job.id
 
 
 def by_version(jobs: Iterable[StoredJob]) -> dict[int, list[StoredJob]]:

@@ -40,10 +40,13 @@ class ClaimDemand:
         self.policy = configured
         #: the largest claim per commit whose demand the configured ``head_jobs`` covers
         self._small = _power_of_two(configured.head_jobs // 2 + 1) // 2
+        #: a commit that claims no more than this changes nothing: :attr:`_small` while
+        #: the configured head holds, else -1 (every commit decays the demand then)
+        self.steady_claims = self._small
 
     def after_commit(self, claimed: int) -> bool:
         """Count a commit that claimed ``claimed`` jobs; True if :attr:`policy` changed."""
-        if claimed <= self._small and self.policy.head_jobs == self.configured.head_jobs:
+        if claimed <= self.steady_claims:
             # The configured head holds and this claim cannot raise it: nothing
             # changes (the demand remembered asks for no more than the head either,
             # and any claim that would raise it is above it, so left undecayed it
@@ -62,6 +65,7 @@ class ClaimDemand:
             load_jobs=max(base.load_jobs, want),
             spill_above_jobs=None if above is None else max(above, want),
         )
+        self.steady_claims = self._small if head == base.head_jobs else -1
         return True
 
     def sizes(self, first: SegmentRef, claimed: bool = True) -> tuple[int, int]:

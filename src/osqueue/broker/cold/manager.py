@@ -101,10 +101,9 @@ _RECOUNT_LOADS, _RECOUNT_JOBS = 8, 4096
 class SegmentManager:
     """Spills, loads and deletes segment objects between the broker's commits.
 
-    Owns the segment cache, the spills and loads in flight (one of each per
-    stream at most), each stream's estimate of the ready jobs ahead of its
-    barrier, the keys being written, and the orphans due for deletion.
-    """
+    Owns the segment cache, the spills and loads in flight (one of each per stream
+    at most), each stream's estimate of the ready jobs ahead of its barrier, the
+    keys being written, and the orphans due for deletion."""
 
     def __init__(
         self,
@@ -214,8 +213,9 @@ class SegmentManager:
         self._check_quiet()
 
     def _quiet_commit(self, t: Transition) -> None:
-        """After a commit that leaves no part anything to do: count its claims."""
-        self._count_claims(t)
+        """After a commit that leaves no part (nor, claiming little, the demand) work."""
+        if len(t.claimed_jobs) > self._demand.steady_claims:
+            self._count_claims(t)
         self._quiet.set()
 
     def _count_claims(self, t: Transition) -> None:
@@ -230,7 +230,8 @@ class SegmentManager:
         """A spill, load, read or delete is in flight."""
         if self._loads or self._reading or self._asides.ops or self.spills.in_flight:
             return True
-        return bool(self.deletes.deleting) or _parts_busy(self)
+        parts = self.dead.busy or self.waiting.busy or self.finished.busy or self.delayed.busy
+        return bool(self.deletes.deleting) or parts or self.compactor.busy
 
     def _check_quiet(self) -> None:
         if self.busy:
@@ -495,12 +496,6 @@ def _cold_parts(m: SegmentManager) -> tuple[WaitingObjects, FinishedObjects]:
         changed=m._check_quiet,
     )
     return waiting, finished
-
-
-def _parts_busy(m: SegmentManager) -> bool:
-    """A part of ``m`` has work in flight (its dead segments, waiting children,
-    finished record, delayed objects or a compaction)."""
-    return m.dead.busy or m.waiting.busy or m.finished.busy or m.delayed.busy or m.compactor.busy
 
 
 def _compactor(m: SegmentManager) -> Compactor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Generator
 
 from osqueue.broker.archive.writer import Archiver
 from osqueue.broker.cold.manager import SegmentManager
@@ -131,9 +132,10 @@ class CommitLoop:
                     await self._final_commit()
                     return
                 await self._idle_wait()
-                if not self._due_for_commit():
+                if not intake.pending and not self._due_for_commit():
                     continue
-            await self._hold_for_spill()
+            if self._may_hold():
+                await self._hold_for_spill()
             batch, futures = intake.take_batch()
             try:
                 await self.write_batch(batch, futures)
@@ -198,7 +200,7 @@ class CommitLoop:
         # The callers the last commit answered run first: their next ops arrive
         # with no park and no wake-up (a closed loop's common case).  What came
         # meanwhile called no wake-up either, so all of it is looked at again.
-        await asyncio.sleep(0)
+        await _one_turn()
         if self._intake.pending or self._intake.urgent or self._life.closing:
             return
         # Parked claims, once before idling: one parked during the yield missed the
@@ -219,6 +221,16 @@ class CommitLoop:
         await self._intake.idle()
         if waiters.parked:
             waiters.wake(lease.doc)
+
+    def _may_hold(self) -> bool:
+        """The next commit may have to wait for a spill (:meth:`_hold_for_spill`): not
+        while the document this loop last wrote is held and its size is well below
+        ``spill_hold_bytes`` (an int compare; no coroutine to start)."""
+        hold_bytes = self._hold_bytes
+        if hold_bytes is None:
+            return False
+        sized, size = self._sized
+        return sized is not self._lease.doc or size + HEAD_SLACK_BYTES > hold_bytes
 
     async def _hold_for_spill(self) -> None:
         """A flood of pushes while a spill's objects are written: once the document
@@ -283,14 +295,15 @@ class CommitLoop:
                 seconds = done_at - started
                 self._lease.wrote(t.doc, etag, sent_at, at=done_at)
                 self._committed(t, futures, len(data), lead)
-                self._record(batch, t, seconds, lead)  # once its ops are answered
+                if self._counters.records is not None:  # the metrics are on
+                    _record(self._counters, batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
                 seconds = self._clock.monotonic() - started
                 outcome = self._settle(verdict, sent, futures, maybe, lead, started)
-                self._record(batch, outcome, seconds, lead)
+                _record(self._counters, batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
             sent_at = clock.monotonic()
@@ -324,20 +337,6 @@ class CommitLoop:
         answer_all(futures, error)
         return error
 
-    def _record(
-        self, batch: list[Op], outcome: Transition | OsqueueError, seconds: float, lead: int
-    ) -> None:
-        """Record a batch's commit that took ``seconds`` (or the error its ops got,
-        when it did not commit) for the metrics, if they are on (``lead``: the
-        broker's own ops applied before the batch)."""
-        records = self._counters.records
-        if records is None:
-            return
-        if isinstance(outcome, OsqueueError):
-            records.answered(batch, type(outcome))
-        else:
-            records.commit(batch, outcome.results[lead:], seconds)
-
     def _committed(self, t: Transition, futures: Futures, size: int, lead: int) -> None:
         """``t`` is durable (the lease holds it): answer its ops, pass on what it leaves."""
         self._sized = (t.doc, size)
@@ -354,7 +353,8 @@ class CommitLoop:
             queue_id = t.doc.queue_id
             assert queue_id is not None  # drawn by the takeover, before any commit
             self._archiver.add(t.completed, queue_id)
-        self.discard_payloads(t)
+        if t.removed:
+            self.discard_payloads(t)
         if self._waiters.parked:
             self._waiters.wake(t.doc)
         if t.finished and self._waiters.results:
@@ -397,6 +397,32 @@ class CommitLoop:
         )
         self._intake.fail_pending(exc)
         self._waiters.release()
+
+
+def _record(
+    counters: BrokerCounters,
+    batch: list[Op],
+    outcome: Transition | OsqueueError,
+    seconds: float,
+    lead: int,
+) -> None:
+    """Record a batch's commit that took ``seconds`` (or the error its ops got,
+    when it did not commit) for the metrics, if they are on (``lead``: the
+    broker's own ops applied before the batch)."""
+    records = counters.records
+    if records is None:
+        return
+    if isinstance(outcome, OsqueueError):
+        records.answered(batch, type(outcome))
+    else:
+        records.commit(batch, outcome.results[lead:], seconds)
+
+
+@types.coroutine
+def _one_turn() -> Generator[None, None, None]:
+    """Let every other ready task run once (``asyncio.sleep(0)`` without its two
+    frames: the loop pays this once a commit)."""
+    yield
 
 
 async def _first_of(*waits: Awaitable[None]) -> None:

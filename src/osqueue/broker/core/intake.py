@@ -115,8 +115,9 @@ class Intake:
         self.futures: Futures = []
         #: ops of the broker's own, for the next commit (their results go nowhere)
         self.internal: list[Op] = []
-        #: one of :attr:`internal` wants a commit even if no caller's op does
-        self._urgent = False
+        #: one of :attr:`internal` wants a commit even if no caller's op does (the
+        #: broker's own load or spill; read, never set, outside this class)
+        self.urgent = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: the commit loop's wake-up while it idles (set by the first op to arrive)
         self._waker: asyncio.Future[None] | None = None
@@ -204,23 +205,18 @@ class Intake:
         load): it rides with the next commit, and an idle commit loop wakes for it."""
         self.internal.append(op)
         if type(op) in _URGENT:
-            self._urgent = True
+            self.urgent = True
         self.wake()
 
     def take_internal(self) -> list[Op]:
         """The broker's own ops waiting, for the commit being made (none wait then)."""
         internal, self.internal = self.internal, []
-        self._urgent = False
+        self.urgent = False
         return internal
 
     def holds(self, op: Op) -> bool:
         """``op`` (one of the broker's own) still waits for a commit."""
         return any(o is op for o in self.internal)
-
-    @property
-    def urgent(self) -> bool:
-        """Ops of the broker's own wait that want a commit even if no caller's op does."""
-        return self._urgent
 
     def merge_marks(self) -> None:
         """Fold the archive marks waiting into one op (for the last commit)."""

@@ -159,8 +159,9 @@ class RecentWorkers:
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
         self._summary: tuple[WorkerSeen, ...] = ()
         self._summary_at = -float("inf")
-        #: a worker was added since the summary: rebuild it now, not at the refresh
-        self._new = False
+        #: a worker was heard from for the first time since the last summary: rebuild
+        #: it now, not at the refresh (read by the lease's owner every commit)
+        self.news = False
 
     def claimed(self, worker: str, queues: tuple[str, ...], now: float) -> None:
         """``worker`` asked for jobs of ``queues`` at broker time ``now`` (the names
@@ -173,23 +174,18 @@ class RecentWorkers:
             validate.worker_name(worker)
             shown = validate.queue_names(queues)[:MAX_QUEUES_SHOWN]
             if known is None:
-                self._new = True
+                self.news = True
             seen[worker] = (now, shown, queues)
         seen.move_to_end(worker)
         if len(seen) > self.max_workers:
             seen.popitem(last=False)
 
-    @property
-    def news(self) -> bool:
-        """A worker was heard from for the first time since the last summary."""
-        return self._new
-
     def summary(self, now: float) -> tuple[WorkerSeen, ...]:
         """The workers heard from in the last ``window_s``, newest first."""
-        if not self._new and now - self._summary_at < self.refresh_s:
+        if not self.news and now - self._summary_at < self.refresh_s:
             return self._summary
         self._summary_at = now
-        self._new = False
+        self.news = False
         seen = self._seen
         while seen:
             oldest = next(iter(seen))
