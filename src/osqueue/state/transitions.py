@@ -483,11 +483,6 @@ class _Tx:
             self.dropped_segments.append(dropped)
         return result
 
-    # -- the sweep that rides along with every commit (osqueue.state.sweep) ----------
-
-    def sweep(self) -> None:
-        sweep.run(self)
-
 
 _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
     Push: _Tx.push,
@@ -549,7 +544,7 @@ def transition(
         except OsqueueError as exc:
             results.append(exc)
     tx.sized, tx.size_bound = False, None
-    tx.sweep()
+    sweep.run(tx)
     if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
     new = tx.doc
@@ -571,7 +566,7 @@ def transition(
         tx.reclaimed,
         tx.starved,
         tx.dropped_segments,
-        finished=[job_id for job_id, _ in tx.ended],
+        finished=[job_id for job_id, _ in tx.ended] if tx.ended else [],
         claimed_jobs=tx.claimed_jobs,
     )
 

@@ -36,6 +36,7 @@ EtagMode = Literal["counter", "md5"]
 ETAG_MODES: tuple[EtagMode, ...] = ("counter", "md5")
 
 _counter = itertools.count(1)
+_new_blob = tuple.__new__
 _anonymous = itertools.count(1)
 
 
@@ -138,7 +139,7 @@ class MemoryStorage:
                 raise Conflict(f"{self._url}: {key!r} {state} (if_match={if_match!r})")
             # (the counter inline: every commit's write)
             etag = f"m{next(_counter)}" if self._counted else self._etag(data)
-            bucket.objects[key] = Blob(data, etag)
+            bucket.objects[key] = _new_blob(Blob, (data, etag))  # (Blob's __new__ is a frame)
             return etag
 
     async def put(self, key: str, data: bytes) -> None:

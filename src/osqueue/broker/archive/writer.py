@@ -53,8 +53,8 @@ class Archiver:
         self._due: deque[tuple[list[StoredJob], str]] = deque()
         self._wakers: deque[asyncio.Future[None]] = deque()  # of the writers waiting
         self._unwritten = 0  # objects due or being written
-        self._all_written = asyncio.Event()
-        self._all_written.set()
+        #: what :meth:`drain` waits on, while it does (resolved once nothing is unwritten)
+        self._drained: asyncio.Future[None] | None = None
         self._writers = 0
         self._slots = asyncio.Semaphore(concurrency)  # for the inherited objects
 
@@ -68,7 +68,6 @@ class Archiver:
         names): their archive object is due."""
         self._due.append((jobs, queue_id))
         self._unwritten += 1
-        self._all_written.clear()
         if self._wake_one():
             return
         if self._writers < self._concurrency:
@@ -110,8 +109,9 @@ class Archiver:
                     await self._write(jobs, queue_id)
                 finally:
                     self._unwritten -= 1
-                    if not self._unwritten:
-                        self._all_written.set()
+                    drained = self._drained
+                    if not self._unwritten and drained is not None and not drained.done():
+                        drained.set_result(None)
         finally:  # cancelled with the broker, or a bug (logged by SideTasks)
             self._writers -= 1
 
@@ -132,8 +132,11 @@ class Archiver:
         """Wait (at most ``timeout_s``) until every due archive object is written."""
         if not self._unwritten:  # nothing due or in flight
             return
+        drained = self._drained
+        if drained is None or drained.done():
+            drained = self._drained = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._all_written.wait(), timeout_s)
+            await asyncio.wait_for(asyncio.shield(drained), timeout_s)
 
     async def write_inherited(
         self, inherited: dict[int, list[StoredJob]], written: set[int], queue_id: str

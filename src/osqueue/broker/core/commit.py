@@ -259,14 +259,7 @@ class CommitLoop:
         """Write ``batch`` (and the broker's own ops) as the next version, and answer
         ``futures`` once it is durable, or with why it did not commit."""
         intake, lease, clock = self._intake, self._lease, self._clock
-        lead = 0  # the broker's loads go first: this batch's claims may take their jobs
-        if intake.internal:
-            internal = intake.take_internal()
-            loads = [op for op in internal if type(op) is Load]
-            lead = len(loads)
-            ops = [*loads, *batch, *(op for op in internal if type(op) is not Load)]
-        else:
-            ops = batch
+        ops, lead = _with_internal(intake, batch) if intake.internal else (batch, 0)
         maybe = False
         attempt = 0
         sent: list[tuple[bytes, Transition]] = []  # every attempt; a late one may land
@@ -397,6 +390,16 @@ class CommitLoop:
         )
         self._intake.fail_pending(exc)
         self._waiters.release()
+
+
+def _with_internal(intake: Intake, batch: list[Op]) -> tuple[list[Op], int]:
+    """``batch`` with the broker's own ops waiting, and how many of them lead it: its
+    loads go first (this batch's claims may take their jobs), the others after."""
+    internal = intake.take_internal()
+    loads = [op for op in internal if type(op) is Load]
+    if not loads:  # (archive marks, mostly)
+        return [*batch, *internal], 0
+    return [*loads, *batch, *(op for op in internal if type(op) is not Load)], len(loads)
 
 
 def _record(
