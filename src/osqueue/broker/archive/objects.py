@@ -64,12 +64,6 @@ class ArchiveRecord(msgspec.Struct, frozen=True):
 _encoder = msgspec.json.Encoder()
 
 
-def iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    return _iso(dt)
-
-
 @functools.lru_cache(maxsize=4096)
 def _iso(dt: datetime) -> str:
     # The jobs of one version share their broker-stamped times: most calls are hits.
