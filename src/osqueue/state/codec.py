@@ -79,18 +79,16 @@ def encode(doc: Document) -> bytes:
     finished = doc.finished
     if finished.entries:
         parts += (b',"finished":[', finished.section(), b"]")
-    waiting = doc.waiting_cold
-    if waiting.refs or waiting.aside:
-        parts.append(waiting.framed())
+    if doc.waiting_cold:
+        parts.append(doc.waiting_cold.framed())
     if finished.sealed.refs:
         parts.append(finished.sealed.framed())
     if doc.dead.queues:
         parts.append(b',"dead":{' + doc.dead.section() + b"}")
     if doc.dead.aside:
         parts.append(doc.dead.aside_section())
-    delayed = doc.delayed
-    if delayed.refs or delayed.aside:
-        parts.append(delayed.section())
+    if doc.delayed:
+        parts.append(doc.delayed.section())
     frags = doc.fragments(_encoder.encode)
     size = doc.jobs_bytes  # (exact once the fragments are up to date)
     if size < _FOLD_BYTES or size <= sum(map(len, parts)):

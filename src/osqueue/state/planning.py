@@ -320,8 +320,7 @@ def cold_idle(doc: Document, policy: Policy) -> bool:
     them pays this look per commit and not a call into every kind).  Ready
     segments, delayed objects, waiting children, dead letters, the finished
     record."""
-    segments, delayed = doc.segments, doc.delayed  # (attributes: their __bool__ is a call)
-    if segments.streams or segments.aside or delayed.refs or delayed.aside:
+    if doc.segments or doc.delayed:
         return False
     index = doc.index
     if index.children or doc.waiting_cold.due:  # (objects still waiting: nothing to do)

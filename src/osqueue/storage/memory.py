@@ -36,7 +36,6 @@ EtagMode = Literal["counter", "md5"]
 ETAG_MODES: tuple[EtagMode, ...] = ("counter", "md5")
 
 _counter = itertools.count(1)
-_new_blob = tuple.__new__
 _anonymous = itertools.count(1)
 
 
@@ -76,7 +75,6 @@ class MemoryStorage:
             self._url = f"memory://{name}" + ("?etag=md5" if etag == "md5" else "")
             self._bucket = _bucket(name)
         self.etag_mode: EtagMode = etag
-        self._counted = etag == "counter"
         self._capabilities = Capabilities(
             cross_process=False, content_etags=etag == "md5", durable=False
         )
@@ -137,9 +135,8 @@ class MemoryStorage:
             if if_match is not None and (current is None or current.etag != if_match):
                 state = "does not exist" if current is None else "changed"
                 raise Conflict(f"{self._url}: {key!r} {state} (if_match={if_match!r})")
-            # (the counter inline: every commit's write)
-            etag = f"m{next(_counter)}" if self._counted else self._etag(data)
-            bucket.objects[key] = _new_blob(Blob, (data, etag))  # (Blob's __new__ is a frame)
+            etag = self._etag(data)
+            bucket.objects[key] = Blob(data, etag)
             return etag
 
     async def put(self, key: str, data: bytes) -> None:

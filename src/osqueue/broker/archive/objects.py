@@ -112,18 +112,14 @@ def record(job: StoredJob) -> ArchiveRecord:
     )
 
 
-def render(jobs: Sequence[StoredJob], queue_id: str) -> tuple[str, bytes]:
+def render(jobs: Iterable[StoredJob], queue_id: str) -> tuple[str, bytes]:
     """The archive object (key, bytes) for the jobs done in one version."""
-    ordered = sorted(jobs, key=_job_id) if len(jobs) > 1 else jobs
+    ordered = sorted(jobs, key=lambda j: j.id)
     first = ordered[0]
     assert first.done_at is not None
     assert first.done_version is not None
     body = _encoder.encode_lines([record(j) for j in ordered])  # a line per job
     return archive_key(first.done_version, first.done_at, queue_id), body
-
-
-def _job_id(job: StoredJob) -> str:
-    return job.id
 
 
 def by_version(jobs: Iterable[StoredJob]) -> dict[int, list[StoredJob]]:

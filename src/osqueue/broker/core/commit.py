@@ -226,23 +226,21 @@ class CommitLoop:
         """The next commit may have to wait for a spill (:meth:`_hold_for_spill`): not
         while the document this loop last wrote is held and its size is well below
         ``spill_hold_bytes`` (an int compare; no coroutine to start)."""
-        hold_bytes = self._hold_bytes
-        if hold_bytes is None:
+        doc, hold_bytes = self._lease.doc, self._hold_bytes
+        if doc is None or hold_bytes is None:
             return False
         sized, size = self._sized
-        return sized is not self._lease.doc or size + HEAD_SLACK_BYTES > hold_bytes
+        return sized is not doc or size + HEAD_SLACK_BYTES > hold_bytes  # (size_upper's bound)
 
     async def _hold_for_spill(self) -> None:
         """A flood of pushes while a spill's objects are written: once the document
         is above ``spill_hold_bytes``, the next commit waits for them, so it drops the
         spilled tail as it adds the pushes waiting (at most until the lease
-        renewal is due: a slow write never costs the lease)."""
+        renewal is due: a slow write never costs the lease).  Called once
+        :meth:`_may_hold` says it may."""
         doc, hold_bytes = self._lease.doc, self._hold_bytes
-        if doc is None or hold_bytes is None:
-            return
-        sized, size = self._sized
-        if sized is doc and size + HEAD_SLACK_BYTES <= hold_bytes:  # (size_upper's bound)
-            return
+        assert doc is not None  # (_may_hold)
+        assert hold_bytes is not None
         written = _writing(self._segments)
         if written is None or doc.size_upper() <= hold_bytes:
             return
