@@ -419,6 +419,62 @@ async def test_a_deep_queue_s_spills_loads_and_starved_claims_are_counted() -> N
         counters = broker.segments.counters
         assert counters.spills > 0
         assert counters.loads > 0
-        assert delta(after, before, "osqueue_broker_segment_spills_total") == counters.spills
-        assert delta(after, before, "osqueue_broker_segment_loads_total") == counters.loads
+        ready = {"kind": "ready"}
+        written = delta(after, before, "osqueue_broker_cold_objects_written_total", **ready)
+        assert written == counters.spills
+        jobs_out = delta(after, before, "osqueue_broker_cold_jobs_written_total", **ready)
+        assert jobs_out == counters.spilled_jobs
+        assert delta(after, before, "osqueue_broker_cold_loads_total", **ready) == counters.loads
+        jobs_in = delta(after, before, "osqueue_broker_cold_jobs_loaded_total", **ready)
+        assert jobs_in == counters.loaded_jobs
         assert delta(after, before, "osqueue_broker_segment_starved_commits_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings"),
+    [
+        ("dead", {"dead_keep_jobs": 2, "dead_spill_jobs": 3}),
+        ("delayed", {"delay_spill_above_jobs": 3}),
+        ("waiting", {"waiting_spill_above_jobs": 3, "waiting_object_jobs": 5}),
+        ("finished", {"finished_seal_above_entries": 3, "finished_object_entries": 4}),
+    ],
+)
+async def test_each_cold_kind_s_objects_and_jobs_are_scraped_under_its_label(
+    kind: str, settings: dict[str, int]
+) -> None:
+    """Past a kind's threshold its jobs leave for objects; ``/metrics`` shows what
+    that part counted, under ``kind``, and nothing under the other kinds."""
+    async with osqueue.Broker(MemoryStorage(), config(**settings)) as broker:
+        q = broker.client()
+        before = await scrape(broker.metrics_address)
+        if kind == "waiting":  # children of a parent nobody claims
+            await q.push(b"parent", id="par", queue="parents")
+        for n in range(8):
+            if kind == "dead":
+                await q.push(b"x", id=f"d{n}", max_attempts=1)
+                (job,) = await q.claim("w", ["default"])
+                await q.fail(job, error="boom")
+            elif kind == "delayed":
+                await q.push(b"x", id=f"d{n}", delay_s=3600.0)
+            elif kind == "waiting":
+                await q.push(b"x", id=f"d{n}", after=["par"])
+            else:  # finished jobs whose results are kept
+                await q.push(b"x", id=f"d{n}", result_ttl_s=60)
+                (job,) = await q.claim("w", ["default"])
+                await q.complete(job, result={"n": n})
+        await broker.segments.settled()
+        after = await scrape(broker.metrics_address)
+        parts = broker.segments
+        part = {"dead": parts.dead, "delayed": parts.delayed, "waiting": parts.waiting}
+        objects, jobs = (
+            (parts.finished.counters.seals, parts.finished.counters.sealed_entries)
+            if kind == "finished"
+            else (part[kind].counters.spills, part[kind].counters.spilled_jobs)
+        )
+        assert objects > 0
+        assert jobs >= objects
+        name = "osqueue_broker_cold_objects_written_total"
+        assert delta(after, before, name, kind=kind) == objects
+        assert delta(after, before, "osqueue_broker_cold_jobs_written_total", kind=kind) == jobs
+        for other in {"ready", "delayed", "dead", "waiting", "finished"} - {kind}:
+            assert delta(after, before, name, kind=other) == 0, other

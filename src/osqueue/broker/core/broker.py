@@ -199,8 +199,9 @@ class Broker:
         """This broker's Prometheus collector, for a registry of your own
         (``BrokerConfig.metrics_listen`` serves one by itself); from the first one
         made, every commit is recorded for it.  Needs ``osqueue[metrics]``."""
-        from osqueue.broker.observe.metrics import BrokerCollector
+        from osqueue.broker.observe.metrics import BrokerCollector, ColdCounters
 
+        cold = self.segments
         return BrokerCollector(
             broker_id=self.id,
             address=self.config.address,
@@ -211,7 +212,13 @@ class Broker:
             intake=self._intake,
             waiters=self._waiters,
             archiver=self._archiver,
-            segments=self.segments.counters,
+            cold=ColdCounters(
+                cold.counters,
+                cold.delayed.counters,
+                cold.dead.counters,
+                cold.waiting.counters,
+                cold.finished.counters,
+            ),
         )
 
     def client(self) -> LocalClient:

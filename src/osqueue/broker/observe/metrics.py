@@ -24,6 +24,7 @@ job once.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -35,7 +36,11 @@ from prometheus_client.metrics_core import (
 
 from osqueue.api import Stats
 from osqueue.broker.archive.writer import Archiver
+from osqueue.broker.cold.dead import DeadCounters
+from osqueue.broker.cold.delayed import DelayedCounters
+from osqueue.broker.cold.finished import FinishedCounters
 from osqueue.broker.cold.sweep import SegmentCounters
+from osqueue.broker.cold.waiting import WaitingCounters
 from osqueue.broker.core.intake import Intake
 from osqueue.broker.core.lifecycle import Lifecycle, State
 from osqueue.broker.core.waiters import Waiters
@@ -97,6 +102,17 @@ def _outcome(result: type) -> str:
     return label_of(result) if issubclass(result, OsqueueError) else "ok"
 
 
+@dataclass(frozen=True, slots=True)
+class ColdCounters:
+    """The counters each cold part of the broker keeps (read at a scrape)."""
+
+    ready: SegmentCounters
+    delayed: DelayedCounters
+    dead: DeadCounters
+    waiting: WaitingCounters
+    finished: FinishedCounters
+
+
 class BrokerCollector:
     """A prometheus_client collector of one broker's metrics (see the module doc;
     every metric is listed in docs/operations.md).  Made by the broker
@@ -115,7 +131,7 @@ class BrokerCollector:
         intake: Intake,
         waiters: Waiters,
         archiver: Archiver,
-        segments: SegmentCounters,
+        cold: ColdCounters,
     ) -> None:
         self._broker_id = broker_id
         self._address = address
@@ -129,7 +145,7 @@ class BrokerCollector:
         self._intake = intake
         self._waiters = waiters
         self._archiver = archiver
-        self._segments = segments
+        self._cold = cold
         self._outcomes: dict[type, str] = {}
 
     def collect(self) -> Iterator[Metric]:
@@ -211,24 +227,114 @@ class BrokerCollector:
         )
 
     def _segment_io(self) -> Iterator[Metric]:
-        """What this broker did with segment objects of ready jobs (a deep backlog)."""
-        sc = self._segments
-        yield CounterMetricFamily(
-            "osqueue_broker_segment_spills_total",
-            "Segment objects of ready jobs written and referenced (a deep queue's tail "
-            "leaving the document).",
-            value=sc.spills,
+        """What this broker did with cold objects: segments of ready jobs, delayed
+        objects, dead segments, objects of waiting children and sealed objects of
+        the finished record (docs/segments.md), one ``kind`` label each."""
+        cold = self._cold
+        ready, delayed, dead, waiting, finished = (
+            cold.ready,
+            cold.delayed,
+            cold.dead,
+            cold.waiting,
+            cold.finished,
         )
+        by_kind: list[tuple[str, str, tuple[tuple[str, int], ...]]] = [
+            (
+                "osqueue_broker_cold_objects_written_total",
+                "Cold objects written and referenced by a commit (a spill; for the "
+                "finished record a seal).",
+                (
+                    ("ready", ready.spills),
+                    ("delayed", delayed.spills),
+                    ("dead", dead.spills),
+                    ("waiting", waiting.spills),
+                    ("finished", finished.seals),
+                ),
+            ),
+            (
+                "osqueue_broker_cold_jobs_written_total",
+                "Jobs (for the finished record, entries) that left the document for cold objects.",
+                (
+                    ("ready", ready.spilled_jobs),
+                    ("delayed", delayed.spilled_jobs),
+                    ("dead", dead.spilled_jobs),
+                    ("waiting", waiting.spilled_jobs),
+                    ("finished", finished.sealed_entries),
+                ),
+            ),
+            (
+                "osqueue_broker_cold_loads_total",
+                "Chunks of jobs loaded from cold objects back into the document (for "
+                "the finished record, reads of sealed objects).",
+                (
+                    ("ready", ready.loads),
+                    ("delayed", delayed.loads),
+                    ("waiting", waiting.loads),
+                    ("finished", finished.reads),
+                ),
+            ),
+            (
+                "osqueue_broker_cold_jobs_loaded_total",
+                "Jobs loaded from cold objects back into the document.",
+                (
+                    ("ready", ready.loaded_jobs),
+                    ("delayed", delayed.loaded_jobs),
+                    ("waiting", waiting.loaded_jobs),
+                ),
+            ),
+            (
+                "osqueue_broker_cold_failed_writes_total",
+                "Spills, seals and compactions whose objects could not be written (each "
+                "tried again later; nothing left the document).",
+                (
+                    ("ready", ready.failed_spills),
+                    ("delayed", delayed.failed_spills),
+                    ("dead", dead.failed_spills),
+                    ("waiting", waiting.failed_spills),
+                    ("finished", finished.failed_seals),
+                    ("compaction", ready.failed_compactions),
+                ),
+            ),
+            (
+                "osqueue_broker_cold_failed_loads_total",
+                "Reads of cold objects that failed with a storage error (tried again).",
+                (("ready", ready.failed_loads), ("delayed", delayed.failed_loads)),
+            ),
+            (
+                "osqueue_broker_cold_objects_set_aside_total",
+                "Cold objects found missing or failing their check (set aside and "
+                "reported; for the finished record, broken sealed objects). Any growth "
+                "needs an operator: docs/segments.md, readmit.",
+                (
+                    ("ready", ready.set_aside),
+                    ("delayed", delayed.set_aside),
+                    ("dead", dead.set_aside),
+                    ("waiting", waiting.set_aside),
+                    ("finished", finished.broken),
+                ),
+            ),
+        ]
+        for name, text, values in by_kind:
+            family = CounterMetricFamily(name, text, labels=["kind"])
+            for kind, value in values:
+                family.add_metric([kind], value)
+            yield family
         yield CounterMetricFamily(
-            "osqueue_broker_segment_loads_total",
-            "Chunks of ready jobs loaded from segment objects back into the document.",
-            value=sc.loads,
+            "osqueue_broker_segment_compactions_total",
+            "Compactions committed (adjacent small segments merged into one object).",
+            value=ready.compactions,
         )
         yield CounterMetricFamily(
             "osqueue_broker_segment_starved_commits_total",
             "Commits whose claims stopped at a segment barrier and waited a commit for "
             "a load (steady growth: a head too small for the claims, head_jobs).",
-            value=sc.starved,
+            value=ready.starved,
+        )
+        yield CounterMetricFamily(
+            "osqueue_broker_segment_held_commits_total",
+            "Commits that waited for a spill's objects before writing (a flood of "
+            "pushes above spill_hold_bytes).",
+            value=ready.held_commits,
         )
 
     def _commits(self) -> Iterator[Metric]:
