@@ -34,10 +34,10 @@ from osqueue.state import (
     segment_key,
     transition,
 )
+from osqueue.state.admission import CLAIM_RESERVE_BYTES
 from osqueue.state.document import HEAD_SLACK_BYTES
 from osqueue.state.model import Claim, StoredJob, to_datetime
 from osqueue.state.segment_codec import SegmentLines
-from osqueue.state.transitions import CLAIM_RESERVE_BYTES
 from osqueue.storage.keys import check_key
 
 T0 = 1_800_000_000.0

@@ -23,12 +23,16 @@ from osqueue.state import (
     Release,
     Removed,
     RestartHeartbeats,
+    ResultData,
     RetryDead,
     apply,
     decode,
     encode,
     transition,
 )
+from osqueue.state.admission import SizeBound
+from osqueue.state.document import held_bytes
+from osqueue.state.model import StoredSettings
 
 T0 = 1_800_000_000.0
 
@@ -253,14 +257,14 @@ def _mixed_pushes() -> list[Push]:
 @pytest.mark.parametrize("cap", range(2500, 18000, 331))
 def test_a_run_of_pushes_is_admitted_exactly_as_pushes_measured_one_by_one(cap: int) -> None:
     # A run of pushes keeps the document's size from one to the next; an op
-    # between them (a heartbeat of no job: it fails and changes nothing) makes
+    # between them (a cancel of no job: it fails and changes nothing) makes
     # each push measure the document afresh.  Both must decide alike.
     policy = Policy(max_document_bytes=cap)
     ops = _mixed_pushes()
     run = transition(Document.empty(), ops, T0, policy)
     spaced: list[object] = []
     for op in ops:
-        spaced += [op, Heartbeat("nobody", 1)]
+        spaced += [op, _MEASURE_AFRESH]
     fresh = transition(Document.empty(), spaced, T0, policy)  # type: ignore[arg-type]
     assert [type(r) for r in run.results] == [type(r) for r in fresh.results[::2]]
     assert list(run.doc.jobs) == list(fresh.doc.jobs)
@@ -269,6 +273,97 @@ def test_a_run_of_pushes_is_admitted_exactly_as_pushes_measured_one_by_one(cap: 
     # header with the queue's counters)
     assert (refused > 0) == (cap < 16_750)
     assert len(encode(run.doc)) <= cap
+
+
+#: an op that fails and changes nothing, and makes the next push measure the document
+_MEASURE_AFRESH = Cancel("nobody")
+
+
+def _held_and_pushes(doc: Document) -> list[object]:
+    """A commit of workers that finish the jobs they hold and push follow-ups, the
+    ops on held jobs between the pushes: completions (some with a result, so the
+    record of finished jobs starts in this version), failures, a release, a
+    heartbeat, claims, and an op of a lost lease."""
+    held = [job for job in doc if job.claim is not None]
+    ops: list[object] = []
+    for n, job in enumerate(held):
+        assert job.claim is not None
+        token = job.claim.token
+        held_op: object = {
+            0: Complete(job.id, token, result=ResultData("json", 3, value=b"%03d" % n)),
+            1: Complete(job.id, token),
+            2: Fail(job.id, token, error="e" * (n * 13 % 200)),
+            3: Release(job.id, token) if n % 8 == 3 else Heartbeat(job.id, token),
+            4: ClaimOp("w2", ("default",), 2),
+            5: Complete(job.id, token + 1),  # lost: changes nothing
+        }[n % 6]
+        ops += [held_op, Push(id=f"f{n}", payload=b"y" * (n * 11 % 70), queue="follow")]
+    return ops
+
+
+@pytest.mark.parametrize("cap", range(8500, 18500, 293))
+def test_pushes_between_ops_on_held_jobs_are_admitted_as_measured_one_by_one(cap: int) -> None:
+    # The pushes of a commit that also completes, fails and claims keep their
+    # bound across those ops, adding what the jobs' encodings moved; a push that
+    # measures the document afresh each time must decide alike.
+    policy = Policy(max_document_bytes=cap, result_ttl_s=600)
+    start = [Push(id=f"j{i}", payload=b"x" * (i * 5 % 60)) for i in range(24)]
+    start.append(Push(id="q0", payload=b"p", queue="follow"))  # (a known queue)
+    doc, _ = apply(Document.empty(), start, T0, Policy(result_ttl_s=600))
+    doc, _ = apply(doc, [ClaimOp("w", ("default",), 18)], T0, policy)
+    ops = _held_and_pushes(doc)
+    run = transition(doc.copy(), ops, T0 + 1, policy)  # type: ignore[arg-type]
+    spaced: list[object] = []
+    for op in ops:
+        spaced += [op, _MEASURE_AFRESH]
+    fresh = transition(doc.copy(), spaced, T0 + 1, policy)  # type: ignore[arg-type]
+    assert [type(r) for r in run.results] == [type(r) for r in fresh.results[::2]]
+    assert encode(run.doc) == encode(fresh.doc)
+    assert len(encode(run.doc)) <= cap
+    refused = sum(isinstance(r, QueueFull) for r in run.results)
+    # the caps span refusing most of the 18 pushes to none (all fit from 17,095 bytes)
+    assert (refused > 0) == (cap < 17_095), refused
+    assert len(run.doc.finished.entries) > 0  # (the record's brackets came with this version)
+
+
+def test_a_commit_of_completions_and_their_follow_up_pushes_measures_the_document_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    doc, _ = apply(Document.empty(), [push(i) for i in range(40)], T0)
+    doc, _ = apply(doc, [ClaimOp("w", ("default",), 40)], T0)
+    ops: list[object] = []
+    for job in doc:
+        assert job.claim is not None
+        ops += [Complete(job.id, job.claim.token), Push(id=f"n{job.id}", payload=b"q")]
+    measured = 0
+    size_upper = Document.size_upper
+
+    def counting(self: Document) -> int:
+        nonlocal measured
+        measured += 1
+        return size_upper(self)
+
+    monkeypatch.setattr(Document, "size_upper", counting)
+    t = transition(doc, ops, T0 + 1)  # type: ignore[arg-type]
+    assert all(not isinstance(r, Exception) for r in t.results)
+    assert measured == 1  # (each push after a completion measured it: 40)
+
+
+def test_a_stale_header_length_makes_the_push_after_a_held_op_measure_again() -> None:
+    doc, _ = apply(Document.empty(), [push(i) for i in range(3)], T0)
+    size = SizeBound(doc, Policy())
+    size.kept = True
+    size.admit(100, cache=True)  # measured (the header too)
+    assert held_bytes(doc) is not None
+    kept = size.bound
+    size.held_moved = True
+    doc.set_queue_settings("default", StoredSettings(paused=True))  # the header grew
+    assert held_bytes(doc) is None  # (its length is stale)
+    size.admit(100, cache=True)
+    assert kept is not None
+    measured = doc.size_upper() - doc.finished.size_bytes()
+    assert size.bound == measured + 101  # measured again
+    assert measured + 101 > kept  # (the settings counted: the first bound was lower)
 
 
 def test_completed_job_leaves_only_after_its_version_is_archived() -> None:

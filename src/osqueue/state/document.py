@@ -475,6 +475,19 @@ def _header(doc: Document) -> bytes:
     return head + b"}"
 
 
+def held_bytes(doc: Document) -> int | None:
+    """The part of :meth:`Document.size_upper` an op on a held job changes (a claim,
+    a completion, a failure): the jobs' encodings (the changed ones encoded now,
+    and kept for the commit's encode) with their commas, and the brackets of the
+    record of finished jobs (its entries aside, as a push's bound leaves them).
+    None once the header's length is stale: measure it all again."""
+    if doc._head_len is None:
+        return None
+    doc._flush()
+    framed = _FINISHED_OPEN + 1 if doc.finished.entries else 0
+    return doc.jobs_bytes + len(doc._frags) + framed
+
+
 def _cold_bytes(doc: Document) -> int:
     """The encoded length of the cold objects' sections, punctuation included."""
     return (

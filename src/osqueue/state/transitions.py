@@ -31,10 +31,10 @@ from osqueue.errors import (
     JobNotFound,
     LeaseLost,
     OsqueueError,
-    QueueFull,
 )
 from osqueue.state import cold_waiting, deps, finished_objects, scheduling, spill, sweep, validate
 from osqueue.state import results as finishing
+from osqueue.state.admission import SizeBound
 from osqueue.state.cold_dead import DEAD_OPS, requeued_here
 from osqueue.state.delayed_ops import DELAYED_OPS, key_holder
 from osqueue.state.document import Document, encode_job, totals
@@ -77,13 +77,6 @@ from osqueue.state.stats import depths
 _replace = msgspec.structs.replace
 _OK = Ok()
 
-#: What a claim and its completion add to a queued job at most (the claim record,
-#: attempts, first_claimed_at, done_version, done_at; for a worker name of up to
-#: 24 characters and tokens and versions of up to 12 digits).  A push is
-#: admitted only if the document stays under ``max_document_bytes`` with every
-#: queued job grown by this, so claims and completions never take a written
-#: document past the cap (a failure's error text still can).
-CLAIM_RESERVE_BYTES = 280
 #: What a new known queue adds to the header besides its name (checked to need no
 #: escapes): ``"":[1,0,0,0],``
 _KNOWN_QUEUE_BYTES = 13
@@ -168,14 +161,8 @@ class _Tx:
         self.starved: set[Stream] = set()
         self.dropped_segments: list[str] = []
         self.claimed_jobs: list[StoredJob] = []
-        #: set by :func:`transition` while it applies the callers' ops: a run of
-        #: pushes keeps :attr:`size_bound` from one to the next instead of
-        #: measuring the document for each
-        self.sized = False
-        #: while :attr:`sized`: an upper bound of ``doc.size_upper()`` less the
-        #: record of finished jobs, kept by each push (None: measure it; any
-        #: other op voids it)
-        self.size_bound: int | None = None
+        #: the document's size for its pushes, kept from one to the next
+        self.size = SizeBound(doc, policy)
         #: jobs that finished in this version (done, dead, cancelled), in order:
         #: their waiting children are settled after the sweep
         #: (:mod:`osqueue.state.deps`) and their ``result()`` long polls answered
@@ -236,30 +223,6 @@ class _Tx:
     def _put(self, job: StoredJob) -> None:
         self.doc.put_job(job, self.now)
 
-    def _admit(self, frag_bytes: int, *, cache: bool) -> None:
-        """Raise ``QueueFull`` unless a new job encoded in ``frag_bytes`` fits.
-
-        The bound is the written size (tombstones and references count too)
-        with room for every queued job to be claimed and completed; the record of
-        finished jobs yields to jobs (the sweep evicts from it).  A run of pushes
-        keeps the size from one to the next (:attr:`size_bound`)."""
-        doc = self.doc
-        room = CLAIM_RESERVE_BYTES * (doc.index.queued + 1)
-        limit = self.policy.max_document_bytes
-        bound = self.size_bound
-        if bound is None:
-            bound = doc.size_upper() - doc.finished.size_bytes()
-        if bound + frag_bytes + 1 + room > limit:
-            if self.size_bound is not None:  # kept: maybe high by what a push discarded
-                bound = doc.size_upper() - doc.finished.size_bytes()
-            if bound + frag_bytes + 1 + room > limit:
-                raise QueueFull(
-                    f"the queue document would exceed max_document_bytes={limit} once its "
-                    "queued jobs are claimed; retry when workers have caught up"
-                )
-        # the job's encoding and its comma: what the written size grows by
-        self.size_bound = bound + frag_bytes + 1 if self.sized and cache else None
-
     # -- ops ----------------------------------------------------------------------
 
     def push(self, op: Push) -> OpResult:
@@ -296,7 +259,7 @@ class _Tx:
             job = _replace(job, payload_ref_bytes=size, payload_ref_sha256=op.payload_sha256)
         if op.group is not None or op.after:
             if op.after:  # placing it may record dependencies: measure afresh
-                self.size_bound = None
+                self.size.void()
             placed = scheduling.place_push(self, op, job)
             if placed is None:  # a failed parent cancelled it at once
                 return Pushed(op.id, True)
@@ -304,9 +267,9 @@ class _Tx:
         # the job's encoding, made here once and kept for the commit's encode
         frag = encode_job(job)
         if op.queue in doc.queue_totals:
-            self._admit(len(frag), cache=not op.after)
+            self.size.admit(len(frag), cache=not op.after)
         else:  # the header grows by the new queue's counters too: measured afresh next
-            self._admit(len(frag) + len(op.queue) + _KNOWN_QUEUE_BYTES, cache=False)
+            self.size.admit(len(frag) + len(op.queue) + _KNOWN_QUEUE_BYTES, cache=False)
         doc.next_seq += 1
         doc.put_encoded(job, frag, self.now)
         doc.finished.discard(op.id)  # pushed again after its dedupe window: a new job
@@ -508,6 +471,12 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
 _DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
 _DISPATCH.update(DEAD_OPS | DELAYED_OPS)  # (osqueue.state.cold_dead, .delayed_ops)
 _push = _DISPATCH[Push]
+#: ops on held (or claimable) jobs: each changes one job's encoding and may add
+#: an entry to the record of finished jobs, nothing else a push's bound counts,
+#: so pushes after them keep the bound and add what :func:`~osqueue.state.document.held_bytes`
+#: moved (a worker's completion and its follow-up push in one commit, the
+#: common batch, measure the document once)
+_HELD_OPS = frozenset(_DISPATCH[op] for op in (ClaimOp, Complete, Heartbeat, Fail, Release))
 
 
 def transition(
@@ -531,11 +500,14 @@ def transition(
     if tx.doc.schedules.by_name:  # ticks that have come: pushed in this very version
         scheduling.fire(tx)
     results: list[Result] = []
-    tx.sized = True
+    size = tx.size
+    size.kept = True
     for op in ops:
         handler = _DISPATCH.get(type(op))
-        if handler is not _push:
-            tx.size_bound = None  # the op changes what a push would measure
+        if handler in _HELD_OPS:
+            size.held_moved = True  # its job's encoding changes: the next push measures it
+        elif handler is not _push:
+            size.bound = None  # the op changes what a push would measure
         if handler is None:
             results.append(InvalidInput(f"unknown operation {type(op).__name__}", field="op"))
             continue
@@ -543,7 +515,7 @@ def transition(
             results.append(handler(tx, op))
         except OsqueueError as exc:
             results.append(exc)
-    tx.sized, tx.size_bound = False, None
+    size.kept, size.bound = False, None
     sweep.run(tx)
     if tx.ended and (tx.doc.index.children or tx.doc.waiting_cold):
         deps.settle(tx, tx.ended)
@@ -585,7 +557,6 @@ def apply(
 
 
 __all__ = [
-    "CLAIM_RESERVE_BYTES",
     "Transition",
     "apply",
     "backoff_s",
