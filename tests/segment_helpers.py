@@ -4,6 +4,7 @@ claims load, and nothing else (sweeps, stats logs, lease renewals) gets in the w
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from osqueue.broker import BrokerConfig
 from osqueue.state.dedupe_filter import may_hold
@@ -62,3 +63,33 @@ def filter_false_positive(ids: Sequence[str], refs: Iterable[Filtered]) -> str:
             for ref in refs
         )
     )
+
+
+#: per cold part, settings that make a few of its jobs leave the document
+COLD_THRESHOLDS: dict[str, dict[str, int]] = {
+    "dead": {"dead_keep_jobs": 2, "dead_spill_jobs": 3},
+    "delayed": {"delay_spill_above_jobs": 3},
+    "waiting": {"waiting_spill_above_jobs": 3, "waiting_object_jobs": 5},
+    "finished": {"finished_seal_above_entries": 3, "finished_object_entries": 4},
+}
+
+
+async def cross_cold_threshold(client: Any, part: str, jobs: int = 8) -> None:
+    """Make ``jobs`` jobs of ``part``'s kind (past :data:`COLD_THRESHOLDS`): dead
+    letters, jobs due in an hour, children of a parent nobody claims, or finished
+    jobs whose results are kept."""
+    if part == "waiting":
+        await client.push(b"parent", id="par", queue="parents")
+    for n in range(jobs):
+        if part == "dead":
+            await client.push(b"x", id=f"d{n}", max_attempts=1)
+            (job,) = await client.claim("w", ["default"])
+            await client.fail(job, error="boom")
+        elif part == "delayed":
+            await client.push(b"x", id=f"d{n}", delay_s=3600.0)
+        elif part == "waiting":
+            await client.push(b"x", id=f"d{n}", after=["par"])
+        else:
+            await client.push(b"x", id=f"d{n}", result_ttl_s=60)
+            (job,) = await client.claim("w", ["default"])
+            await client.complete(job, result={"n": n})

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
-from segment_helpers import SMALL
+from segment_helpers import COLD_THRESHOLDS, SMALL, cross_cold_threshold
 
 import osqueue
 from osqueue.broker.core.broker import State
@@ -430,15 +430,7 @@ async def test_a_deep_queue_s_spills_loads_and_starved_claims_are_counted() -> N
         assert delta(after, before, "osqueue_broker_segment_starved_commits_total") == 1
 
 
-@pytest.mark.parametrize(
-    ("kind", "settings"),
-    [
-        ("dead", {"dead_keep_jobs": 2, "dead_spill_jobs": 3}),
-        ("delayed", {"delay_spill_above_jobs": 3}),
-        ("waiting", {"waiting_spill_above_jobs": 3, "waiting_object_jobs": 5}),
-        ("finished", {"finished_seal_above_entries": 3, "finished_object_entries": 4}),
-    ],
-)
+@pytest.mark.parametrize(("kind", "settings"), COLD_THRESHOLDS.items())
 async def test_each_cold_kind_s_objects_and_jobs_are_scraped_under_its_label(
     kind: str, settings: dict[str, int]
 ) -> None:
@@ -447,21 +439,7 @@ async def test_each_cold_kind_s_objects_and_jobs_are_scraped_under_its_label(
     async with osqueue.Broker(MemoryStorage(), config(**settings)) as broker:
         q = broker.client()
         before = await scrape(broker.metrics_address)
-        if kind == "waiting":  # children of a parent nobody claims
-            await q.push(b"parent", id="par", queue="parents")
-        for n in range(8):
-            if kind == "dead":
-                await q.push(b"x", id=f"d{n}", max_attempts=1)
-                (job,) = await q.claim("w", ["default"])
-                await q.fail(job, error="boom")
-            elif kind == "delayed":
-                await q.push(b"x", id=f"d{n}", delay_s=3600.0)
-            elif kind == "waiting":
-                await q.push(b"x", id=f"d{n}", after=["par"])
-            else:  # finished jobs whose results are kept
-                await q.push(b"x", id=f"d{n}", result_ttl_s=60)
-                (job,) = await q.claim("w", ["default"])
-                await q.complete(job, result={"n": n})
+        await cross_cold_threshold(q, kind)
         await broker.segments.settled()
         after = await scrape(broker.metrics_address)
         parts = broker.segments

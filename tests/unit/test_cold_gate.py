@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from segment_helpers import COLD_THRESHOLDS, cross_cold_threshold
 
 from osqueue.broker import Broker, BrokerConfig
 from osqueue.state import StoredJob
@@ -73,37 +74,12 @@ async def test_a_queue_without_cold_state_calls_no_cold_part_after_its_commits()
         assert broker.commits > 40
 
 
-@pytest.mark.parametrize(
-    ("part", "config"),
-    [
-        ("dead", {"dead_keep_jobs": 2, "dead_spill_jobs": 3}),
-        ("delayed", {"delay_spill_above_jobs": 3}),
-        ("waiting", {"waiting_spill_above_jobs": 3, "waiting_object_jobs": 5}),
-        (
-            "finished",
-            {"finished_seal_above_entries": 3, "finished_object_entries": 4, "result_ttl_s": 60},
-        ),
-    ],
-)
+@pytest.mark.parametrize(("part", "config"), COLD_THRESHOLDS.items())
 async def test_past_a_threshold_the_part_runs_and_spills(part: str, config: dict[str, int]) -> None:
     async with Broker(MemoryStorage(), BrokerConfig(**config)) as broker:  # type: ignore[arg-type]
         calls = _calls(broker)
         q = broker.client()
-        if part == "waiting":  # children of a parent nobody claims
-            await q.push(b"parent", id="par", queue="parents")
-        for n in range(8):
-            if part == "dead":
-                await q.push(b"x", id=f"d{n}", max_attempts=1)
-                (job,) = await q.claim("w", ["default"])
-                await q.fail(job, error="boom")
-            elif part == "delayed":
-                await q.push(b"x", id=f"d{n}", delay_s=3600.0)
-            elif part == "waiting":
-                await q.push(b"x", id=f"d{n}", after=["par"])
-            else:  # finished jobs whose results are kept
-                await q.push(b"x", id=f"d{n}")
-                (job,) = await q.claim("w", ["default"])
-                await q.complete(job, result={"n": n})
+        await cross_cold_threshold(q, part)
         await broker.segments.settled()
         assert calls[part] > 0
         doc = broker.document
