@@ -471,11 +471,11 @@ _DISPATCH: dict[type[Any], Callable[[_Tx, Any], OpResult]] = {
 _DISPATCH.update(cold_waiting.dispatch(_DISPATCH[Cancel]) | finished_objects.DISPATCH)
 _DISPATCH.update(DEAD_OPS | DELAYED_OPS)  # (osqueue.state.cold_dead, .delayed_ops)
 _push = _DISPATCH[Push]
-#: ops on held (or claimable) jobs: each changes one job's encoding and may add
-#: an entry to the record of finished jobs, nothing else a push's bound counts,
-#: so pushes after them keep the bound and add what :func:`~osqueue.state.document.held_bytes`
-#: moved (a worker's completion and its follow-up push in one commit, the
-#: common batch, measure the document once)
+#: ops on held (or claimable) jobs: each changes the encodings of the jobs it
+#: holds or takes and may add entries to the record of finished jobs, nothing
+#: else a push's bound counts, so pushes after them keep the bound and add what
+#: :func:`~osqueue.state.document.held_bytes` moved (a worker's completion and
+#: its follow-up push in one commit, the common batch, measure the document once)
 _HELD_OPS = frozenset(_DISPATCH[op] for op in (ClaimOp, Complete, Heartbeat, Fail, Release))
 
 

@@ -214,7 +214,7 @@ class BrokerCollector:
             "Unreferenced payload objects deleted by the payload sweep.",
             value=c.payloads_swept,
         )
-        yield from self._segment_io()
+        yield from self._cold_io()
         yield GaugeMetricFamily(
             "osqueue_broker_pending_ops",
             "Ops waiting for the next commit.",
@@ -226,7 +226,7 @@ class BrokerCollector:
             value=len(self._waiters.parked),
         )
 
-    def _segment_io(self) -> Iterator[Metric]:
+    def _cold_io(self) -> Iterator[Metric]:
         """What this broker did with cold objects: segments of ready jobs, delayed
         objects, dead segments, objects of waiting children and sealed objects of
         the finished record (docs/segments.md), one ``kind`` label each."""
