@@ -34,7 +34,7 @@ class SweepTx(Protocol):
 def run(tx: SweepTx) -> None:
     if tx.doc.finished.entries:
         tx.stats["finished_evicted"] += results.sweep(tx.doc, tx.now, tx.policy)
-    if tx.doc.finished.sealed.refs:  # sealed objects expired (or held past the cap) leave
+    if tx.doc.finished.sealed:  # sealed objects expired (or held past the cap) leave
         evicted = finished_objects.expire(tx.doc, tx.now, tx.policy)
         if evicted:
             tx.stats["finished_evicted"] += evicted

@@ -507,7 +507,7 @@ def transition(
         if handler in _HELD_OPS:
             size.held_moved = True  # its job's encoding changes: the next push measures it
         elif handler is not _push:
-            size.bound = None  # the op changes what a push would measure
+            size.void()  # the op changes what a push would measure
         if handler is None:
             results.append(InvalidInput(f"unknown operation {type(op).__name__}", field="op"))
             continue

@@ -143,7 +143,7 @@ class DeadLetterManager:
 
     @property
     def busy(self) -> bool:
-        return bool(self.in_flight or self._asides.ops)
+        return bool(self.in_flight or self._asides)
 
     @property
     def writing(self) -> bool:

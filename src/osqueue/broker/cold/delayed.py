@@ -147,7 +147,7 @@ class DelayedManager:
 
     @property
     def busy(self) -> bool:
-        return bool(self._spill or self._loads or self._reading or self._asides.ops)
+        return bool(self._spill or self._loads or self._reading or self._asides)
 
     @property
     def writing(self) -> bool:

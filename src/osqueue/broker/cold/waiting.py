@@ -134,7 +134,7 @@ class WaitingObjects:
     @property
     def busy(self) -> bool:
         busy = self._spilling or self._load is not None or self._reading is not None
-        return busy or bool(self._asides.ops)
+        return busy or bool(self._asides)
 
     @property
     def writing(self) -> bool:

@@ -27,7 +27,7 @@ from osqueue.broker.core.waiters import Waiters
 from osqueue.broker.core.wakeups import commit_due, idle_timeout_s
 from osqueue.broker.lease.hold import Lease, Reapply, StepDown
 from osqueue.broker.objects.payloads import Payloads
-from osqueue.broker.observe.counters import BrokerCounters
+from osqueue.broker.observe.counters import BrokerCounters, CommitRecords
 from osqueue.clock import Clock, Timer
 from osqueue.errors import (
     BrokerUnavailable,
@@ -286,15 +286,18 @@ class CommitLoop:
                 seconds = done_at - started
                 self._lease.wrote(t.doc, etag, sent_at, at=done_at)
                 self._committed(t, futures, len(data), lead)
-                if self._counters.records is not None:  # the metrics are on
-                    _record(self._counters, batch, t, seconds, lead)  # once its ops are answered
+                records = self._counters.records
+                if records is not None:  # the metrics are on
+                    _record(records, batch, t, seconds, lead)  # once its ops are answered
                 self._counters.window.add(done_at, seconds, len(batch))
                 return
             verdict = await lease.resolve(t.doc.version, base_version)
             if not isinstance(verdict, Reapply):
                 seconds = self._clock.monotonic() - started
                 outcome = self._settle(verdict, sent, futures, maybe, lead, started)
-                _record(self._counters, batch, outcome, seconds, lead)
+                records = self._counters.records
+                if records is not None:
+                    _record(records, batch, outcome, seconds, lead)
                 return
             lease.doc, lease.etag = verdict  # re-apply the batch on what is stored
             sent_at = clock.monotonic()
@@ -354,7 +357,7 @@ class CommitLoop:
 
     def discard_payloads(self, t: Transition) -> None:
         """Delete the payload objects of the jobs that left the document in ``t``."""
-        refs = self._payloads.refs_of(t.removed) if t.removed else None
+        refs = self._payloads.refs_of(t.removed)
         if refs:
             self._tasks.spawn(self._payloads.discard(refs), "osqueue-payload-delete")
 
@@ -401,18 +404,15 @@ def _with_internal(intake: Intake, batch: list[Op]) -> tuple[list[Op], int]:
 
 
 def _record(
-    counters: BrokerCounters,
+    records: CommitRecords,
     batch: list[Op],
     outcome: Transition | OsqueueError,
     seconds: float,
     lead: int,
 ) -> None:
-    """Record a batch's commit that took ``seconds`` (or the error its ops got,
-    when it did not commit) for the metrics, if they are on (``lead``: the
-    broker's own ops applied before the batch)."""
-    records = counters.records
-    if records is None:
-        return
+    """Record for the metrics a batch's commit that took ``seconds`` (or the error
+    its ops got, when it did not commit; ``lead``: the broker's own ops applied
+    before the batch)."""
     if isinstance(outcome, OsqueueError):
         records.answered(batch, type(outcome))
     else:
