@@ -4,7 +4,6 @@ keys, dedupe, counts, and the planning helpers the broker calls."""
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 import msgspec
 import pytest
@@ -431,17 +430,17 @@ def test_plan_spills_passes_over_an_entry_held_twice_and_plans_each_priority_apa
     policy = Policy(segment_jobs=10, head_jobs=1, spill_above_jobs=3)
     ops = [push(i) for i in range(5)] + [push(f"h{i}", priority=1) for i in range(5)]
     doc = apply(Document.empty(), ops, T0, policy)[0]
-    heap = doc.index.ready["default"]
-    twice = next(e for e in heap if e[2] == "j3")
-    heapq.heappush(heap, twice)  # a lazy heap may hold one job's entry twice
+    ready = doc.index.ready["default"]
+    twice = next(e for e in ready if e[2] == "j3")
+    ready.push(twice)  # lazy entries: one job's may be held twice
     plans = plan_spills(doc, policy)
     assert [(p.priority, [j.id for j in p.jobs]) for p in plans] == [
         (0, ["j1", "j2", "j3", "j4"]),
         (1, ["jh1", "jh2", "jh3", "jh4"]),
     ]
     doc.spill_scanned.clear()
-    heap[:] = [e for e in heap if e[0] == 0]  # one priority, the entry still twice
-    heapq.heapify(heap)
+    entries = sorted(e for e in ready if e[0] == 0)  # one priority, the entry still twice
+    ready.run[:], ready.start, ready.heap[:] = entries, 0, []
     (plan,) = plan_spills(doc, policy)
     assert [j.id for j in plan.jobs] == ["j1", "j2", "j3", "j4"]
 

@@ -39,7 +39,7 @@ from osqueue.api import QueueSettings
 from osqueue.errors import InvalidInput
 from osqueue.state import validate
 from osqueue.state.document import Document
-from osqueue.state.index import Index, ReadyEntry
+from osqueue.state.index import Index, Ready, ReadyEntry
 from osqueue.state.model import StoredJob, StoredSettings, to_datetime
 
 #: A rate above this is no rate limit worth the name.
@@ -228,7 +228,7 @@ class Gate:
             group = jobs[entry[2]].group
             if group is None or index.group_claimed.get((queue, group), 0) < cap:
                 return entry
-            heapq.heappop(index.ready[queue])
+            index.ready[queue].pop()
             index.held.setdefault((queue, group), []).append(entry)
 
     def took(self, job: StoredJob) -> bool:
@@ -279,13 +279,13 @@ def _restore(
             continue
         held = index.held[key]
         heapq.heapify(held)
-        ready = index.ready.setdefault(queue, [])
+        ready = index.ready.setdefault(queue, Ready())
         moved = 0
         while held and (room is None or moved < room):
             entry = heapq.heappop(held)
             job = jobs.get(entry[2])
             if job is not None and job.status == "queued" and job.seq == entry[1]:
-                heapq.heappush(ready, entry)
+                ready.push(entry)
                 moved += 1
         if not held:
             del index.held[key]

@@ -174,17 +174,24 @@ def _plan_queue(
     # A stream with references spills only jobs after its last one: the entries
     # before it (the head, most of the heap) are passed over by their seq.
     cuts = dict(_lasts(doc, queue))
-    heap = doc.index.ready[queue]
-    if len(cuts) == 1:  # (one stream with references: no lookup per entry)
+    entered = doc.index.ready[queue]
+    if len(cuts) == 1 and entered.one_priority() == next(iter(cuts)):
+        # one stream, with references (a deep queue): its tail is the run's end
         ((priority, cut),) = cuts.items()
-        entries = [e for e in heap if e[1] > cut or e[0] != priority]
+        entries = entered.after((priority, cut + 1))
     else:
-        entries = [e for e in heap if e[1] > cuts.get(e[0], -1)] if cuts else list(heap)
-    # By priority, then seq: each stream's jobs in seq order.  Two stable sorts on
-    # int keys, seq then priority, give that order at a fifth of the cost of
-    # comparing the tuples (a live job's (priority, seq) names it: ids never decide).
-    entries.sort(key=_SEQ)
-    entries.sort(key=_PRIORITY)
+        if len(cuts) == 1:  # (one stream with references: no lookup per entry)
+            ((priority, cut),) = cuts.items()
+            entries = [e for e in entered if e[1] > cut or e[0] != priority]
+        else:
+            entries = [e for e in entered if e[1] > cuts.get(e[0], -1)] if cuts else list(entered)
+        if entered.heap:
+            # By priority, then seq: each stream's jobs in seq order (the run's come
+            # so; the heap's do not).  Two stable sorts on int keys, seq then
+            # priority, give that order at a fifth of the cost of comparing the
+            # tuples (a live job's (priority, seq) names it: ids never decide).
+            entries.sort(key=_SEQ)
+            entries.sort(key=_PRIORITY)
     streams = _ready_streams(entries, jobs)
     plans: list[SpillPlan] = []
     need = above
@@ -246,38 +253,19 @@ def plan_loads(doc: Document, policy: Policy, starved: Collection[Stream] = ()) 
 
 def jobs_ahead(doc: Document, queue: str, barrier: Barrier, limit: int) -> int:
     """How many ready jobs of ``queue`` come before ``barrier`` in claim order
-    (counted up to ``limit``).  The ready heap's entries below the barrier form
-    its top, so this visits about ``limit`` entries, not the whole heap (a heap
-    of at most ``4 * limit`` entries is passed over once instead: cheaper)."""
-    heap = doc.index.ready.get(queue)
-    if not heap:
+    (counted up to ``limit``): the front of its ready entries, up to the
+    barrier (stale ones passed over)."""
+    ready = doc.index.ready.get(queue)
+    if not ready:
         return 0
-    jobs = doc.jobs
-    n = len(heap)
-    if n <= 4 * limit:  # a short heap: one pass over its entries costs less than the walk
-        get = jobs.get
-        ahead = [e for e in heap if e < barrier]
-        count = sum(
-            1
-            for e in ahead
-            if (job := get(e[2])) is not None and job.status == "queued" and job.seq == e[1]
-        )
-        return min(count, limit)
+    get = doc.jobs.get
     count = 0
-    stack = [0]
-    while stack and count < limit:
-        i = stack.pop()
-        entry = heap[i]
-        if entry > barrier:  # so is everything under it
-            continue
-        job = jobs.get(entry[2])
+    for entry in ready.before(barrier):
+        job = get(entry[2])
         if job is not None and job.status == "queued" and job.seq == entry[1]:
             count += 1
-        child = 2 * i + 1
-        if child < n:
-            stack.append(child)
-            if child + 1 < n:
-                stack.append(child + 1)
+            if count >= limit:
+                break
     return count
 
 

@@ -306,7 +306,7 @@ class _Tx:
                     break
             if best is None:
                 break
-            index.pop(best_queue)
+            index.ready[best_queue].pop()
             job = jobs[best[2]]
             if job.run_at is not None and job.run_at.timestamp() > self.now:
                 # Not due on this clock (an old entry, or the clock stepped back after
