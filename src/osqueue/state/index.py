@@ -414,7 +414,6 @@ class Index:
                 {job.id for job in gone},
             )
 
-
     def defer(self, job: StoredJob) -> None:
         """A queued job that is not due yet waits among the delayed (a duplicate is harmless)."""
         assert job.run_at is not None
