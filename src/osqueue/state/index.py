@@ -386,7 +386,7 @@ class Index:
         if ready is None:
             return None
         run, heap = ready.run, ready.heap
-        while True:  # (Ready.first, inline: the per-claim path)
+        while True:  # the smaller of the two fronts (inline: the per-claim path)
             if ready.start < len(run):
                 entry = run[ready.start]
                 if heap and heap[0] < entry:

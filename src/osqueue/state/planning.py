@@ -174,18 +174,20 @@ def _plan_queue(
     # A stream with references spills only jobs after its last one: the entries
     # before it (the head, most of the heap) are passed over by their seq.
     cuts = dict(_lasts(doc, queue))
-    entered = doc.index.ready[queue]
-    if len(cuts) == 1 and entered.one_priority() == next(iter(cuts)):
+    entries_of = doc.index.ready[queue]
+    if len(cuts) == 1 and entries_of.one_priority() == next(iter(cuts)):
         # one stream, with references (a deep queue): its tail is the run's end
         ((priority, cut),) = cuts.items()
-        entries = entered.after((priority, cut + 1))
+        entries = entries_of.after((priority, cut + 1))
     else:
         if len(cuts) == 1:  # (one stream with references: no lookup per entry)
             ((priority, cut),) = cuts.items()
-            entries = [e for e in entered if e[1] > cut or e[0] != priority]
+            entries = [e for e in entries_of if e[1] > cut or e[0] != priority]
+        elif cuts:
+            entries = [e for e in entries_of if e[1] > cuts.get(e[0], -1)]
         else:
-            entries = [e for e in entered if e[1] > cuts.get(e[0], -1)] if cuts else list(entered)
-        if entered.heap:
+            entries = list(entries_of)
+        if entries_of.heap:
             # By priority, then seq: each stream's jobs in seq order (the run's come
             # so; the heap's do not).  Two stable sorts on int keys, seq then
             # priority, give that order at a fifth of the cost of comparing the
