@@ -182,10 +182,7 @@ class Index:
             if job.status == "queued":
                 index.queued += 1
                 if job.run_at is None:
-                    ready = index.ready.get(job.queue)
-                    if ready is None:
-                        ready = index.ready[job.queue] = Ready()
-                    ready.run.append((job.priority, job.seq, job.id))
+                    index.ready_of(job.queue).run.append((job.priority, job.seq, job.id))
                 else:
                     index.delayed.append((job.run_at.timestamp(), job.seq, job.id))
                 if job.key is not None:
@@ -325,7 +322,7 @@ class Index:
                 if ready is None:
                     ready = self.ready[job.queue] = Ready()
                 entry = (job.priority, job.seq, job.id)
-                run = ready.run  # (Ready.push, inline: the per-push path)
+                run = ready.run  # (ready_of and Ready.push, inline: the per-push path)
                 if not run or entry > run[-1]:
                     run.append(entry)
                 else:
@@ -354,9 +351,7 @@ class Index:
         k = (jobs[0].queue, "queued")
         self.counts[k] = self.counts.get(k, 0) + len(jobs)
         self.queued += len(jobs)
-        ready = self.ready.get(k[0])
-        if ready is None:
-            ready = self.ready[k[0]] = Ready()
+        ready = self.ready_of(k[0])
         entries = [(job.priority, job.seq, job.id) for job in jobs]
         if all(map(lt, entries, entries[1:])):  # (a load's chunk is in seq order)
             ready.extend(entries)
@@ -375,10 +370,14 @@ class Index:
             _, seq, job_id = heapq.heappop(delayed)
             job = jobs.get(job_id)
             if job is not None and job.status == "queued" and job.seq == seq:
-                ready = self.ready.get(job.queue)
-                if ready is None:
-                    ready = self.ready[job.queue] = Ready()
-                ready.push((job.priority, seq, job_id))
+                self.ready_of(job.queue).push((job.priority, seq, job_id))
+
+    def ready_of(self, queue: str) -> Ready:
+        """``queue``'s ready entries (made empty if it has none yet)."""
+        ready = self.ready.get(queue)
+        if ready is None:
+            ready = self.ready[queue] = Ready()
+        return ready
 
     def head(self, queue: str, jobs: dict[str, StoredJob]) -> ReadyEntry | None:
         """The next claimable entry of ``queue``, dropping stale ones."""

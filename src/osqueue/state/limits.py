@@ -39,7 +39,7 @@ from osqueue.api import QueueSettings
 from osqueue.errors import InvalidInput
 from osqueue.state import validate
 from osqueue.state.document import Document
-from osqueue.state.index import Index, Ready, ReadyEntry
+from osqueue.state.index import Index, ReadyEntry
 from osqueue.state.model import StoredJob, StoredSettings, to_datetime
 
 #: A rate above this is no rate limit worth the name.
@@ -279,7 +279,7 @@ def _restore(
             continue
         held = index.held[key]
         heapq.heapify(held)
-        ready = index.ready.setdefault(queue, Ready())
+        ready = index.ready_of(queue)
         moved = 0
         while held and (room is None or moved < room):
             entry = heapq.heappop(held)
