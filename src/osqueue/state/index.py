@@ -72,6 +72,15 @@ class Ready:
         yield from (run[self.start :] if self.start else run)
         yield from self.heap
 
+    def entries(self) -> list[ReadyEntry]:
+        """Every entry, as :meth:`__iter__` gives them, in a list (a slice and a
+        concatenation: no generator to step through per entry)."""
+        run, start = self.run, self.start
+        out = run[start:] if start else run[:]
+        if self.heap:
+            out += self.heap
+        return out
+
     def copy(self) -> Ready:
         new = Ready(self.run[self.start :])
         new.heap = list(self.heap)

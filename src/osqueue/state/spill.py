@@ -175,7 +175,7 @@ def load(
     skipped: list[StoredJob] = []
     lines = check_lines(op.lines, len(jobs)) if op.lines else None
     held = doc.jobs
-    if lines is not None and not cancelled and held.keys().isdisjoint(j.id for j in jobs):
+    if lines is not None and not cancelled and held.keys().isdisjoint([j.id for j in jobs]):
         doc.put_loaded(jobs, lines)  # the common chunk: every job goes in, as encoded
         inserted = len(jobs)
     else:
@@ -194,17 +194,23 @@ def load(
         segments.remove(ref)
         return Counted(inserted), skipped, ref.key
     assert op.next_job is not None
-    ids = {job.id for job in jobs}
-    gone_payloads = {job.payload_ref for job in jobs if job.payload_ref is not None}
+    cancelled_left, keyed, payload_refs = ref.cancelled, ref.keyed, ref.payload_refs
+    if cancelled_left or keyed:  # (what the loaded jobs held leaves the reference)
+        ids = {job.id for job in jobs}
+        cancelled_left = tuple(i for i in cancelled_left if i not in ids)
+        keyed = {i: k for i, k in keyed.items() if i not in ids}
+    if payload_refs:
+        gone = {job.payload_ref for job in jobs}
+        payload_refs = tuple(p for p in payload_refs if p not in gone)
     segments.replace(
         _replace(
             ref,
             loaded=ref.loaded + len(jobs),
             next_seq=op.next_job.seq,
             next_created_at=op.next_job.created_at,
-            cancelled=tuple(i for i in ref.cancelled if i not in ids),
-            keyed={i: k for i, k in ref.keyed.items() if i not in ids},
-            payload_refs=tuple(p for p in ref.payload_refs if p not in gone_payloads),
+            cancelled=cancelled_left,
+            keyed=keyed,
+            payload_refs=payload_refs,
         )
     )
     return Counted(inserted), skipped, None
