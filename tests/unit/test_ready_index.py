@@ -77,6 +77,10 @@ def test_the_run_and_its_heap_give_what_one_heap_gives(steps: list[tuple[object,
             heapq.heapify(model)
         assert len(ready) == len(model)
         assert sorted(ready) == sorted(model)
+        listed = ready.entries()  # the planner's copy: what iterating gives, as a new list
+        assert listed == list(ready)
+        listed.append((9, 9, "not the ready's"))
+        assert len(ready) == len(model)
         assert _first(model, ready) == (model[0] if model else None)
         bound = (1, 200)
         assert sorted(ready.before(bound)) == sorted(e for e in model if e < bound)
