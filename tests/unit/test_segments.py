@@ -311,6 +311,31 @@ def test_a_retried_push_of_a_spilled_job_is_recognised_and_its_key_stays_held() 
     assert d.doc.index.keys["k4"] == "j4"
 
 
+def test_a_partial_load_leaves_the_keys_of_the_jobs_still_spilled() -> None:
+    d = Deep([push(i, key=f"k{i}") for i in range(6)])
+    d.spill()  # j2..j4
+    d.load(n=2)  # j2 and j3 come back; j4's key stays with the reference
+    (left,) = d.doc.segments
+    assert left.keyed == {"j4": "k4"}
+    assert left.cancelled == ()
+    assert d.doc.segments.keys == {"k4": "j4"}
+    assert d.doc.index.keys["k2"] == "j2"
+    assert d.doc.index.keys["k3"] == "j3"
+
+
+def test_a_partial_load_leaves_the_cancel_of_a_job_still_spilled() -> None:
+    d = Deep([push(i, key=f"k{i}") for i in range(6)])
+    (ref,) = d.spill()
+    cancel = cancel_op(ref, d.objects[ref.key], "j4")
+    assert cancel is not None
+    assert d.run(cancel).results == [Removed(())]
+    d.load(n=2)
+    (left,) = d.doc.segments
+    assert left.cancelled == ("j4",)
+    assert left.keyed == {}
+    assert d.doc.segments.keys == {}
+
+
 def test_beyond_the_dedupe_window_a_repushed_spilled_id_is_new_and_the_load_keeps_it() -> None:
     policy = Policy(
         segment_jobs=3, head_jobs=1, load_jobs=3, spill_above_jobs=3, dedupe_window_s=60
