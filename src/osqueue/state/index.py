@@ -67,14 +67,12 @@ class Ready:
         return len(self.run) - self.start + len(self.heap)
 
     def __iter__(self) -> Iterator[ReadyEntry]:
-        """Every entry, the run's in order, then the heap's (in no order)."""
-        run = self.run
-        yield from (run[self.start :] if self.start else run)
-        yield from self.heap
+        return iter(self.entries())
 
     def entries(self) -> list[ReadyEntry]:
-        """Every entry, as :meth:`__iter__` gives them, in a list (a slice and a
-        concatenation: no generator to step through per entry)."""
+        """Every entry, the run's in order, then the heap's (in no order), in a
+        list of its own (a slice and a concatenation: no generator to step
+        through per entry)."""
         run, start = self.run, self.start
         out = run[start:] if start else run[:]
         if self.heap:

@@ -180,13 +180,12 @@ def _plan_queue(
         ((priority, cut),) = cuts.items()
         entries = entries_of.after((priority, cut + 1))
     else:
+        entries = entries_of.entries()
         if len(cuts) == 1:  # (one stream with references: no lookup per entry)
             ((priority, cut),) = cuts.items()
-            entries = [e for e in entries_of.entries() if e[1] > cut or e[0] != priority]
+            entries = [e for e in entries if e[1] > cut or e[0] != priority]
         elif cuts:
-            entries = [e for e in entries_of.entries() if e[1] > cuts.get(e[0], -1)]
-        else:
-            entries = entries_of.entries()
+            entries = [e for e in entries if e[1] > cuts.get(e[0], -1)]
         if entries_of.heap:
             # By priority, then seq: each stream's jobs in seq order (the run's come
             # so; the heap's do not).  Two stable sorts on int keys, seq then
