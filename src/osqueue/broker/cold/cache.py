@@ -6,6 +6,18 @@ time, so the broker keeps the objects it reads, split into job lines
 ``max_bytes``; then the least recently used go.  So the broker's memory is
 bounded by the cache and the document, not by the backlog.  A cancel of a
 spilled job reads its candidate segments through the same cache.
+
+A load's jobs are decoded from their lines when it is submitted, after a
+commit and before the next can start: on the path of every op waiting for
+that commit.  The next chunk is known as soon as a load is submitted (the
+same object, from where this one ends), and the commit loop spends most of
+a write waiting for storage with nothing to run, so :class:`DecodeAhead`
+notes that chunk, the commit loop has it decoded once it has sent a write
+(:meth:`DecodeAhead.run`, while the write is in flight), and the next load
+takes the jobs if they are the ones it needs (the same object, start and
+end); any other decodes as before.  The jobs are a pure function of the
+object's lines, which never change under a key, and the ``Load`` carrying
+them is checked by the state layer like any other.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.errors import CorruptDocument, NotFound, StorageError
-from osqueue.state import Cancel, Document, SegmentRef, candidates
+from osqueue.state import Cancel, Document, SegmentRef, StoredJob, candidates
 from osqueue.state.model import DelayedRef
 from osqueue.state.segment_codec import SegmentLines
 from osqueue.storage.port import Storage
@@ -49,6 +61,8 @@ class SegmentCache:
         #: (never for a load, which reads and checks what is stored); oldest first
         self._written: OrderedDict[str, SegmentLines] = OrderedDict()
         self._written_bytes = 0
+        #: the loads' next chunks, decoded while a document write is in flight
+        self.ahead = DecodeAhead(self)
 
     def keep_written(self, obj: SegmentLines) -> None:
         """Keep ``obj`` as this broker wrote it, for :meth:`written` (the oldest go
@@ -127,6 +141,7 @@ class SegmentCache:
 
     def evict(self, key: str) -> None:
         """Forget ``key`` (its reference is gone, or a load of it failed)."""
+        self.ahead.forget(key)
         obj = self._objects.pop(key, None)
         if obj is not None:
             self.bytes -= obj.size_bytes
@@ -222,3 +237,51 @@ class SegmentCache:
             except (NotFound, CorruptDocument):
                 return True
         return False
+
+
+class DecodeAhead:
+    """Per object: the chunk a load will want next, and that chunk decoded
+    (see the module's docstring)."""
+
+    __slots__ = ("_cache", "_decoded", "pending", "used")
+
+    def __init__(self, cache: SegmentCache) -> None:
+        self._cache = cache
+        #: chunks a load took decoded ahead (a figure for tests and benchmarks)
+        self.used = 0
+        #: key -> (start, end): the chunk to decode (the commit loop's cue to
+        #: call :meth:`run` once it has sent a write)
+        self.pending: dict[str, tuple[int, int]] = {}
+        #: key -> (start, end, the jobs start..end-1 and the one after, if any)
+        self._decoded: dict[str, tuple[int, int, list[StoredJob]]] = {}
+
+    def note(self, key: str, start: int, end: int) -> None:
+        """A load of ``key`` will want its jobs ``start..end-1`` (and the one after)."""
+        self.pending[key] = (start, end)
+
+    def run(self) -> None:
+        """Decode the chunks noted, of the objects still kept."""
+        pending, self.pending = self.pending, {}
+        for key, (start, end) in pending.items():
+            obj = self._cache.get(key)
+            if obj is None:
+                continue
+            try:
+                jobs = obj.jobs(start, end + 1)
+            except CorruptDocument:
+                continue  # the load decodes the chunk again, and sets the object aside
+            self._decoded[key] = (start, end, jobs)
+
+    def take(self, key: str, start: int, end: int) -> list[StoredJob] | None:
+        """The jobs ``start..end-1`` of ``key`` and the one after, if decoded ahead."""
+        self.pending.pop(key, None)
+        decoded = self._decoded.pop(key, None)
+        if decoded is None or decoded[0] != start or decoded[1] != end:
+            return None
+        self.used += 1
+        return decoded[2]
+
+    def forget(self, key: str) -> None:
+        """Drop what is noted or decoded of ``key``."""
+        self.pending.pop(key, None)
+        self._decoded.pop(key, None)

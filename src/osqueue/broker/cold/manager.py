@@ -371,26 +371,25 @@ class SegmentManager:
             self._check_quiet()
 
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
-        start = ref.loaded
-        end = min(start + self._demand.load_of(self._lease.doc, ref), ref.count)
+        start, size = ref.loaded, self._demand.load_of(self._lease.doc, ref)
+        end = min(start + size, ref.count)
+        jobs = self.cache.ahead.take(ref.key, start, end)
         try:
-            jobs = obj.jobs(start, end + 1)  # and the job after the chunk
+            if jobs is None:
+                jobs = obj.jobs(start, end + 1)  # and the job after the chunk
         except CorruptDocument as exc:
             self._set_aside(ref.key, str(exc))
             return
         if len(jobs) <= end - start and end < ref.count:
             self._set_aside(ref.key, "the object is shorter than its reference says")
             return
-        op = Load(
-            ref.key,
-            start,
-            tuple(jobs[: end - start]),
-            jobs[-1] if end < ref.count else None,
-            tuple(obj.lines[start:end]),
-        )
+        after = jobs[-1] if end < ref.count else None  # (None: the chunk ends the object)
+        op = Load(ref.key, start, tuple(jobs[: end - start]), after, tuple(obj.lines[start:end]))
         self._loads[stream] = op
         self._due.discard(stream)
         self._intake.add_internal(op)
+        if end < ref.count:  # the next chunk: decoded while the next write is in flight
+            self.cache.ahead.note(ref.key, end, min(end + size, ref.count))
 
     def _load_failed(self, key: str, why: str) -> None:
         """A segment could not be loaded: forget what was read of it, and pause it."""

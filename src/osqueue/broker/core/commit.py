@@ -98,6 +98,7 @@ class CommitLoop:
         self._payloads = payloads
         self._tasks = tasks
         self._segments = segments
+        self._ahead = segments.cache.ahead
         #: one renewal/wake-up timer, kept while it would fire no later than needed
         self._timer: Timer | None = None
         self._timer_at = 0.0
@@ -272,6 +273,8 @@ class CommitLoop:
             t = transition(doc, ops, now, self._policy, owner=owner, in_place=True)
             data = encode(t.doc)
             sent.append((data, t))
+            if self._ahead.pending:  # a deep queue's next load: decoded while this write flies
+                asyncio.get_running_loop().call_soon(self._ahead.run)
             try:
                 etag = await self._storage.write(DOCUMENT_KEY, data, if_match=lease.etag)
             except Conflict:
