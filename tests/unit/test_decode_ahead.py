@@ -14,7 +14,7 @@ from osqueue.broker import Broker, BrokerConfig
 from osqueue.broker.cold.cache import DecodeAhead, SegmentCache
 from osqueue.broker.core.retry import StorageRetry
 from osqueue.clock import ManualClock
-from osqueue.state import DOCUMENT_KEY, transition
+from osqueue.state import DOCUMENT_KEY, StoredJob, transition
 from osqueue.state.document import Document
 from osqueue.state.ops import Policy, Push
 from osqueue.state.planning import plan_spills
@@ -67,44 +67,49 @@ async def test_a_deep_queue_s_next_chunk_is_decoded_during_a_write_and_taken_by_
         assert not ahead.pending
 
 
-def _object(n: int) -> tuple[SegmentCache, str]:
-    """A cache holding one segment object of ``n`` ready jobs, and its key."""
+def _object(n: int) -> tuple[SegmentCache, SegmentLines]:
+    """A cache holding one segment object of ``n`` ready jobs, and the object."""
     policy = Policy(segment_jobs=n, head_jobs=0, load_jobs=2, spill_above_jobs=1)
     pushes = [Push(id=f"j{i:03d}", payload=b"x", queue="q") for i in range(n)]
     doc = transition(Document.empty(), pushes, 1_800_000_000.0, policy, in_place=True).doc
     (plan,) = plan_spills(doc, policy)
     op, data = plan.build("u1")
     cache = SegmentCache(MemoryStorage(), 1 << 20, StorageRetry(BrokerConfig(), ManualClock()))
-    cache._keep(SegmentLines.checked(op.ref, data))
-    return cache, op.ref.key
+    obj = SegmentLines.checked(op.ref, data)
+    cache._keep(obj)
+    return cache, obj
+
+
+def _ids(jobs: list[StoredJob]) -> list[str]:
+    return [job.id for job in jobs]
 
 
 def test_a_load_takes_a_chunk_decoded_ahead_only_for_the_same_start_and_end() -> None:
-    cache, key = _object(8)
+    cache, obj = _object(8)
     ahead = cache.ahead
-    ahead.note(key, 2, 4)
+    ahead.note(obj.key, 2, 4)
     ahead.run()
     assert not ahead.pending
     # a load of another size (the claim demand changed it) decodes its own chunk:
     # the one decoded would give it the wrong job after its chunk
-    assert ahead.take(key, 2, 5) is None
-    assert ahead.take(key, 2, 4) is None  # (taken once: gone either way)
-    ahead.note(key, 4, 6)
+    assert _ids(ahead.jobs(obj, 2, 5)) == ["j002", "j003", "j004", "j005"]
+    assert ahead.used == 0
+    ahead.jobs(obj, 2, 4)  # (the one decoded was dropped either way)
+    assert ahead.used == 0
+    ahead.note(obj.key, 4, 6)
     ahead.run()
-    jobs = ahead.take(key, 4, 6)
-    assert jobs is not None
-    assert [job.id for job in jobs] == ["j004", "j005", "j006"]  # and the one after
+    assert _ids(ahead.jobs(obj, 4, 6)) == ["j004", "j005", "j006"]  # and the one after
     assert ahead.used == 1
 
 
 def test_an_object_no_longer_kept_is_not_decoded_and_an_evicted_one_is_forgotten() -> None:
-    cache, key = _object(8)
+    cache, obj = _object(8)
     ahead = cache.ahead
-    ahead.note(key, 0, 2)
+    ahead.note(obj.key, 0, 2)
     ahead.run()
-    cache.evict(key)  # (a failed load, a set-aside, a delete)
-    assert ahead.take(key, 0, 2) is None
-    ahead.note(key, 2, 4)
+    cache.evict(obj.key)  # (a failed load, a set-aside, a delete)
+    assert _ids(ahead.jobs(obj, 0, 2)) == ["j000", "j001", "j002"]  # decoded now
+    ahead.note(obj.key, 2, 4)
     ahead.run()  # the object is gone: nothing decoded
-    assert ahead.take(key, 2, 4) is None
+    assert _ids(ahead.jobs(obj, 2, 4)) == ["j002", "j003", "j004"]
     assert ahead.used == 0

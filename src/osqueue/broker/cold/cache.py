@@ -272,14 +272,17 @@ class DecodeAhead:
                 continue  # the load decodes the chunk again, and sets the object aside
             self._decoded[key] = (start, end, jobs)
 
-    def take(self, key: str, start: int, end: int) -> list[StoredJob] | None:
-        """The jobs ``start..end-1`` of ``key`` and the one after, if decoded ahead."""
+    def jobs(self, obj: SegmentLines, start: int, end: int) -> list[StoredJob]:
+        """The jobs ``start..end-1`` of ``obj`` and the one after (a load's chunk):
+        decoded ahead if exactly they were, else decoded now (``CorruptDocument``
+        names a line that does not decode)."""
+        key = obj.key
         self.pending.pop(key, None)
         decoded = self._decoded.pop(key, None)
-        if decoded is None or decoded[0] != start or decoded[1] != end:
-            return None
-        self.used += 1
-        return decoded[2]
+        if decoded is not None and decoded[0] == start and decoded[1] == end:
+            self.used += 1
+            return decoded[2]
+        return obj.jobs(start, end + 1)
 
     def forget(self, key: str) -> None:
         """Drop what is noted or decoded of ``key``."""

@@ -373,10 +373,8 @@ class SegmentManager:
     def _submit_load(self, stream: Stream, ref: SegmentRef, obj: SegmentLines) -> None:
         start, size = ref.loaded, self._demand.load_of(self._lease.doc, ref)
         end = min(start + size, ref.count)
-        jobs = self.cache.ahead.take(ref.key, start, end)
         try:
-            if jobs is None:
-                jobs = obj.jobs(start, end + 1)  # and the job after the chunk
+            jobs = self.cache.ahead.jobs(obj, start, end)  # and the job after the chunk
         except CorruptDocument as exc:
             self._set_aside(ref.key, str(exc))
             return
