@@ -41,6 +41,8 @@ from osqueue.storage.keys import check_key
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WireDocument)
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
+#: how msgspec's DecodeError starts for a string that is not UTF-8
+_MSGSPEC_NOT_UTF8 = "Invalid UTF-8"
 _PATH_RE = re.compile(r"at `([^`]+)`")
 _MAX_INT = 2**53
 #: jobs of at least this many bytes, and more than the rest of the document, are
@@ -107,6 +109,8 @@ def encode(doc: Document) -> bytes:
 
 def _corrupt(exc: msgspec.MsgspecError, data: bytes) -> CorruptDocument:
     text = str(exc)
+    if text.startswith(_MSGSPEC_NOT_UTF8):  # (msgspec 0.23 on; before, a UnicodeDecodeError)
+        return _not_utf8(data)  # its message names no byte: find it
     byte = _BYTE_RE.search(text)
     path = _PATH_RE.search(text)
     offset = int(byte.group(1)) if byte else None
